@@ -1,0 +1,52 @@
+# AMF build and test entry points. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO        ?= go
+# Debian's python3-sklearn is importable by the system interpreter only.
+PYTHON    ?= /usr/bin/python3
+BIN       := bin
+DATA      ?= ../shared/data/tod-k8s-ood/data
+STATICCHECK_VERSION := v0.8.2
+LDFLAGS   := -s -w
+CMDS      := amf-sidecar
+
+.PHONY: help build test test-short test-unit test-parity bench arm64 lint fmt deps clean
+
+help: ## list the targets
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## build bin/amf-sidecar
+	@mkdir -p $(BIN)
+	$(foreach c,$(CMDS),CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$(c) ./cmd/$(c);)
+
+test: build test-unit test-parity ## everything CI runs: unit + real-part tests, PromQL parity
+
+test-unit:
+	$(GO) test -count=1 ./...
+
+test-parity: ## differential test of the features against the real Prometheus engine
+	cd infer/promqlparity && $(GO) test -count=1 ./...
+
+test-short: ## quick tests only (no long-running parts)
+	$(GO) test -short ./...
+
+bench: ## benchmarks of the hot paths (see README, Performance)
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+arm64: ## static linux/arm64 binaries in bin/linux-arm64/
+	@mkdir -p $(BIN)/linux-arm64
+	$(foreach c,$(CMDS),GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/$(c) ./cmd/$(c);)
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	cd infer/promqlparity && $(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+deps: ## install the Debian packages the tests use (root)
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-sklearn mosquitto
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(t.Context(), args, stdio{strings.NewReader(stdin), &out, &errb})
+	return code, out.String(), errb.String()
+}
+
+const hdr = "time,cpu_seconds_total,memory_bytes,memory_limit_bytes,network_bytes_total,disk_bytes_total\n"
+
+func TestReplayCommand(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "in.csv")
+	if err := os.WriteFile(file, []byte(hdr+"1,0,1,2,0,0\n2,1,1,2,5,0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		stdin      string
+		args       []string
+		code       int
+		outLines   int
+		errMention string
+	}{
+		{"file input", "", []string{"replay", "--in", file}, 0, 3, ""},
+		{"standard input", hdr + "1,0,1,2,0,0\n", []string{"replay", "--in", "-"}, 0, 2, ""},
+		{"bad value names line and column", hdr + "1,0,1,2,0,0\n2,x,1,2,0,0\n", []string{"replay", "--in", "-"}, 2, 2, "line 3, column cpu_seconds_total"},
+		{"time backwards", hdr + "2,0,1,2,0,0\n1,0,1,2,0,0\n", []string{"replay", "--in", "-"}, 2, 2, "line 3, column time"},
+		{"missing --in", "", []string{"replay"}, 2, 0, "--in FILE is required"},
+		{"missing file", "", []string{"replay", "--in", filepath.Join(t.TempDir(), "nope.csv")}, 2, 0, "cannot open input"},
+		{"bad window", "", []string{"replay", "--in", file, "--step", "0s"}, 2, 0, "step"},
+		{"unknown command", "", []string{"frobnicate"}, 2, 0, "unknown command"},
+		{"no command", "", nil, 2, 0, "Usage"},
+		{"sample needs a target", "", []string{"sample"}, 2, 0, "exactly one of --pid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runCLI(t, tt.stdin, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit code %d, want %d (stderr %q)", code, tt.code, errs)
+			}
+			if n := strings.Count(out, "\n"); n != tt.outLines {
+				t.Fatalf("stdout has %d lines, want %d: %q", n, tt.outLines, out)
+			}
+			if !strings.Contains(errs, tt.errMention) {
+				t.Fatalf("stderr %q does not mention %q", errs, tt.errMention)
+			}
+		})
+	}
+}

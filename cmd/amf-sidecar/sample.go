@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/amf-edge/amf/sidecar"
+	"github.com/amf-edge/amf/sidecar/cgroup"
+)
+
+func runSample(ctx context.Context, args []string, io stdio) int {
+	fs := newFlagSet("sample", io)
+	pid := fs.Int("pid", 0, "sample the cgroup of this process")
+	path := fs.String("cgroup-path", "", "sample this cgroup directory")
+	interval := fs.Duration("interval", time.Second, "time between samples")
+	cfg := windowFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if (*pid == 0) == (*path == "") || fs.NArg() > 0 {
+		fmt.Fprintln(io.err, "amf-sidecar sample: give exactly one of --pid N or --cgroup-path P")
+		return exitUsage
+	}
+	if *interval <= 0 {
+		fmt.Fprintln(io.err, "amf-sidecar sample: --interval must be positive")
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(io.err, nil))
+
+	var src cgroup.Reader
+	var err error
+	if *pid != 0 {
+		src, err = cgroup.ForPID(*pid)
+	} else {
+		src, err = cgroup.Open(*path)
+	}
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
+		return exitFail
+	}
+	s, err := sidecar.NewSampler(src, *cfg, log)
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
+		return exitUsage
+	}
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	err = s.Run(ctx, tick.C, func(rec sidecar.Record, err error) error {
+		if err != nil {
+			// A process never comes back; a cgroup path may be recreated by a restart.
+			if errors.Is(err, cgroup.ErrGone) && *pid != 0 {
+				return err
+			}
+			log.Error("sample failed; retrying at the next interval", "target", src, "err", err)
+			return nil
+		}
+		line, err := sidecar.MarshalRecord(rec)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(io.out, "%s\n", line)
+		return err
+	})
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}

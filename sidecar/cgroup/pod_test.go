@@ -1,0 +1,272 @@
+package cgroup
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestFindPodLayouts(t *testing.T) {
+	us := func(uid string) string { return strings.ReplaceAll(uid, "-", "_") }
+	tests := []struct {
+		name    string
+		root    string
+		uid     string
+		qos     string
+		driver  string
+		path    string
+		ids     []string
+		runtime string
+	}{
+		{name: "cgroupfs burstable", root: v2Root, uid: burstableUID, qos: "burstable", driver: "cgroupfs",
+			path: "/kubepods/burstable/pod" + burstableUID, ids: []string{brokerID, pauseID, sidecarID}},
+		{name: "cgroupfs guaranteed sits under kubepods", root: v2Root, uid: guaranteedUID, qos: "guaranteed", driver: "cgroupfs",
+			path: "/kubepods/pod" + guaranteedUID, ids: []string{guaranteedPauseID, guaranteedID}},
+		{name: "cgroupfs besteffort", root: v2Root, uid: besteffortUID, qos: "besteffort", driver: "cgroupfs",
+			path: "/kubepods/besteffort/pod" + besteffortUID, ids: []string{besteffortID, besteffortPauseID}},
+		{name: "systemd guaranteed containerd", root: systemdRoot, uid: guaranteedUID, qos: "guaranteed", driver: "systemd",
+			path: "/kubepods.slice/kubepods-pod" + us(guaranteedUID) + ".slice", ids: []string{guaranteedPauseID, guaranteedID}, runtime: "cri-containerd"},
+		{name: "systemd burstable crio skips conmon", root: systemdRoot, uid: burstableUID, qos: "burstable", driver: "systemd",
+			path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + us(burstableUID) + ".slice", ids: []string{brokerID, pauseID}, runtime: "crio"},
+		{name: "systemd besteffort docker", root: systemdRoot, uid: besteffortUID, qos: "besteffort", driver: "systemd",
+			path: "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + us(besteffortUID) + ".slice", ids: []string{besteffortID, besteffortPauseID}, runtime: "docker"},
+		{name: "UID with underscores", root: systemdRoot, uid: us(besteffortUID), qos: "besteffort", driver: "systemd",
+			path: "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + us(besteffortUID) + ".slice", ids: []string{besteffortID, besteffortPauseID}, runtime: "docker"},
+		{name: "cgroup v1 through the memory controller", root: v1Root, uid: burstableUID, qos: "burstable", driver: "cgroupfs",
+			path: "/kubepods/burstable/pod" + burstableUID, ids: []string{brokerID, pauseID, sidecarID}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pod, err := FindPod(tc.uid, WithCgroupRoot(tc.root))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, c := range pod.Containers {
+				ids = append(ids, c.ID)
+				if c.Runtime != tc.runtime {
+					t.Errorf("container %s runtime %q, want %q", c.ID, c.Runtime, tc.runtime)
+				}
+				if !strings.HasPrefix(c.Path, tc.path+"/") {
+					t.Errorf("container path %s not under %s", c.Path, tc.path)
+				}
+			}
+			if pod.UID != strings.ReplaceAll(tc.uid, "_", "-") || pod.QoS != tc.qos || pod.Driver != tc.driver || pod.Path != tc.path || !slices.Equal(ids, tc.ids) {
+				t.Errorf("got %+v (ids %v)\nwant qos %s driver %s path %s ids %v", pod, ids, tc.qos, tc.driver, tc.path, tc.ids)
+			}
+		})
+	}
+}
+
+func TestFindPodErrorsSayWhatToDo(t *testing.T) {
+	tests := []struct {
+		name     string
+		uid      string
+		contains []string
+	}{
+		{name: "unknown pod", uid: "11111111-2222-3333-4444-555555555555", contains: []string{
+			"no pod cgroup", filepath.Join(v2Root, "kubepods", "burstable", "pod11111111-2222-3333-4444-555555555555"),
+			"kubepods.slice", "mount the host /sys/fs/cgroup read-only", "POD_UID", "downward API"}},
+		{name: "empty UID", uid: "", contains: []string{"not a pod UID", "POD_UID"}},
+		{name: "path in UID", uid: "../../etc", contains: []string{"not a pod UID"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := FindPod(tc.uid, WithCgroupRoot(v2Root))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, c := range tc.contains {
+				if !strings.Contains(err.Error(), c) {
+					t.Errorf("error %q does not contain %q", err, c)
+				}
+			}
+		})
+	}
+}
+
+func TestFindContainerByID(t *testing.T) {
+	tests := []struct {
+		name string
+		id   string
+		want string
+		err  string
+	}{
+		{name: "full ID", id: brokerID, want: brokerID},
+		{name: "12-digit prefix", id: brokerID[:12], want: brokerID},
+		{name: "pod status form", id: "containerd://" + brokerID, want: brokerID},
+		{name: "upper case", id: strings.ToUpper(brokerID), want: brokerID},
+		{name: "too short", id: brokerID[:8], err: "at least 12 hex digits"},
+		{name: "unknown lists the containers", id: strings.Repeat("0", 64), err: pauseID},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := FindContainer(PodQuery{UID: burstableUID, ContainerID: tc.id}, WithCgroupRoot(v2Root))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %+v, %v; want error with %q", c, err, tc.err)
+				}
+				return
+			}
+			if err != nil || c.ID != tc.want {
+				t.Fatalf("got %+v, %v; want %s", c, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestFindContainerByPID(t *testing.T) {
+	tests := []struct {
+		name   string
+		cgroup string
+		want   string
+		err    string
+	}{
+		{name: "full path", cgroup: "0::/kubepods/burstable/pod" + burstableUID + "/" + brokerID + "\n", want: brokerID},
+		{name: "path relative to the caller's cgroup namespace", cgroup: "0::/../" + brokerID + "\n", want: brokerID},
+		{name: "v1 systemd scope name", cgroup: "4:memory:/kubepods.slice/x.slice/crio-" + pauseID + ".scope\n1:name=systemd:/\n", want: pauseID},
+		{name: "process outside the pod", cgroup: "0::/user.slice\n", err: "in none of the pod's containers"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			proc := writeTree(t, map[string]string{"31/cgroup": tc.cgroup})
+			c, err := FindContainer(PodQuery{UID: burstableUID, PID: 31}, WithCgroupRoot(v2Root), WithProcRoot(proc))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %+v, %v; want error with %q", c, err, tc.err)
+				}
+				return
+			}
+			if err != nil || c.ID != tc.want {
+				t.Fatalf("got %+v, %v; want %s", c, err, tc.want)
+			}
+		})
+	}
+	if _, err := FindContainer(PodQuery{UID: burstableUID, PID: 99999999}, WithCgroupRoot(v2Root), WithProcRoot(procRoot)); err == nil || !strings.Contains(err.Error(), "shareProcessNamespace") {
+		t.Errorf("invisible process: %v, want a hint about shareProcessNamespace", err)
+	}
+}
+
+func TestFindContainerByExclusion(t *testing.T) {
+	pid := strconv.Itoa(os.Getpid())
+	sandboxMountinfo := "900 800 254:0 /var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/" + pauseID + "/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw\n" +
+		"901 800 254:0 /var/lib/kubelet/pods/" + burstableUID + "/etc-hosts /etc/hosts rw,relatime - ext4 /dev/vda rw\n"
+	selfCgroupV1 := "10:memory:/kubepods/burstable/pod" + burstableUID + "/" + sidecarID + "\n0::/\n"
+	pod := "kubepods/burstable/pod" + burstableUID + "/"
+
+	// A tree where cgroup.procs shows what a sidecar would see: its own PID
+	// in its own container, and with shareProcessNamespace the pause process.
+	liveTree := func(t *testing.T, pausePID string) string {
+		files := map[string]string{"cgroup.controllers": ""}
+		for id, procs := range map[string]string{brokerID: "0\n0\n", sidecarID: pid + "\n", pauseID: pausePID + "\n"} {
+			files[pod+id+"/cgroup.procs"] = procs
+		}
+		return writeTree(t, files)
+	}
+	tests := []struct {
+		name    string
+		root    func(t *testing.T) string
+		proc    map[string]string
+		exclude []string
+		want    string
+		err     []string
+	}{
+		{name: "caller excludes sidecar and pause", exclude: []string{sidecarID, pauseID[:12]}, want: brokerID},
+		{name: "self from /proc/self/cgroup, pause excluded by caller",
+			proc: map[string]string{"self/cgroup": selfCgroupV1}, exclude: []string{pauseID}, want: brokerID},
+		{name: "self from /proc/self/cgroup, sandbox from mountinfo",
+			proc: map[string]string{"self/cgroup": selfCgroupV1, "self/mountinfo": sandboxMountinfo}, want: brokerID},
+		{name: "self from cgroup.procs in a cgroup namespace, pause by its process name",
+			root: func(t *testing.T) string { return liveTree(t, "4100") },
+			proc: map[string]string{"self/cgroup": "0::/\n", "4100/comm": "pause\n"}, want: brokerID},
+		{name: "pause not recognisable without a shared PID namespace",
+			root: func(t *testing.T) string { return liveTree(t, "0") },
+			proc: map[string]string{"self/cgroup": "0::/\n"},
+			err:  []string{"2 containers could be the target", brokerID, pauseID, sidecarID + " (the caller's own container)", "pass the target's container ID"}},
+		{name: "nothing recognisable lists all three",
+			proc: map[string]string{"self/cgroup": "0::/\n"},
+			err:  []string{"3 containers could be the target", "excluded none"}},
+		{name: "everything excluded",
+			exclude: []string{brokerID, sidecarID, pauseID}, err: []string{"no container left", "excluded by the caller"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := v2Root
+			if tc.root != nil {
+				root = tc.root(t)
+			}
+			proc := writeTree(t, tc.proc)
+			c, err := FindContainer(PodQuery{UID: burstableUID, Exclude: tc.exclude}, WithCgroupRoot(root), WithProcRoot(proc))
+			if tc.err != nil {
+				if err == nil {
+					t.Fatalf("got %+v, want an error", c)
+				}
+				for _, s := range tc.err {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not contain %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil || c.ID != tc.want {
+				t.Fatalf("got %+v, %v; want %s", c, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestOpenPodReadsTheTarget(t *testing.T) {
+	tests := []struct {
+		name   string
+		root   string
+		q      PodQuery
+		memory float64
+		limit  float64
+	}{
+		{name: "cgroupfs v2 burstable by exclusion", root: v2Root, q: PodQuery{UID: burstableUID, Exclude: []string{sidecarID, pauseID}}, memory: brokerMemory, limit: brokerLimit},
+		{name: "cgroupfs v2 guaranteed", root: v2Root, q: PodQuery{UID: guaranteedUID, Exclude: []string{guaranteedPauseID}}, memory: 20971520, limit: brokerLimit},
+		{name: "cgroupfs v2 besteffort has no limit", root: v2Root, q: PodQuery{UID: besteffortUID, ContainerID: besteffortID}, memory: 15728640},
+		{name: "systemd guaranteed", root: systemdRoot, q: PodQuery{UID: guaranteedUID, ContainerID: guaranteedID}, memory: 20971520, limit: brokerLimit},
+		{name: "systemd burstable crio", root: systemdRoot, q: PodQuery{UID: burstableUID, Exclude: []string{pauseID}}, memory: brokerMemory, limit: brokerLimit},
+		{name: "systemd besteffort docker", root: systemdRoot, q: PodQuery{UID: besteffortUID, ContainerID: besteffortID}, memory: 15728640},
+		{name: "cgroupfs v1", root: v1Root, q: PodQuery{UID: burstableUID, ContainerID: brokerID}, memory: brokerMemory, limit: brokerLimit},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := OpenPod(tc.q, WithCgroupRoot(tc.root), WithProcRoot(procRoot), WithPID(recordedNetPID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := mustRead(t, r)
+			if s.MemoryBytes != tc.memory || s.MemoryLimitBytes != tc.limit || s.NetworkBytes != recordedNet || !s.HasNetwork {
+				t.Errorf("got %+v, want memory %v limit %v network %v", s, tc.memory, tc.limit, recordedNet)
+			}
+		})
+	}
+}
+
+func TestParseContainerName(t *testing.T) {
+	tests := []struct {
+		name, runtime, id string
+		ok                bool
+	}{
+		{name: brokerID, id: brokerID, ok: true},
+		{name: "cri-containerd-" + brokerID + ".scope", runtime: "cri-containerd", id: brokerID, ok: true},
+		{name: "crio-" + brokerID + ".scope", runtime: "crio", id: brokerID, ok: true},
+		{name: "crio-" + brokerID, runtime: "crio", id: brokerID, ok: true},
+		{name: "docker-" + brokerID + ".scope", runtime: "docker", id: brokerID, ok: true},
+		{name: "crio-conmon-" + brokerID + ".scope"},
+		{name: "kubepods-burstable.slice"},
+		{name: "init.scope"},
+		{name: "abc"},
+	}
+	for _, tc := range tests {
+		rt, id, ok := parseContainerName(tc.name)
+		if rt != tc.runtime || id != tc.id || ok != tc.ok {
+			t.Errorf("parseContainerName(%q) = %q, %q, %v; want %q, %q, %v", tc.name, rt, id, ok, tc.runtime, tc.id, tc.ok)
+		}
+	}
+}

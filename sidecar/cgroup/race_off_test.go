@@ -1,0 +1,5 @@
+//go:build !race
+
+package cgroup
+
+const raceEnabled = false

@@ -1,0 +1,131 @@
+package sidecar
+
+import (
+	"fmt"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// Machine is the sidecar's health state machine. It is pure: events in, a verdict
+// out, no clock and no I/O, so every transition is table-testable.
+//
+// Precedence, strongest first: stopping (terminal) > unhealthy (the app-logic probe
+// fails, the application said so, or the broker container is gone) > anomalous (the
+// model's score is at or above the threshold) > healthy. The sidecar stays starting
+// until it has both a score and, when a probe is configured, a passing probe.
+type Machine struct {
+	threshold float64
+	needProbe bool
+
+	state  signal.State
+	reason string
+
+	scored    bool
+	anomalous bool
+	score     float64
+
+	probeKnown  bool
+	probeOK     bool
+	probeReason string
+
+	appUnhealthy string // reason the application gave; empty when it reports healthy
+	targetGone   string // reason the target vanished; empty while it is there
+}
+
+// Verdict says what to signal after an event.
+type Verdict struct {
+	State   signal.State
+	Reason  string
+	Changed bool // the state differs from before the event: signal at once
+	// Publish is true when a signal must be sent: on every change, and on every
+	// sample while the score is at or above the threshold (the agent's debounce
+	// counts consecutive anomalous samples).
+	Publish bool
+}
+
+// NewMachine returns a machine in state starting. needProbe says whether an
+// app-logic probe is configured and must pass before the pod is healthy.
+func NewMachine(threshold float64, needProbe bool) *Machine {
+	return &Machine{threshold: threshold, needProbe: needProbe, state: signal.Starting, reason: "sidecar started"}
+}
+
+// State returns the current state and why.
+func (m *Machine) State() (signal.State, string) { return m.state, m.reason }
+
+// Score records the model's probability for a new sample.
+func (m *Machine) Score(p float64) Verdict {
+	m.scored, m.score = true, p
+	m.anomalous = p >= m.threshold
+	v := m.settle()
+	if m.anomalous && m.state != signal.Stopping {
+		v.Publish = true
+	}
+	return v
+}
+
+// Probe records an app-logic probe result.
+func (m *Machine) Probe(ok bool, reason string) Verdict {
+	m.probeKnown, m.probeOK, m.probeReason = true, ok, reason
+	return m.settle()
+}
+
+// App records a health report from the application beside the broker. Only
+// healthy and unhealthy are the application's to say: anomalous is the model's
+// verdict, and stopping/gone describe the sidecar itself.
+func (m *Machine) App(state signal.State, reason string) (Verdict, error) {
+	switch state {
+	case signal.Unhealthy:
+		if reason == "" {
+			reason = "application reported unhealthy"
+		}
+		m.appUnhealthy = "application: " + reason
+	case signal.Healthy:
+		m.appUnhealthy = ""
+	default:
+		return Verdict{}, fmt.Errorf("an application may report healthy or unhealthy, not %q", state)
+	}
+	return m.settle(), nil
+}
+
+// TargetGone records that the broker container vanished (reason non-empty) or is
+// back (reason empty).
+func (m *Machine) TargetGone(reason string) Verdict {
+	m.targetGone = reason
+	return m.settle()
+}
+
+// Stop moves to stopping, for good.
+func (m *Machine) Stop(reason string) Verdict {
+	changed := m.state != signal.Stopping
+	m.state, m.reason = signal.Stopping, reason
+	return Verdict{State: m.state, Reason: m.reason, Changed: changed, Publish: changed}
+}
+
+// settle recomputes the state from what is known.
+func (m *Machine) settle() Verdict {
+	if m.state == signal.Stopping {
+		return Verdict{State: m.state, Reason: m.reason}
+	}
+	state, reason := m.derive()
+	changed := state != m.state
+	m.state, m.reason = state, reason
+	return Verdict{State: state, Reason: reason, Changed: changed, Publish: changed}
+}
+
+func (m *Machine) derive() (signal.State, string) {
+	switch {
+	case m.targetGone != "":
+		return signal.Unhealthy, m.targetGone
+	case m.appUnhealthy != "":
+		return signal.Unhealthy, m.appUnhealthy
+	case m.probeKnown && !m.probeOK:
+		return signal.Unhealthy, "app-logic probe failed: " + m.probeReason
+	case m.scored && m.anomalous:
+		return signal.Anomalous, fmt.Sprintf("score %.3f >= threshold %.3f", m.score, m.threshold)
+	case !m.scored:
+		return signal.Starting, "waiting for the first score"
+	case m.needProbe && !m.probeKnown:
+		return signal.Starting, "waiting for the first app-logic probe"
+	}
+	return signal.Healthy, fmt.Sprintf("score %.3f < threshold %.3f", m.score, m.threshold)
+}

@@ -1,0 +1,111 @@
+package sidecar
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// event is one input to the machine, with the verdict expected after it.
+type event struct {
+	do      func(m *Machine) Verdict
+	state   signal.State
+	publish bool
+	reason  string // substring, optional
+}
+
+func score(p float64) func(*Machine) Verdict { return func(m *Machine) Verdict { return m.Score(p) } }
+func probe(ok bool) func(*Machine) Verdict {
+	return func(m *Machine) Verdict { return m.Probe(ok, "no echo within 1s") }
+}
+func app(s signal.State) func(*Machine) Verdict {
+	return func(m *Machine) Verdict { v, _ := m.App(s, "db down"); return v }
+}
+func gone(reason string) func(*Machine) Verdict {
+	return func(m *Machine) Verdict { return m.TargetGone(reason) }
+}
+func stop() func(*Machine) Verdict { return func(m *Machine) Verdict { return m.Stop("SIGTERM") } }
+
+func TestMachineTransitions(t *testing.T) {
+	tests := []struct {
+		name      string
+		needProbe bool
+		events    []event
+	}{
+		{"healthy after the first score without a probe", false, []event{
+			{do: score(0.1), state: signal.Healthy, publish: true},
+			{do: score(0.2), state: signal.Healthy, publish: false},
+		}},
+		{"starting until the probe passes when one is configured", true, []event{
+			{do: score(0.1), state: signal.Starting, publish: false, reason: "probe"},
+			{do: probe(true), state: signal.Healthy, publish: true},
+		}},
+		{"every sample at or above threshold is published", false, []event{
+			{do: score(0.1), state: signal.Healthy, publish: true},
+			{do: score(0.5), state: signal.Anomalous, publish: true, reason: "0.500 >= threshold"},
+			{do: score(0.9), state: signal.Anomalous, publish: true},
+			{do: score(0.7), state: signal.Anomalous, publish: true},
+			{do: score(0.49), state: signal.Healthy, publish: true},
+			{do: score(0.1), state: signal.Healthy, publish: false},
+		}},
+		{"probe failure beats anomaly and recovery returns to it", true, []event{
+			{do: probe(true), state: signal.Starting},
+			{do: score(0.8), state: signal.Anomalous, publish: true},
+			{do: probe(false), state: signal.Unhealthy, publish: true, reason: "app-logic probe failed"},
+			{do: score(0.8), state: signal.Unhealthy, publish: true},
+			{do: probe(true), state: signal.Anomalous, publish: true},
+		}},
+		{"a failing probe before any score is unhealthy at once", true, []event{
+			{do: probe(false), state: signal.Unhealthy, publish: true},
+		}},
+		{"the application's word holds until it takes it back", false, []event{
+			{do: score(0.1), state: signal.Healthy, publish: true},
+			{do: app(signal.Unhealthy), state: signal.Unhealthy, publish: true, reason: "application: db down"},
+			{do: score(0.1), state: signal.Unhealthy, publish: false},
+			{do: app(signal.Healthy), state: signal.Healthy, publish: true},
+		}},
+		{"a vanished container is unhealthy whatever the score", false, []event{
+			{do: score(0.1), state: signal.Healthy, publish: true},
+			{do: gone("cgroup removed"), state: signal.Unhealthy, publish: true, reason: "cgroup removed"},
+			{do: score(0.1), state: signal.Unhealthy},
+			{do: gone(""), state: signal.Healthy, publish: true},
+		}},
+		{"stopping is terminal and published once", false, []event{
+			{do: score(0.9), state: signal.Anomalous, publish: true},
+			{do: stop(), state: signal.Stopping, publish: true},
+			{do: score(0.95), state: signal.Stopping, publish: false},
+			{do: probe(false), state: signal.Stopping, publish: false},
+			{do: stop(), state: signal.Stopping, publish: false},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewMachine(0.5, tt.needProbe)
+			if s, _ := m.State(); s != signal.Starting {
+				t.Fatalf("initial state %s", s)
+			}
+			for i, ev := range tt.events {
+				v := ev.do(m)
+				if v.State != ev.state || v.Publish != ev.publish {
+					t.Fatalf("event %d: got %s publish=%v (%s), want %s publish=%v", i, v.State, v.Publish, v.Reason, ev.state, ev.publish)
+				}
+				if !strings.Contains(v.Reason, ev.reason) {
+					t.Fatalf("event %d: reason %q does not mention %q", i, v.Reason, ev.reason)
+				}
+				if s, r := m.State(); s != v.State || r != v.Reason {
+					t.Fatalf("event %d: State() = %s %q, verdict %s %q", i, s, r, v.State, v.Reason)
+				}
+			}
+		})
+	}
+}
+
+func TestApplicationMayNotClaimOtherStates(t *testing.T) {
+	m := NewMachine(0.5, false)
+	for _, s := range []signal.State{signal.Anomalous, signal.Stopping, signal.Gone, signal.Starting, "bogus"} {
+		if _, err := m.App(s, ""); err == nil {
+			t.Errorf("application report %q accepted", s)
+		}
+	}
+}

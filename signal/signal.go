@@ -1,0 +1,267 @@
+// Package signal is the wire contract between the sidecar and the node agent: the
+// MQTT topic of a pod's health, the JSON message on it, its size limit and its
+// validation. Both sides import it; it imports neither.
+package signal
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Version is the message schema version this package reads and writes.
+const Version = 1
+
+// MaxMessageBytes bounds a payload: anything larger is refused before parsing.
+const MaxMessageBytes = 4 << 10
+
+// MaxReasonBytes bounds the free-text reason, so a message always fits.
+const MaxReasonBytes = 512
+
+// TopicPrefix starts every health topic.
+const TopicPrefix = "amf/v1/"
+
+// State is a pod's health as the sidecar sees it.
+type State string
+
+// The states of the contract.
+const (
+	Starting  State = "starting"  // sidecar up, no verdict yet
+	Healthy   State = "healthy"   // score below threshold, app-logic probe passing
+	Anomalous State = "anomalous" // score at or above threshold: trouble is coming
+	Unhealthy State = "unhealthy" // app-logic probe failing or the app said so: trouble is here
+	Stopping  State = "stopping"  // orderly shutdown (SIGTERM)
+	Gone      State = "gone"      // sidecar disconnected without saying goodbye (Last Will)
+)
+
+// Valid reports whether s is one of the contract's states.
+func (s State) Valid() bool {
+	switch s {
+	case Starting, Healthy, Anomalous, Unhealthy, Stopping, Gone:
+		return true
+	}
+	return false
+}
+
+// Features are the six model inputs; nil means undefined at that sample.
+type Features struct {
+	CPUPercent           *float64 `json:"cpu_percent"`
+	MemoryPercent        *float64 `json:"memory_percent"`
+	NetworkIOBytesPerSec *float64 `json:"network_io_bytes_per_sec"`
+	DiskIOBytesPerSec    *float64 `json:"disk_io_bytes_per_sec"`
+	CPUGrowthRate        *float64 `json:"cpu_growth_rate"`
+	MemoryGrowthRate     *float64 `json:"memory_growth_rate"`
+}
+
+// Message is one health signal.
+type Message struct {
+	Version     int       `json:"v"`
+	Namespace   string    `json:"namespace"`
+	Pod         string    `json:"pod"`
+	State       State     `json:"state"`
+	Probability *float64  `json:"probability,omitempty"` // model score, absent before the first score
+	Features    *Features `json:"features,omitempty"`
+	Seq         uint64    `json:"seq"`  // sample sequence number, increasing per sidecar run
+	Time        time.Time `json:"time"` // when the sample was taken
+	Reason      string    `json:"reason,omitempty"`
+}
+
+// Errors a decoder returns, to be checked with errors.Is.
+var (
+	ErrTooLarge = errors.New("signal: message larger than 4 KiB")
+	ErrInvalid  = errors.New("signal: invalid message")
+	ErrIdentity = errors.New("signal: topic and payload name different pods")
+	ErrTopic    = errors.New("signal: not a health topic")
+)
+
+// Topic returns the health topic of a pod.
+func Topic(namespace, pod string) string {
+	return TopicPrefix + namespace + "/" + pod + "/health"
+}
+
+// ParseTopic returns the namespace and pod of a health topic.
+func ParseTopic(topic string) (namespace, pod string, err error) {
+	rest, ok := strings.CutPrefix(topic, TopicPrefix)
+	if !ok {
+		return "", "", fmt.Errorf("%w: %q does not start with %q", ErrTopic, truncate(topic), TopicPrefix)
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || parts[2] != "health" {
+		return "", "", fmt.Errorf("%w: %q is not %s<namespace>/<pod>/health", ErrTopic, truncate(topic), TopicPrefix)
+	}
+	if err := ValidateNames(parts[0], parts[1]); err != nil {
+		return "", "", fmt.Errorf("%w: %v", ErrTopic, err)
+	}
+	return parts[0], parts[1], nil
+}
+
+// ValidateNames checks a namespace (DNS-1123 label) and pod name (DNS-1123
+// subdomain), which also keeps MQTT wildcards and separators out of topics.
+func ValidateNames(namespace, pod string) error {
+	if !isDNSLabel(namespace, 63) {
+		return fmt.Errorf("namespace %q is not a DNS-1123 label", truncate(namespace))
+	}
+	if !isDNSSubdomain(pod) {
+		return fmt.Errorf("pod name %q is not a DNS-1123 subdomain", truncate(pod))
+	}
+	return nil
+}
+
+// Validate checks every rule of the contract.
+func (m *Message) Validate() error {
+	if m.Version != Version {
+		return fmt.Errorf("%w: version %d, this build reads version %d", ErrInvalid, m.Version, Version)
+	}
+	if err := ValidateNames(m.Namespace, m.Pod); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if !m.State.Valid() {
+		return fmt.Errorf("%w: unknown state %q", ErrInvalid, truncate(string(m.State)))
+	}
+	if m.Time.IsZero() {
+		return fmt.Errorf("%w: missing time", ErrInvalid)
+	}
+	if p := m.Probability; p != nil && !(*p >= 0 && *p <= 1) {
+		return fmt.Errorf("%w: probability %v is not in [0, 1]", ErrInvalid, *p)
+	}
+	if f := m.Features; f != nil {
+		for i, v := range f.values() {
+			if v != nil && (math.IsNaN(*v) || math.IsInf(*v, 0)) {
+				return fmt.Errorf("%w: feature %s is %v, want a finite number or null", ErrInvalid, featureNames[i], *v)
+			}
+		}
+	}
+	if len(m.Reason) > MaxReasonBytes {
+		return fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalid, len(m.Reason), MaxReasonBytes)
+	}
+	// Printable UTF-8 only: keeps logs clean and bounds the escaped size (at most
+	// 2 bytes of JSON per byte of reason), so a valid message always fits.
+	if !utf8.ValidString(m.Reason) || strings.ContainsFunc(m.Reason, unicode.IsControl) {
+		return fmt.Errorf("%w: reason must be printable UTF-8", ErrInvalid)
+	}
+	return nil
+}
+
+// featureNames are the JSON names of Features, in the model's input order.
+var featureNames = [6]string{"cpu_percent", "memory_percent", "network_io_bytes_per_sec", "disk_io_bytes_per_sec", "cpu_growth_rate", "memory_growth_rate"}
+
+// values returns the features in the order of featureNames.
+func (f *Features) values() [6]*float64 {
+	return [6]*float64{f.CPUPercent, f.MemoryPercent, f.NetworkIOBytesPerSec, f.DiskIOBytesPerSec, f.CPUGrowthRate, f.MemoryGrowthRate}
+}
+
+// Encode validates m and returns its payload.
+func Encode(m *Message) ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // '<' as \u003c would triple a reason's size
+	if err := enc.Encode(m); err != nil {
+		return nil, fmt.Errorf("signal: encode: %w", err)
+	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(b) > MaxMessageBytes {
+		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(b))
+	}
+	return b, nil
+}
+
+// Decode parses and validates a payload received on topic. Unknown fields, missing
+// required fields, non-finite numbers, oversize payloads and a payload naming
+// another pod than its topic are all refused.
+func Decode(topic string, payload []byte) (Message, error) {
+	if len(payload) > MaxMessageBytes {
+		return Message{}, fmt.Errorf("%w: %d bytes on %s", ErrTooLarge, len(payload), truncate(topic))
+	}
+	ns, pod, err := ParseTopic(topic)
+	if err != nil {
+		return Message{}, err
+	}
+	// Required fields are detected by decoding into pointers first.
+	var raw struct {
+		Version     *int       `json:"v"`
+		Namespace   *string    `json:"namespace"`
+		Pod         *string    `json:"pod"`
+		State       *State     `json:"state"`
+		Probability *float64   `json:"probability"`
+		Features    *Features  `json:"features"`
+		Seq         *uint64    `json:"seq"`
+		Time        *time.Time `json:"time"`
+		Reason      string     `json:"reason"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Message{}, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalid)
+	}
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{
+		{"v", raw.Version == nil}, {"namespace", raw.Namespace == nil}, {"pod", raw.Pod == nil},
+		{"state", raw.State == nil}, {"seq", raw.Seq == nil}, {"time", raw.Time == nil},
+	} {
+		if f.missing {
+			return Message{}, fmt.Errorf("%w: missing field %q", ErrInvalid, f.name)
+		}
+	}
+	m := Message{
+		Version: *raw.Version, Namespace: *raw.Namespace, Pod: *raw.Pod, State: *raw.State,
+		Probability: raw.Probability, Features: raw.Features, Seq: *raw.Seq, Time: *raw.Time,
+		Reason: raw.Reason,
+	}
+	if err := m.Validate(); err != nil {
+		return Message{}, err
+	}
+	if m.Namespace != ns || m.Pod != pod {
+		return Message{}, fmt.Errorf("%w: topic %s/%s, payload %s/%s", ErrIdentity, ns, pod, m.Namespace, m.Pod)
+	}
+	return m, nil
+}
+
+func isDNSLabel(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+func isDNSSubdomain(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if !isDNSLabel(label, 63) {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate keeps hostile input out of logs at full length.
+func truncate(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}

@@ -1,0 +1,79 @@
+package healthcheck
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// The feature label values must be the contract's JSON names, in its order.
+func TestFeatureNamesMatchSignal(t *testing.T) {
+	one := 1.0
+	b, err := json.Marshal(signal.Features{CPUPercent: &one, MemoryPercent: &one, NetworkIOBytesPerSec: &one, DiskIOBytesPerSec: &one, CPUGrowthRate: &one, MemoryGrowthRate: &one})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	var keys []string
+	_, _ = dec.Token()
+	for dec.More() {
+		k, _ := dec.Token()
+		keys = append(keys, k.(string))
+		_, _ = dec.Token()
+	}
+	if len(keys) != len(featureNames) {
+		t.Fatalf("signal.Features has %v, metrics use %v", keys, featureNames)
+	}
+	for i := range keys {
+		if keys[i] != featureNames[i] {
+			t.Fatalf("signal.Features has %v, metrics use %v", keys, featureNames)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	m := NewMetrics()
+	cpu, mem := 42.5, 12.0
+	m.SetFeatures(&signal.Features{CPUPercent: &cpu, MemoryPercent: &mem})
+	if got := testutil.ToFloat64(m.feature.WithLabelValues("cpu_percent")); got != cpu {
+		t.Errorf("cpu_percent = %v", got)
+	}
+	if n := testutil.CollectAndCount(m.feature); n != 2 {
+		t.Errorf("%d feature series, want 2 (undefined ones absent)", n)
+	}
+	m.SetFeatures(nil)
+	if n := testutil.CollectAndCount(m.feature); n != 0 {
+		t.Errorf("%d feature series after nil, want 0", n)
+	}
+
+	m.SetState(signal.Anomalous)
+	m.SetState(signal.Unhealthy)
+	for _, s := range states {
+		want := 0.0
+		if s == signal.Unhealthy {
+			want = 1
+		}
+		if got := testutil.ToFloat64(m.state.WithLabelValues(string(s))); got != want {
+			t.Errorf("state %s = %v, want %v", s, got, want)
+		}
+	}
+
+	m.SignalSent(signal.Unhealthy)
+	m.SignalSent("bogus")
+	if got := testutil.ToFloat64(m.signalsSent.WithLabelValues("invalid")); got != 1 {
+		t.Errorf("invalid signals = %v", got)
+	}
+	m.ObserveProbe(Result{OK: true, RTT: 3 * time.Millisecond})
+	m.ObserveProbe(Result{Reason: "x"})
+	if got := testutil.ToFloat64(m.probeUp); got != 0 {
+		t.Errorf("probe_up = %v after a failure", got)
+	}
+	if got := testutil.ToFloat64(m.errors.WithLabelValues(ErrorKindProbe)); got != 1 {
+		t.Errorf("probe errors = %v", got)
+	}
+}

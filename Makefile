@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar
 
-.PHONY: help build test test-short test-unit test-parity bench arm64 lint fmt deps clean
+.PHONY: help build test test-short test-unit test-parity test-exporter test-train model evaluate bench arm64 lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -20,13 +20,28 @@ build: ## build bin/amf-sidecar
 	@mkdir -p $(BIN)
 	$(foreach c,$(CMDS),CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$(c) ./cmd/$(c);)
 
-test: build test-unit test-parity ## everything CI runs: unit + real-part tests, PromQL parity
+test: build test-unit test-parity test-exporter test-train ## everything CI runs: unit + real-part tests, PromQL and model parity
 
 test-unit:
 	$(GO) test -count=1 ./...
 
 test-parity: ## differential test of the features against the real Prometheus engine
 	cd infer/promqlparity && $(GO) test -count=1 ./...
+
+test-exporter: ## fresh sklearn models -> LightGBM text -> Go parity within 1e-9 (needs python3-sklearn)
+	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+	$(PYTHON) infer/train/amftrain.py test-exporter --out "$$dir" && \
+	AMF_EXPORTER_PARITY_DIR="$$dir" $(GO) test -count=1 -run TestExporterParity ./infer/model/
+
+test-train: ## Python unit tests of infer/train (dataset tests skip when the data is absent)
+	$(PYTHON) -m unittest discover -s infer/train
+
+model: ## train the P1 HGBC (seed 42) -> embedded default model + manifest + parity golden
+	$(PYTHON) infer/train/amftrain.py model --data $(DATA)
+	$(GO) test -count=1 -run 'TestParityDefault|TestDefaultModel' ./infer/model/
+
+evaluate: ## P0-P2 x HGBC/RF/LR x seeds 42-46 -> infer/train/report/evaluation.{md,json}
+	$(PYTHON) infer/train/amftrain.py evaluate --data $(DATA)
 
 test-short: ## quick tests only (no long-running parts)
 	$(GO) test -short ./...

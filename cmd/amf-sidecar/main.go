@@ -28,10 +28,14 @@ const (
 const usage = `amf-sidecar — per-pod availability sidecar
 
 Usage:
+  amf-sidecar run (--pod-uid UID | --pid N | --cgroup-path P) [--agent tcp://NODE:1884] [--probe-mqtt tcp://127.0.0.1:1883]
+      the sidecar: sample, score, serve /healthz /readyz /status /metrics, signal the node agent
   amf-sidecar sample (--pid N | --cgroup-path P) [--interval 1s] [window flags]
       sample a target every interval; one JSON line per sample (raw values + features)
   amf-sidecar replay --in samples.csv [window flags]
       features from recorded raw samples (CSV in, CSV out), to check them against PromQL
+  amf-sidecar score --in features.csv [--model m.txt]
+      append probability and anomaly (0/1) to rows with the six feature columns
 
 Window flags (defaults: the published pipeline):
   --rate-window 5m   --deriv-window 10m   --step 5s   --lookback 5m
@@ -57,6 +61,8 @@ func run(ctx context.Context, args []string, io stdio) int {
 	cmds := map[string]func(context.Context, []string, stdio) int{
 		"replay": runReplay,
 		"sample": runSample,
+		"run":    runRun,
+		"score":  runScore,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/amf-edge/amf/healthcheck"
+	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/sidecar"
+	"github.com/amf-edge/amf/sidecar/cgroup"
+)
+
+// targetFlags are the three ways to name the broker container (DESIGN.md, "Finding
+// the broker's cgroup from a sidecar").
+type targetFlags struct {
+	pid         int
+	cgroupPath  string
+	podUID      string
+	containerID string
+	cgroupRoot  string
+}
+
+func (t *targetFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&t.pid, "pid", 0, "process mode: the broker's PID")
+	fs.StringVar(&t.cgroupPath, "cgroup-path", "", "explicit cgroup directory of the broker")
+	fs.StringVar(&t.podUID, "pod-uid", os.Getenv("POD_UID"), "pod mode: this pod's UID (downward API; env POD_UID)")
+	fs.StringVar(&t.containerID, "container-id", "", "pod mode: the broker container's ID (default: the one container that is neither this sidecar nor the pause container)")
+	fs.StringVar(&t.cgroupRoot, "host-cgroup-root", "", "pod mode: where the host's /sys/fs/cgroup is mounted read-only (default /sys/fs/cgroup)")
+}
+
+// open returns the source and, for pod mode, a way to find a restarted container.
+func (t *targetFlags) open() (sidecar.Source, func(context.Context) (sidecar.Source, error), error) {
+	n := 0
+	for _, set := range []bool{t.pid != 0, t.cgroupPath != "", t.podUID != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, nil, fmt.Errorf("give exactly one of --pid, --cgroup-path, --pod-uid (or POD_UID)")
+	}
+	switch {
+	case t.pid != 0:
+		r, err := cgroup.ForPID(t.pid)
+		return r, nil, err
+	case t.cgroupPath != "":
+		r, err := cgroup.Open(t.cgroupPath)
+		return r, nil, err
+	}
+	var opts []cgroup.Option
+	if t.cgroupRoot != "" {
+		opts = append(opts, cgroup.WithCgroupRoot(t.cgroupRoot))
+	}
+	q := cgroup.PodQuery{UID: t.podUID, ContainerID: t.containerID}
+	find := func(context.Context) (sidecar.Source, error) { return cgroup.OpenPod(q, opts...) }
+	r, err := find(context.Background())
+	return r, find, err
+}
+
+func runRun(ctx context.Context, args []string, io stdio) int {
+	fs := newFlagSet("run", io)
+	var target targetFlags
+	target.register(fs)
+	interval := fs.Duration("interval", time.Second, "time between samples")
+	modelPath := fs.String("model", "", "LightGBM text model overriding the embedded one (manifest beside it: <file>.manifest.json)")
+	httpAddr := fs.String("http", healthcheck.DefaultAddr, "health endpoint address (/healthz /readyz /status /metrics, POST /signal from loopback); empty disables it")
+	probeMQTT := fs.String("probe-mqtt", "", "app-logic probe: MQTT broker beside the sidecar, e.g. tcp://127.0.0.1:1883")
+	probeTCP := fs.String("probe-tcp", "", "app-logic probe for non-MQTT apps: host:port to connect to")
+	probeInterval := fs.Duration("probe-interval", healthcheck.DefaultInterval, "time between app-logic probes")
+	probeTimeout := fs.Duration("probe-timeout", healthcheck.DefaultTimeout, "app-logic probe timeout")
+	agent := fs.String("agent", os.Getenv("AMF_AGENT"), "node agent's control-plane broker, e.g. tcp://$(NODE_IP):1884 (env AMF_AGENT); empty: no signals")
+	namespace := fs.String("namespace", os.Getenv("POD_NAMESPACE"), "this pod's namespace (env POD_NAMESPACE)")
+	pod := fs.String("pod", os.Getenv("POD_NAME"), "this pod's name (env POD_NAME)")
+	tokenFile := fs.String("token-file", "/var/run/secrets/amf/token", "projected ServiceAccount token (audience amf-agent), or a static token file")
+	keepAlive := fs.Duration("keepalive", 5*time.Second, "MQTT keep-alive to the agent: bounds how long a frozen sidecar goes unnoticed")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(io.err, "amf-sidecar run: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar run: --log-level: %v\n", err)
+		return exitUsage
+	}
+	log := slog.New(slog.NewJSONHandler(io.err, &slog.HandlerOptions{Level: level}))
+
+	src, rediscover, err := target.open()
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar run: target: %v\n", err)
+		return exitUsage
+	}
+
+	m, warning, err := loadModel(*modelPath)
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
+		return exitFail
+	}
+
+	var probe healthcheck.Prober
+	switch {
+	case *probeMQTT != "" && *probeTCP != "":
+		fmt.Fprintln(io.err, "amf-sidecar run: give at most one of --probe-mqtt and --probe-tcp")
+		return exitUsage
+	case *probeMQTT != "":
+		probe, err = healthcheck.NewMQTTProber(healthcheck.MQTTConfig{Broker: *probeMQTT, Interval: *probeInterval, Timeout: *probeTimeout})
+	case *probeTCP != "":
+		probe, err = healthcheck.NewTCPProber(healthcheck.TCPConfig{Address: *probeTCP, Interval: *probeInterval, Timeout: *probeTimeout})
+	}
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar run: probe: %v\n", err)
+		return exitUsage
+	}
+
+	var sig *sidecar.Signaller
+	if *agent != "" {
+		sig, err = sidecar.NewSignaller(sidecar.SignallerConfig{
+			Broker: *agent, Namespace: *namespace, Pod: *pod, TokenFile: *tokenFile,
+			KeepAlive: *keepAlive, Log: log,
+		})
+		if err != nil {
+			fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
+			return exitUsage
+		}
+	} else {
+		log.Warn("no --agent given: health is served locally but not signalled to a node agent")
+	}
+
+	sc, err := sidecar.New(sidecar.Config{
+		Source: src, Rediscover: rediscover, Interval: *interval,
+		Model: m, ModelWarning: warning, Probe: probe, Signaller: sig,
+		HTTPAddr: *httpAddr, Log: log,
+	})
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
+		return exitFail
+	}
+	log.Info("sidecar started", "target", fmt.Sprint(src), "model", m.Source(), "interval", *interval)
+	if err := sc.Run(ctx); err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// loadModel returns the override model, or the embedded one with a warning when
+// the override is bad: a sidecar never crash-loops over its model file.
+func loadModel(path string) (*model.Model, string, error) {
+	if path == "" {
+		m, err := model.Default()
+		return m, "", err
+	}
+	m, fallbackErr := model.LoadOverride(path)
+	if m == nil {
+		return nil, "", fmt.Errorf("no usable model: %v", fallbackErr)
+	}
+	if fallbackErr != nil {
+		return m, fallbackErr.Error(), nil
+	}
+	return m, "", nil
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/sidecar"
+)
+
+func runScore(_ context.Context, args []string, io stdio) int {
+	fs := newFlagSet("score", io)
+	in := fs.String("in", "", "features CSV (- for standard input)")
+	modelPath := fs.String("model", "", "LightGBM text model (manifest beside it: <file>.manifest.json); default: the embedded model")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *in == "" || fs.NArg() > 0 {
+		fmt.Fprintln(io.err, "amf-sidecar score: --in FILE is required (- for standard input)")
+		return exitUsage
+	}
+	// Unlike the sidecar, an offline scorer must not fall back silently: the user
+	// asked for that model.
+	var m *model.Model
+	var err error
+	if *modelPath == "" {
+		m, err = model.Default()
+	} else {
+		m, err = model.LoadFiles(*modelPath)
+	}
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar score: %v\n", err)
+		return exitUsage
+	}
+	r, closeIn, err := openInput(*in, io.in)
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar score: %v\n", err)
+		return exitUsage
+	}
+	defer closeIn()
+	if err := sidecar.ScoreCSV(r, io.out, m); err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar score: %s: %v\n", *in, err)
+		var ie *sidecar.InputError
+		if errors.As(err, &ie) {
+			return exitUsage
+		}
+		return exitFail
+	}
+	return exitOK
+}

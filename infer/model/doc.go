@@ -1,0 +1,47 @@
+// Package model loads AMF's anomaly model and scores feature vectors with it.
+//
+// A model is a LightGBM v2/v3 text file (objective "binary sigmoid:1", the
+// form infer/train/amftrain.py exports from scikit-learn's
+// HistGradientBoostingClassifier) plus a JSON manifest. Scoring goes through
+// github.com/dmitryikh/leaves.
+//
+// # Files
+//
+// The default model is embedded (default_model.txt, default_manifest.json;
+// regenerate with `make model`). A model given on the command line is a file
+// NAME.txt whose manifest is NAME.manifest.json in the same folder (see
+// ManifestPathFor); LoadFilePair takes both paths explicitly.
+//
+// # Checks
+//
+// Every model, embedded or not, passes the same checks before it can score:
+// size (at most MaxModelBytes, manifest at most MaxManifestBytes), manifest
+// schema and values, feature names and count equal to FeatureNames, sha256
+// of the model bytes equal to the manifest's, and a full structural
+// validation of the text (header, objective, every tree's arrays, child
+// links forming one tree, feature indices, finite leaf values) before the
+// bytes reach leaves, which runs under recover. After leaves has loaded the
+// model, its raw scores on probe vectors are compared bit for bit with this
+// package's own reading of the trees. Every failure is a *LoadError naming
+// the file, what is wrong and what to do; errors.Is works with ErrEmpty,
+// ErrTooLarge, ErrManifest, ErrFeatures, ErrChecksum, ErrFormat, ErrLeaves
+// and ErrIO.
+//
+// Score takes a *[NumFeatures]float64, so a short vector (on which leaves
+// would silently return 0) cannot be passed. NaN means "missing" and follows
+// the missing-value direction the trainer learned.
+//
+// # Override and fallback
+//
+// LoadOverride(path) is for the sidecar's --model flag: when the override is
+// unusable it returns the embedded default model together with the error, so
+// the sidecar keeps running and reports the rejection (log, status, metric)
+// instead of crash-looping.
+//
+// # Data attribution
+//
+// The embedded default model is derived from the ToD-K8s-OOD dataset by
+// Hassaan Siddiqui and Ferhat Khendek, licensed CC BY 4.0
+// (https://github.com/hassaanas/k8s-dataset-tod); its manifest records the
+// dataset's name, authors, licence and file checksums.
+package model

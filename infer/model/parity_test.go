@@ -1,0 +1,135 @@
+package model
+
+import (
+	"encoding/csv"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// goldenRow is one row of a parity CSV written by infer/train/amftrain.py:
+// source, the six features (empty = NaN), sklearn's raw score and
+// predict_proba[:, 1], all as Python repr (round-trip exact).
+type goldenRow struct {
+	line   int
+	source string
+	x      [NumFeatures]float64
+	raw    float64
+	proba  float64
+}
+
+func readGolden(t *testing.T, path string) []goldenRow {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("golden file: %v", err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	want := append(append([]string{"source"}, FeatureNames[:]...), "raw", "probability")
+	if strings.Join(recs[0], ",") != strings.Join(want, ",") {
+		t.Fatalf("%s: header %v, want %v", path, recs[0], want)
+	}
+	parse := func(s string, line int) float64 {
+		if s == "" {
+			return math.NaN()
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("%s:%d: %v", path, line, err)
+		}
+		return v
+	}
+	var rows []goldenRow
+	for i, r := range recs[1:] {
+		line := i + 2
+		g := goldenRow{line: line, source: r[0]}
+		for j := 0; j < NumFeatures; j++ {
+			g.x[j] = parse(r[1+j], line)
+		}
+		g.raw = parse(r[1+NumFeatures], line)
+		g.proba = parse(r[2+NumFeatures], line)
+		rows = append(rows, g)
+	}
+	return rows
+}
+
+// checkParity scores every golden row: |Δ probability| <= 1e-9 is the
+// requirement; the raw margin is expected to be bit-identical (same float64
+// additions in the same order), which is checked too.
+func checkParity(t *testing.T, m *Model, rows []goldenRow, name string) {
+	t.Helper()
+	maxDiff := 0.0
+	rawExact := 0
+	for _, g := range rows {
+		p := m.Score(&g.x)
+		d := math.Abs(p - g.proba)
+		if !(d <= 1e-9) {
+			t.Errorf("%s line %d (%s): x=%v: Go %.17g, sklearn %.17g, |Δ|=%.3g > 1e-9", name, g.line, g.source, g.x, p, g.proba, d)
+		}
+		maxDiff = math.Max(maxDiff, d)
+		if r := m.Raw(&g.x); r == g.raw {
+			rawExact++
+		} else {
+			t.Errorf("%s line %d (%s): raw margin Go %.17g != sklearn %.17g", name, g.line, g.source, r, g.raw)
+		}
+	}
+	t.Logf("%s: %d rows, max |Δ probability| %.3g, raw bit-identical on %d", name, len(rows), maxDiff, rawExact)
+}
+
+func TestParityDefault(t *testing.T) {
+	m, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readGolden(t, filepath.Join("testdata", "parity_default.csv"))
+	if len(rows) < 300 {
+		t.Fatalf("only %d golden rows", len(rows))
+	}
+	var nanRows, anomalous int
+	for _, g := range rows {
+		for _, v := range g.x {
+			if math.IsNaN(v) {
+				nanRows++
+				break
+			}
+		}
+		if g.proba >= 0.5 {
+			anomalous++
+		}
+	}
+	if nanRows < 10 || anomalous < 10 || anomalous == len(rows) {
+		t.Fatalf("golden file lacks variety: %d rows with NaN, %d anomalous of %d", nanRows, anomalous, len(rows))
+	}
+	checkParity(t, m, rows, "parity_default.csv")
+}
+
+// TestExporterParity checks models exported from freshly fitted sklearn
+// models (make test-exporter generates them into $AMF_EXPORTER_PARITY_DIR).
+func TestExporterParity(t *testing.T) {
+	dir := os.Getenv("AMF_EXPORTER_PARITY_DIR")
+	if dir == "" {
+		t.Skip("AMF_EXPORTER_PARITY_DIR not set: run `make test-exporter` (needs /usr/bin/python3 with python3-sklearn)")
+	}
+	models, err := filepath.Glob(filepath.Join(dir, "*.manifest.json"))
+	if err != nil || len(models) == 0 {
+		t.Fatalf("no *.manifest.json in %s (err %v)", dir, err)
+	}
+	for _, man := range models {
+		base := strings.TrimSuffix(man, ".manifest.json")
+		name := filepath.Base(base)
+		t.Run(name, func(t *testing.T) {
+			m, err := LoadFiles(base + ".txt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkParity(t, m, readGolden(t, base+".csv"), name)
+		})
+	}
+}

@@ -1,0 +1,379 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/amf-edge/amf/healthcheck"
+	"github.com/amf-edge/amf/infer"
+	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/sidecar/cgroup"
+)
+
+// Error kinds the sidecar counts in amf_errors_total, beside healthcheck's own.
+const (
+	ErrorKindSample = "sample"
+	ErrorKindModel  = "model"
+	ErrorKindSignal = "signal"
+)
+
+// Config wires a sidecar. Source and Model are required; Probe, Signaller and
+// HTTPAddr are optional (a sidecar without a signaller only serves its endpoint).
+type Config struct {
+	Source Source
+	// Rediscover, when set, finds the target again after it vanished (a restarted
+	// container has a new cgroup); without it the same Source is retried.
+	Rediscover func(context.Context) (Source, error)
+	Interval   time.Duration
+	Model      *model.Model
+	// ModelWarning is shown in /status and logged at start when the model in use
+	// is a fallback (an override that failed to load).
+	ModelWarning string
+	Probe        healthcheck.Prober
+	Signaller    *Signaller
+	HTTPAddr     string
+	Metrics      *healthcheck.Metrics
+	Log          *slog.Logger
+}
+
+// Sidecar runs the sample → features → score → state → signal loop.
+type Sidecar struct {
+	cfg     Config
+	sampler *Sampler
+	machine *Machine
+	probe   *healthcheck.ProbeState
+	alive   *healthcheck.Heartbeat
+	metrics *healthcheck.Metrics
+
+	events chan func() // work for the loop goroutine, which owns machine and seq
+
+	mu     sync.Mutex // guards status
+	status healthcheck.Status
+	seq    uint64
+}
+
+// New checks cfg and builds a sidecar whose feature windows come from the model's
+// manifest: a model is only valid with the windows it was trained with.
+func New(cfg Config) (*Sidecar, error) {
+	if cfg.Source == nil || cfg.Model == nil {
+		return nil, errors.New("sidecar: a target and a model are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = healthcheck.NewMetrics()
+	}
+	names := infer.FeatureNames()
+	if err := cfg.Model.CheckFeatureNames(names[:]); err != nil {
+		return nil, fmt.Errorf("sidecar: model %s: %w", cfg.Model.Source(), err)
+	}
+	w := cfg.Model.Windows()
+	fc := infer.DefaultConfig()
+	fc.RateWindow, fc.DerivWindow, fc.Step = w.Rate, w.Deriv, w.SubqueryStep
+	sampler, err := NewSampler(cfg.Source, fc, cfg.Log)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: model %s asks for feature windows this build cannot compute: %w", cfg.Model.Source(), err)
+	}
+	var probeState *healthcheck.ProbeState
+	if cfg.Probe != nil {
+		probeState = healthcheck.NewProbeState(0)
+	}
+	s := &Sidecar{
+		cfg:     cfg,
+		sampler: sampler,
+		machine: NewMachine(cfg.Model.Threshold(), cfg.Probe != nil),
+		probe:   probeState,
+		alive:   healthcheck.NewHeartbeat(5*cfg.Interval + time.Second),
+		metrics: cfg.Metrics,
+		events:  make(chan func(), 16),
+	}
+	state, reason := s.machine.State()
+	s.status = healthcheck.Status{
+		State: state, TransitionReason: reason, LastTransition: time.Now(),
+		Threshold: cfg.Model.Threshold(),
+		Model:     fmt.Sprintf("%s sha256:%s", cfg.Model.Source(), cfg.Model.SHA256()),
+	}
+	if cfg.ModelWarning != "" {
+		s.status.Model += " (fallback: " + cfg.ModelWarning + ")"
+	}
+	s.metrics.SetState(state)
+	return s, nil
+}
+
+// serverConfig is the health endpoint's wiring.
+func (s *Sidecar) serverConfig() healthcheck.ServerConfig {
+	return healthcheck.ServerConfig{
+		Addr:        s.cfg.HTTPAddr,
+		Liveness:    s.alive.Check,
+		Readiness:   s.ready,
+		Status:      s.Status,
+		Metrics:     s.metrics,
+		OnAppReport: s.appReport,
+		Logger:      s.cfg.Log,
+	}
+}
+
+// Status returns a snapshot for /status.
+func (s *Sidecar) Status() healthcheck.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if s.probe != nil {
+		if r, ok := s.probe.Last(); ok {
+			st.Probe = &r
+		}
+	}
+	return st
+}
+
+// ready is /readyz: the application logic works. With a probe, the probe must
+// pass; in any case the pod must not be unhealthy or stopping.
+func (s *Sidecar) ready() error {
+	if s.probe != nil {
+		if err := s.probe.Check(); err != nil {
+			return err
+		}
+	}
+	st := s.Status()
+	if st.State == signal.Unhealthy || st.State == signal.Stopping {
+		return fmt.Errorf("%s: %s", st.State, st.TransitionReason)
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then signals stopping and disconnects.
+func (s *Sidecar) Run(ctx context.Context) error {
+	if s.cfg.ModelWarning != "" {
+		s.cfg.Log.Error("model override refused; running on the embedded model", "problem", s.cfg.ModelWarning)
+		s.metrics.Error(ErrorKindModel)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+
+	if s.cfg.HTTPAddr != "" {
+		srv, err := healthcheck.NewServer(s.serverConfig())
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			if err := srv.ListenAndServe(inner); err != nil {
+				s.cfg.Log.Error("health endpoint stopped", "addr", s.cfg.HTTPAddr, "err", err)
+			}
+		})
+	}
+	if s.cfg.Signaller != nil {
+		wg.Go(func() { _ = s.cfg.Signaller.Run(inner) })
+	}
+	if s.cfg.Probe != nil {
+		toMachine := healthcheck.OnChange(func(r healthcheck.Result) {
+			s.do(inner, func() { s.apply(s.machine.Probe(r.OK, r.Reason), nil) })
+		})
+		wg.Go(func() {
+			_ = s.cfg.Probe.Run(inner, func(r healthcheck.Result) {
+				s.probe.Report(r)
+				s.metrics.ObserveProbe(r)
+				toMachine(r)
+			})
+		})
+	}
+
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+	s.sampleOnce(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+			cancel()
+			return nil
+		case f := <-s.events:
+			f()
+		case <-tick.C:
+			s.sampleOnce(ctx)
+		}
+	}
+}
+
+// do hands f to the loop goroutine, which owns the state machine.
+func (s *Sidecar) do(ctx context.Context, f func()) {
+	select {
+	case s.events <- f:
+	case <-ctx.Done():
+	}
+}
+
+func (s *Sidecar) sampleOnce(ctx context.Context) {
+	start := time.Now()
+	s.alive.Beat()
+	rec, err := s.sampler.Sample(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		s.metrics.Error(ErrorKindSample)
+		if errors.Is(err, cgroup.ErrGone) {
+			s.apply(s.machine.TargetGone("broker container gone: "+err.Error()), nil)
+			s.rediscover(ctx)
+			return
+		}
+		s.cfg.Log.Warn("sample failed", "err", err)
+		return
+	}
+	if s.machine.targetGone != "" {
+		s.apply(s.machine.TargetGone(""), nil) // it is back
+	}
+	x := rec.Features.Values
+	normalise(&x, s.cfg.Model.Normalisation())
+	p := s.cfg.Model.Score(&x)
+	if math.IsNaN(p) {
+		s.metrics.Error(ErrorKindModel)
+		s.cfg.Log.Error("model returned no score", "model", s.cfg.Model.Source())
+		return
+	}
+	feats := toSignalFeatures(&rec.Features)
+	s.metrics.SetScore(p)
+	s.metrics.SetFeatures(feats)
+	s.apply(s.machine.Score(p), &scored{p: p, f: feats, at: rec.Stats.Time})
+	s.metrics.ObserveSample(time.Since(start))
+}
+
+// rediscover looks for the target again after it vanished.
+func (s *Sidecar) rediscover(ctx context.Context) {
+	if s.cfg.Rediscover == nil {
+		return
+	}
+	src, err := s.cfg.Rediscover(ctx)
+	if err != nil {
+		s.cfg.Log.Warn("target not found again yet", "err", err)
+		return
+	}
+	s.sampler.src = src
+	s.cfg.Log.Info("target found again", "target", fmt.Sprint(src))
+}
+
+type scored struct {
+	p  float64
+	f  *signal.Features
+	at time.Time
+}
+
+// apply records a verdict in the status and signals it when it must be.
+func (s *Sidecar) apply(v Verdict, sc *scored) {
+	s.mu.Lock()
+	if sc != nil {
+		p := sc.p
+		s.status.Score, s.status.Features = &p, sc.f
+	}
+	if v.Changed {
+		s.status.State, s.status.TransitionReason, s.status.LastTransition = v.State, v.Reason, time.Now()
+	}
+	var msg signal.Message
+	if v.Publish {
+		s.seq++
+		s.status.Seq = s.seq
+		msg = signal.Message{State: v.State, Reason: v.Reason, Seq: s.seq, Time: time.Now(),
+			Probability: s.status.Score, Features: s.status.Features}
+		if sc != nil {
+			msg.Time = sc.at
+		}
+	}
+	s.mu.Unlock()
+
+	if v.Changed {
+		s.metrics.SetState(v.State)
+		s.cfg.Log.Info("health transition", "state", v.State, "reason", v.Reason)
+	}
+	if v.Publish && s.cfg.Signaller != nil {
+		if err := s.cfg.Signaller.Publish(msg); err != nil {
+			s.metrics.Error(ErrorKindSignal)
+			s.cfg.Log.Error("signal not sent", "err", err)
+			return
+		}
+		s.metrics.SignalSent(v.State)
+	}
+}
+
+// appReport handles POST /signal from the application beside the broker.
+func (s *Sidecar) appReport(ctx context.Context, r healthcheck.AppReport) error {
+	errc := make(chan error, 1)
+	s.do(ctx, func() {
+		if st, _ := s.machine.State(); st == signal.Stopping {
+			errc <- fmt.Errorf("%w: the sidecar is stopping", healthcheck.ErrConflict)
+			return
+		}
+		v, err := s.machine.App(r.State, r.Reason)
+		if err != nil {
+			errc <- fmt.Errorf("%w: %v", healthcheck.ErrInvalidReport, err)
+			return
+		}
+		s.apply(v, nil)
+		errc <- nil
+	})
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Sidecar) shutdown() {
+	v := s.machine.Stop("sidecar received SIGTERM")
+	s.apply(Verdict{State: v.State, Reason: v.Reason, Changed: v.Changed}, nil) // status only
+	if s.cfg.Signaller == nil {
+		return
+	}
+	s.mu.Lock()
+	s.seq++
+	msg := signal.Message{State: signal.Stopping, Reason: v.Reason, Seq: s.seq, Time: time.Now(),
+		Probability: s.status.Score, Features: s.status.Features}
+	s.mu.Unlock()
+	if err := s.cfg.Signaller.Close(msg, 2*time.Second); err != nil {
+		s.cfg.Log.Warn("stopping state not acknowledged by the node agent", "err", err)
+		return
+	}
+	s.metrics.SignalSent(signal.Stopping)
+}
+
+// normalise puts features on the scale the model was trained on. The manifest's
+// fractions say which share of the plain value the training data's 100 % was (0.5
+// for ToD-K8s-OOD, whose pod sums count each container twice), so CPU (percent and
+// growth, against one core) and memory (percent and growth) are divided by them.
+func normalise(x *[infer.NumFeatures]float64, n model.Normalisation) {
+	if f := n.CPUReferenceFraction; f > 0 && f != 1 {
+		x[infer.CPUPercent] /= f
+		x[infer.CPUGrowthRate] /= f
+	}
+	if f := n.MemoryReferenceFraction; f > 0 && f != 1 {
+		x[infer.MemoryPercent] /= f
+		x[infer.MemoryGrowthRate] /= f
+	}
+}
+
+// toSignalFeatures converts a feature vector to the wire form, nil for undefined.
+func toSignalFeatures(v *infer.Vector) *signal.Features {
+	var p [infer.NumFeatures]*float64
+	for i := range v.Values {
+		if v.Why[i] == infer.Defined {
+			x := v.Values[i]
+			p[i] = &x
+		}
+	}
+	return &signal.Features{
+		CPUPercent: p[infer.CPUPercent], MemoryPercent: p[infer.MemoryPercent],
+		NetworkIOBytesPerSec: p[infer.NetworkIOBytesPerSec], DiskIOBytesPerSec: p[infer.DiskIOBytesPerSec],
+		CPUGrowthRate: p[infer.CPUGrowthRate], MemoryGrowthRate: p[infer.MemoryGrowthRate],
+	}
+}

@@ -1,0 +1,223 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/amf-edge/amf/healthcheck"
+	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/sidecar/cgroup"
+)
+
+// loadSource is a target whose memory the test sets; CPU ticks along.
+type loadSource struct {
+	memory atomic.Int64
+	cpu    atomic.Int64
+}
+
+func (l *loadSource) Read(context.Context) (cgroup.Stats, error) {
+	c := l.cpu.Add(1)
+	return cgroup.Stats{Time: time.Now(), CPUSeconds: float64(c) * 0.001, MemoryBytes: float64(l.memory.Load()),
+		MemoryLimitBytes: 100 << 20, DiskBytes: 0, NetworkBytes: 0, HasNetwork: true}, nil
+}
+
+// startBroker runs a real mochi broker on loopback standing in for the agent's.
+func startBroker(t *testing.T) (*mochi.Server, string) {
+	t.Helper()
+	srv := mochi.New(&mochi.Options{InlineClient: true, Logger: slog.New(slog.DiscardHandler)})
+	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+		t.Fatal(err)
+	}
+	l := listeners.NewTCP(listeners.Config{ID: "tcp", Address: "127.0.0.1:0"})
+	if err := srv.AddListener(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv, "tcp://" + l.Address()
+}
+
+// watch subscribes to every health topic and returns the decoded messages.
+func watch(t *testing.T, broker string) <-chan signal.Message {
+	t.Helper()
+	out := make(chan signal.Message, 1024)
+	opts := mqtt.NewClientOptions().AddBroker(broker).SetClientID("watcher").SetAutoReconnect(false)
+	c := mqtt.NewClient(opts)
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("watcher connect: %v", tok.Error())
+	}
+	tok := c.Subscribe("amf/v1/#", 1, func(_ mqtt.Client, m mqtt.Message) {
+		msg, err := signal.Decode(m.Topic(), m.Payload())
+		if err != nil {
+			t.Errorf("sidecar sent an invalid signal: %v", err)
+			return
+		}
+		out <- msg
+	})
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("watcher subscribe: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(0) })
+	return out
+}
+
+// await returns the first message in state want, failing after a deadline.
+func await(t *testing.T, msgs <-chan signal.Message, want signal.State) signal.Message {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case m := <-msgs:
+			if m.State == want {
+				return m
+			}
+		case <-deadline:
+			t.Fatalf("no %s signal within 20 s", want)
+		}
+	}
+}
+
+type running struct {
+	sc     *Sidecar
+	src    *loadSource
+	cancel context.CancelFunc
+	done   chan error
+	http   *httptest.Server
+}
+
+func startSidecar(t *testing.T, broker string) *running {
+	t.Helper()
+	m, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := NewSignaller(SignallerConfig{Broker: broker, Namespace: "tod", Pod: "broker-0", Token: "t",
+		KeepAlive: 2 * time.Second, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &loadSource{}
+	src.memory.Store(10 << 20)
+	sc, err := New(Config{Source: src, Interval: 20 * time.Millisecond, Model: m, Signaller: sig,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := healthcheck.NewServer(sc.serverConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &running{sc: sc, src: src, done: make(chan error, 1), http: httptest.NewServer(srv.Handler())}
+	t.Cleanup(r.http.Close)
+	ctx, cancel := context.WithCancel(t.Context())
+	r.cancel = cancel
+	go func() { r.done <- sc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
+	_, broker := startBroker(t)
+	msgs := watch(t, broker)
+	r := startSidecar(t, broker)
+
+	healthy := await(t, msgs, signal.Healthy)
+	if healthy.Probability == nil || *healthy.Probability >= 0.5 {
+		t.Fatalf("healthy signal without a low score: %+v", healthy)
+	}
+
+	// 60 MiB of a 100 MiB limit is 120 on the dataset's scale: over its 80 cut.
+	r.src.memory.Store(60 << 20)
+	first := await(t, msgs, signal.Anomalous)
+	seq := first.Seq
+	for i := 0; i < 3; i++ { // consecutive anomalous samples keep coming
+		m := <-msgs
+		if m.State != signal.Anomalous || m.Seq != seq+1 {
+			t.Fatalf("after seq %d got %s seq %d, want anomalous seq %d", seq, m.State, m.Seq, seq+1)
+		}
+		seq = m.Seq
+	}
+	if code, body := get(t, r.http.URL+"/status"); code != 200 || !strings.Contains(body, `"state":"anomalous"`) {
+		t.Fatalf("/status = %d %s", code, body)
+	}
+
+	// The application beside the broker says it is broken.
+	resp, err := http.Post(r.http.URL+"/signal", "application/json", strings.NewReader(`{"state":"unhealthy","reason":"bridge down"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("POST /signal = %d", resp.StatusCode)
+	}
+	if m := await(t, msgs, signal.Unhealthy); !strings.Contains(m.Reason, "bridge down") {
+		t.Fatalf("unhealthy reason %q", m.Reason)
+	}
+	if code, _ := get(t, r.http.URL+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz while unhealthy = %d, want 503", code)
+	}
+
+	// SIGTERM: stopping is sent and acknowledged before Run returns.
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatal(err)
+	}
+	r.done <- nil // for the cleanup
+	await(t, msgs, signal.Stopping)
+}
+
+func TestSidecarLastWillAndRepublishOnReconnect(t *testing.T) {
+	srv, broker := startBroker(t)
+	msgs := watch(t, broker)
+	startSidecar(t, broker)
+	await(t, msgs, signal.Healthy)
+
+	// Drop the sidecar's connection from the broker side, as a network cut would.
+	cl, ok := srv.Clients.Get("amf-sidecar-tod-broker-0")
+	if !ok {
+		t.Fatal("sidecar client not connected")
+	}
+	cl.Stop(errors.New("test: connection cut"))
+	gone := await(t, msgs, signal.Gone)
+	if gone.Reason == "" {
+		t.Fatal("Last Will without a reason")
+	}
+	// The sidecar reconnects and says where it is now.
+	await(t, msgs, signal.Healthy)
+}
+
+func TestNormaliseScalesOnlyCPUAndMemory(t *testing.T) {
+	x := [6]float64{40, 30, 1000, 2000, 0.1, 50}
+	normalise(&x, model.Normalisation{CPUReferenceFraction: 0.5, MemoryReferenceFraction: 0.25})
+	want := [6]float64{80, 120, 1000, 2000, 0.2, 200}
+	if x != want {
+		t.Fatalf("normalised %v, want %v", x, want)
+	}
+}

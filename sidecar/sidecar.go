@@ -12,8 +12,8 @@ import (
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/signal"
 	"github.com/amf-edge/amf/sidecar/cgroup"
+	"github.com/amf-edge/amf/signal"
 )
 
 // Error kinds the sidecar counts in amf_errors_total, beside healthcheck's own.

@@ -19,8 +19,8 @@ import (
 
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/signal"
 	"github.com/amf-edge/amf/sidecar/cgroup"
+	"github.com/amf-edge/amf/signal"
 )
 
 // loadSource is a target whose memory the test sets; CPU ticks along.

@@ -148,7 +148,7 @@ func (s *Signaller) connect(ctx context.Context) (mqtt.Client, error) {
 	opts := mqtt.NewClientOptions().
 		AddBroker(s.cfg.Broker).
 		SetClientID(fmt.Sprintf("amf-sidecar-%s-%s", s.cfg.Namespace, s.cfg.Pod)).
-		SetUsername(s.cfg.Namespace + "/" + s.cfg.Pod).
+		SetUsername(s.cfg.Namespace+"/"+s.cfg.Pod).
 		SetPassword(token).
 		SetProtocolVersion(4).
 		SetCleanSession(true).

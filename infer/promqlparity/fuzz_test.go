@@ -13,8 +13,9 @@ import (
 //
 //	r[0]  time since the previous event: < 224 → 1 + 40·r[0] ms (1 ms … 9 s);
 //	      otherwise (r[0]-223)·17 s (17 s … 9 min 4 s, beyond the lookback)
-//	r[1]  bits 0-3: cpu, memory, network, disk present; bit 4: evaluation only (no
-//	      sample); bit 5: cpu counter resets; bit 6: network and disk reset;
+//	r[1]  bits 0-3: cpu, memory, network, disk present; bit 4: with bits 0-3 clear,
+//	      an evaluation only (no sample), otherwise a sample added without an
+//	      evaluation; bit 5: cpu counter resets; bit 6: network and disk reset;
 //	      bit 7: memory limit 200 MiB instead of 100 MiB
 //	r[2]  cpu increase r[2]/100 s (after a reset: the counter's new value, r[2]/1000)
 //	r[3]  memory r[3]·512 KiB (a gauge: 0 … 127.5 MiB)
@@ -59,7 +60,8 @@ func decodeFuzz(data []byte) (w windows, events []event, ok bool) {
 		} else {
 			t += int64(r[0]-223) * 17_000
 		}
-		if r[1]&(1<<4) != 0 {
+		noEval := r[1]&(1<<4) != 0
+		if noEval && r[1]&0x0f == 0 {
 			events = append(events, evalAt(t))
 			continue
 		}
@@ -87,7 +89,7 @@ func decodeFuzz(data []byte) (w windows, events []event, ok bool) {
 		if math.IsNaN(s.MemoryBytes) {
 			s.MemoryLimitBytes = math.NaN()
 		}
-		events = append(events, event{t: t, sample: s})
+		events = append(events, event{t: t, sample: s, noEval: noEval})
 	}
 	return w, events, true
 }
@@ -110,7 +112,7 @@ func FuzzFeaturesMatchPrometheus(f *testing.F) {
 		return []byte{dt, byte(0x0f | (i%9/8)<<4), byte(i * 13), byte(i * 29), byte(i * 5), byte(i)}
 	}))
 	f.Add(fuzzSeed([]byte{1, 3, 45, 1, 9, 200}, 80, func(i int) []byte {
-		flags := byte(i*37) & 0x6f
+		flags := byte(i*37) & 0x7f
 		return []byte{byte(i * 11 % 60), flags, byte(i * 7), byte(200 - i), byte(i * 3), byte(i * 19)}
 	}))
 	f.Add(fuzzSeed([]byte{4, 4, 13, 3, 250, 3}, 50, func(i int) []byte {

@@ -29,6 +29,7 @@ type scenario struct {
 
 	pAlignToStep float64 // a sample time is moved onto a multiple of the step
 	pExtraEval   float64 // an evaluation-only time is added before the next sample
+	pNoEval      float64 // a sample is added without an evaluation at its time
 }
 
 // Value model: realistic magnitudes of a broker container.
@@ -134,7 +135,8 @@ func generate(seed uint64, sc scenario, step time.Duration, boundaries []time.Du
 				s.MemoryLimitBytes = math.NaN() // read together (see loadPrometheus)
 			}
 		}
-		events = append(events, event{t: ts, sample: s})
+		noEval := sc.pNoEval > 0 && rng.Float64() < sc.pNoEval
+		events = append(events, event{t: ts, sample: s, noEval: noEval})
 		prev = ts
 
 		// Long gap: skip ahead; evaluate inside it around the window edges.

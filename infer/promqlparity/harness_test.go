@@ -90,9 +90,11 @@ func (w windows) queriesWithMemory(memoryPercent string) [infer.NumFeatures]stri
 
 // event is one step of a run, in time order: a sample, which is added and then
 // evaluated at its own time (as the live sidecar and replay do), or an evaluation
-// alone at a time between samples.
+// alone at a time between samples, or a sample added without an evaluation (a caller
+// that evaluates less often than it samples).
 type event struct {
 	evalOnly bool
+	noEval   bool // a sample only added
 	t        int64
 	sample   infer.Sample // when !evalOnly; sample.T == t
 }
@@ -106,7 +108,10 @@ type event struct {
 // (as the sidecar does) — which is what the generators produce.
 func loadPrometheus(t testing.TB, events []event) storage.Queryable {
 	t.Helper()
-	st := teststorage.New(t, func(o *tsdb.Options) { o.WALSegmentSize = -1 })
+	st := teststorage.New(t, func(o *tsdb.Options) {
+		o.WALSegmentSize = -1 // no write-ahead log: nothing outlives the test
+		o.StripeSize = 16     // 5 series: the default 16384-way series map costs most of the setup
+	})
 	app := st.Appender(context.Background())
 	var (
 		cpu   = labels.FromStrings(labels.MetricName, cpuName, "pod", "broker-0")
@@ -265,6 +270,9 @@ func compareRun(t testing.TB, w windows, qs [infer.NumFeatures]string, events []
 			if err := eng.Add(e.sample); err != nil {
 				t.Fatalf("event %d: infer Add(%+v): %v", k, e.sample, err)
 			}
+			if e.noEval {
+				continue
+			}
 		}
 		v, err := eng.Eval(e.t)
 		if err != nil {
@@ -296,7 +304,7 @@ func kind(e event) string {
 	if e.evalOnly {
 		return "evaluation only"
 	}
-	return "sample"
+	return "sample, then evaluation"
 }
 
 // report fails t with the mismatches of out, and how to reproduce them.

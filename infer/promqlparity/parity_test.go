@@ -45,7 +45,7 @@ var scenarios = []struct {
 	{
 		name: "jittered_1s_fractional_start_with_skipped_scrapes",
 		sc: scenario{interval: time.Second, jitter: 150 * time.Millisecond, duration: 32 * time.Minute,
-			pSkip: 0.03, pMissing: 0.02, pReset: 0.0005, pExtraEval: 0.02},
+			pSkip: 0.03, pMissing: 0.02, pReset: 0.0005, pExtraEval: 0.02, pNoEval: 0.2},
 	},
 	{
 		name: "jittered_5s_with_gaps_longer_than_lookback",
@@ -56,13 +56,13 @@ var scenarios = []struct {
 	{
 		name: "partial_samples_most_series_missing_often",
 		sc: scenario{interval: time.Second, jitter: 300 * time.Millisecond, duration: 30 * time.Minute,
-			pMissing: 0.4, pExtraEval: 0.02},
+			pMissing: 0.4, pExtraEval: 0.02, pNoEval: 0.5},
 		windows: []int{0, 2},
 	},
 	{
 		name: "frequent_counter_resets",
 		sc: scenario{interval: 5 * time.Second, jitter: 500 * time.Millisecond, duration: 45 * time.Minute,
-			pReset: 0.03},
+			pReset: 0.03, pNoEval: 0.5},
 	},
 	{
 		name: "constant_series_rates_and_slopes_zero",
@@ -90,7 +90,8 @@ var scenarios = []struct {
 }
 
 // TestFeaturesMatchPrometheus compares infer.Engine with Prometheus' own engine over
-// randomised series, at every sample time and at evaluation-only times in between.
+// randomised series, at every sample time (but for samples a scenario adds without
+// evaluating) and at evaluation-only times in between.
 func TestFeaturesMatchPrometheus(t *testing.T) {
 	for _, s := range scenarios {
 		t.Run(s.name, func(t *testing.T) {

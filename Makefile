@@ -9,7 +9,7 @@ BIN       := bin
 DATA      ?= ../shared/data/tod-k8s-ood/data
 STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
-CMDS      := amf-sidecar
+CMDS      := amf-sidecar amf-agent amf-lab
 
 .PHONY: help build test test-short test-unit test-parity test-exporter test-train model evaluate bench arm64 lint deps clean
 

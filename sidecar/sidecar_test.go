@@ -200,7 +200,7 @@ func TestSidecarLastWillAndRepublishOnReconnect(t *testing.T) {
 	await(t, msgs, signal.Healthy)
 
 	// Drop the sidecar's connection from the broker side, as a network cut would.
-	cl, ok := srv.Clients.Get("amf-sidecar-tod-broker-0")
+	cl, ok := srv.Clients.Get("tod/broker-0/sidecar")
 	if !ok {
 		t.Fatal("sidecar client not connected")
 	}

@@ -1,0 +1,315 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// Default addresses, for tests and for running outside Kubernetes. In a pod
+// give --listen 0.0.0.0:1884 behind the DaemonSet's hostPort 1884, so sidecars
+// reach the agent at their node's address (status.hostIP), and --http
+// 0.0.0.0:9464 so Prometheus can scrape the pod.
+const (
+	DefaultMQTTAddr = "127.0.0.1:1884"
+	DefaultHTTPAddr = "127.0.0.1:9464"
+)
+
+// MaxPacketBytes (13 KiB) is the largest MQTT packet the broker reads. The largest
+// legitimate packet is a CONNECT with a token (≤ 8 KiB) and a Last Will (≤ a
+// signal), or a PUBLISH of a signal (≤ signal.MaxMessageBytes); 1 KiB covers
+// headers, topics, client identifier and properties. A larger packet closes
+// the connection (counted as malformed, reason packet_too_large); a payload
+// between signal.MaxMessageBytes and this limit is read and refused by the
+// decoder (reason too_large).
+const MaxPacketBytes = maxTokenBytes + signal.MaxMessageBytes + 1<<10
+
+// Config configures an Agent. Zero values take the defaults noted.
+type Config struct {
+	// MQTTAddr is the control-plane broker's TCP address; default DefaultMQTTAddr.
+	// Port 0 picks a free port (see Agent.MQTTAddr).
+	MQTTAddr string
+	// HTTPAddr serves /metrics and /healthz; default DefaultHTTPAddr.
+	HTTPAddr string
+	// Authenticator proves the identity of connecting sidecars. Required.
+	Authenticator Authenticator
+	// Logger receives the agent's JSON lines; default: discard.
+	Logger *slog.Logger
+	// ObserveOnly keeps the agent from acting on the cluster. Today the agent
+	// only observes anyway; actuation comes with the actuate package, and this
+	// option will keep it off.
+	ObserveOnly bool
+	// MaxClients bounds open MQTT connections, authenticated or not; default 256
+	// (a node's 110 pods, with room for reconnects).
+	MaxClients int
+	// MaxKeepalive is the longest MQTT keepalive a client may ask for; default
+	// 60 s. A frozen sidecar is noticed keepalive + keepalive/2 (whole seconds,
+	// mochi's rule) after its last packet: 7 s for the sidecar's default of 5 s.
+	MaxKeepalive time.Duration
+	// ConnectTimeout is how long a new connection has to send CONNECT; default 10 s.
+	ConnectTimeout time.Duration
+	// AuthTimeout bounds one token check; default 5 s.
+	AuthTimeout time.Duration
+	// HistoryLen is how many transitions are kept per pod; default 16.
+	HistoryLen int
+	// Retention is how long a pod that is gone or stopping is remembered after
+	// its last observation; default 1 h.
+	Retention time.Duration
+}
+
+// Agent is the node agent: the control-plane broker, the tracker of pod
+// states, and the HTTP endpoint. Create it with New, then Run (or Listen and
+// Serve to learn the bound addresses in between).
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	tracker *Tracker
+	server  *mqtt.Server
+	mqttLn  *tcpListener
+	httpLn  net.Listener
+	httpSrv *http.Server
+	serving atomic.Bool
+	used    atomic.Bool // Listen was called
+	served  atomic.Bool // Serve was called
+}
+
+// New validates cfg and builds an agent; nothing is bound yet.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Authenticator == nil {
+		return nil, errors.New("agent: Config.Authenticator is required")
+	}
+	if cfg.MQTTAddr == "" {
+		cfg.MQTTAddr = DefaultMQTTAddr
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = DefaultHTTPAddr
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.MaxClients = cmpOr(cfg.MaxClients, 256)
+	cfg.MaxKeepalive = cmpOr(cfg.MaxKeepalive, 60*time.Second)
+	cfg.ConnectTimeout = cmpOr(cfg.ConnectTimeout, 10*time.Second)
+	cfg.AuthTimeout = cmpOr(cfg.AuthTimeout, 5*time.Second)
+	cfg.HistoryLen = cmpOr(cfg.HistoryLen, 16)
+	cfg.Retention = cmpOr(cfg.Retention, time.Hour)
+	switch {
+	case cfg.MaxClients < 1:
+		return nil, fmt.Errorf("agent: MaxClients %d, want at least 1", cfg.MaxClients)
+	case cfg.MaxKeepalive < time.Second || cfg.MaxKeepalive > 65535*time.Second:
+		return nil, fmt.Errorf("agent: MaxKeepalive %v, want 1 s to 65535 s", cfg.MaxKeepalive)
+	case cfg.ConnectTimeout < 0 || cfg.AuthTimeout < 0 || cfg.HistoryLen < 0 || cfg.Retention < 0:
+		return nil, errors.New("agent: negative timeout, history length or retention")
+	}
+
+	log := cfg.Logger
+	m := newMetrics()
+	a := &Agent{cfg: cfg, log: log, m: m, tracker: newTracker(log, m, cfg.HistoryLen, time.Now)}
+
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = MaxPacketBytes
+	caps.MinimumProtocolVersion = 4 // MQTT 3.1.1 or 5
+	caps.MaximumQos = 1             // the contract uses QoS 1; QoS 2 buys nothing here
+	caps.TopicAliasMaximum = 0      // an alias would hide the topic from the ACL check
+	caps.SharedSubAvailable = 0
+	caps.MaximumSessionExpiryInterval = 0 // sidecars publish; no session to keep after a disconnect
+	caps.ReceiveMaximum = 64              // in-flight QoS 1 publishes per client
+	caps.MaximumInflight = 64
+	caps.MaximumClientWritesPending = 64 // the agent only writes acks
+	// MaxClients is enforced by the listener, which also counts connections
+	// that have not authenticated yet; mochi's own limit stays off.
+
+	mochiLevel := slog.LevelError
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		mochiLevel = slog.LevelDebug
+	}
+	a.server = mqtt.New(&mqtt.Options{
+		Capabilities: caps,
+		Logger:       slog.New(mochiHandler{inner: log.Handler(), min: mochiLevel}).With("component", "mochi"),
+		// Nobody may subscribe to $SYS; publishing it every second is wasted work.
+		SysTopicResendInterval: 3600,
+	})
+	a.mqttLn = &tcpListener{
+		id:        "amf-control",
+		address:   cfg.MQTTAddr,
+		handshake: cfg.ConnectTimeout,
+		slots:     make(chan struct{}, cfg.MaxClients),
+		onRefuse: func(remote string) {
+			m.connRefused.WithLabelValues(refuseCapacity).Inc()
+			log.Warn("connection refused", slog.String("remote", remote), slog.String("reason", refuseCapacity),
+				slog.Int("max_clients", cfg.MaxClients))
+		},
+		onDone: func(tc *trackedConn) {
+			// mochi skips OnDisconnect when CONNACK cannot be written.
+			if s := tc.sess.Load(); s != nil {
+				a.tracker.end(s, false)
+			}
+		},
+		log: log,
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}))
+	mux.HandleFunc("GET /healthz", a.healthz)
+	a.httpSrv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return a, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Tracker returns the pod states and the event subscription of the agent.
+func (a *Agent) Tracker() *Tracker { return a.tracker }
+
+// MQTTAddr returns the broker's bound address (after Listen).
+func (a *Agent) MQTTAddr() string { return a.mqttLn.Address() }
+
+// HTTPAddr returns the HTTP endpoint's bound address (after Listen).
+func (a *Agent) HTTPAddr() string {
+	if a.httpLn == nil {
+		return a.cfg.HTTPAddr
+	}
+	return a.httpLn.Addr().String()
+}
+
+// Listen binds the broker and HTTP addresses. An agent listens once.
+func (a *Agent) Listen() error {
+	if !a.used.CompareAndSwap(false, true) {
+		return errors.New("agent: Listen called twice")
+	}
+	if err := a.server.AddListener(a.mqttLn); err != nil {
+		return fmt.Errorf("agent: MQTT listener on %s: %w", a.cfg.MQTTAddr, err)
+	}
+	ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
+	if err != nil {
+		_ = a.mqttLn.ln.Close()
+		return fmt.Errorf("agent: HTTP listener on %s: %w", a.cfg.HTTPAddr, err)
+	}
+	a.httpLn = ln
+	return nil
+}
+
+// Serve runs the broker and the HTTP endpoint until ctx ends, then disconnects
+// every client and returns nil; it returns early with the error if the HTTP
+// endpoint fails. Listen must have succeeded.
+func (a *Agent) Serve(ctx context.Context) error {
+	if a.httpLn == nil {
+		return errors.New("agent: Serve before a successful Listen")
+	}
+	if !a.served.CompareAndSwap(false, true) {
+		return errors.New("agent: Serve called twice")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h := &hook{
+		ctx:          ctx,
+		auth:         a.cfg.Authenticator,
+		tracker:      a.tracker,
+		m:            a.m,
+		log:          a.log,
+		maxKeepalive: uint16(a.cfg.MaxKeepalive / time.Second),
+		authTimeout:  a.cfg.AuthTimeout,
+		now:          time.Now,
+	}
+	if err := a.server.AddHook(h, nil); err != nil {
+		return fmt.Errorf("agent: add hook: %w", err)
+	}
+	if err := a.server.Serve(); err != nil {
+		return fmt.Errorf("agent: start broker: %w", err)
+	}
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- a.httpSrv.Serve(a.httpLn) }()
+	a.serving.Store(true)
+	a.log.Info("agent serving",
+		slog.String("mqtt_addr", a.MQTTAddr()), slog.String("http_addr", a.HTTPAddr()),
+		slog.Bool("observe_only", a.cfg.ObserveOnly), slog.Int("max_clients", a.cfg.MaxClients),
+		slog.String("max_keepalive", a.cfg.MaxKeepalive.String()))
+	if !a.cfg.ObserveOnly {
+		a.log.Info("actuation is not built yet: observing only")
+	}
+
+	prune := time.NewTicker(max(min(a.cfg.Retention/4, time.Minute), time.Second))
+	defer prune.Stop()
+	var err error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-httpErr:
+			err = fmt.Errorf("agent: HTTP endpoint: %w", err)
+			break loop
+		case now := <-prune.C:
+			for _, id := range a.tracker.prune(now.Add(-a.cfg.Retention)) {
+				// Forget the retained signal too, or pod churn grows the broker.
+				a.server.Topics.RetainMessage(packets.Packet{TopicName: id.Topic()})
+			}
+		}
+	}
+	a.shutdown(cancel)
+	return err
+}
+
+// shutdown stops in an order that keeps the record honest: first the tracker
+// stops reading disconnects as pods going, then pending token checks abort,
+// then the broker disconnects everyone.
+func (a *Agent) shutdown(cancel context.CancelFunc) {
+	a.serving.Store(false)
+	a.tracker.shutdown()
+	cancel()
+	_ = a.server.Close()
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if err := a.httpSrv.Shutdown(ctx); err != nil {
+		a.log.Warn("HTTP shutdown", slog.String("error", err.Error()))
+	}
+	a.log.Info("agent stopped")
+}
+
+// Run listens and serves until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.Listen(); err != nil {
+		return err
+	}
+	return a.Serve(ctx)
+}
+
+// healthz answers 200 while the broker serves, 503 otherwise.
+func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if !a.serving.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"status":"stopping"}` + "\n"))
+		return
+	}
+	_ = json.NewEncoder(w).Encode(struct {
+		Status string `json:"status"`
+		Pods   int    `json:"pods"`
+	}{"ok", a.tracker.len()})
+}

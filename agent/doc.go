@@ -1,0 +1,70 @@
+// Package agent is the node agent's control plane: an embedded MQTT broker
+// (github.com/mochi-mqtt/server/v2) that receives the health signals of the
+// sidecars on its node, proves who sent each one, and keeps the latest state of
+// every pod for the decision logic.
+//
+// The broker is node-local and carries control traffic only; it is never the
+// data-plane broker the workloads serve. In a pod it listens on the node's host
+// port (the DaemonSet maps hostPort 1884 to it and the agent listens on
+// 0.0.0.0:1884 inside the pod; sidecars dial status.hostIP:1884); outside
+// Kubernetes and in tests it defaults to 127.0.0.1:1884.
+//
+// # What a sidecar must send
+//
+// The agent refuses a connection unless every rule holds, and counts and logs
+// each refusal by reason (metric amf_agent_connections_refused_total):
+//
+//   - protocol MQTT 3.1.1 or 5;
+//   - password: the token. In Kubernetes, a projected ServiceAccount token with
+//     audience "amf-agent" bound to the sidecar's pod (verified with a
+//     TokenReview); outside Kubernetes, a token of the static token file;
+//   - username: "<namespace>/<pod>", equal to the identity the token proves. MQTT
+//     3.1.1 cannot send a password without a username, so the username is
+//     required rather than ignored, and it must match so a misconfigured sidecar
+//     fails loudly at connect instead of publishing under a surprising name;
+//   - client identifier: "<namespace>/<pod>" or "<namespace>/<pod>/<anything>".
+//     MQTT lets a new connection take over the session of any client with the
+//     same identifier; tying identifiers to the identity stops one pod from
+//     kicking another pod's sidecar off (which would fire its Last Will);
+//   - keepalive between 1 s and Config.MaxKeepalive (60 s by default): without
+//     one, a frozen sidecar would never be noticed. MQTT 5 clients asking for 0
+//     or more are given the maximum (server keepalive) instead of being refused;
+//   - a Last Will, when present, on the pod's own health topic, undelayed, with
+//     a valid payload of state "gone".
+//
+// An authenticated client may publish only to its own topic,
+// signal.Topic(namespace, pod), and subscribe only to that same topic (to read
+// back its own retained state). Anything else is an ACL denial: a QoS 0 publish
+// is dropped; a QoS 1 publish gets PUBACK 0x87 (not authorized) from MQTT 5,
+// while an MQTT 3.1.1 client, whose protocol has no negative acknowledgement,
+// is disconnected (and its own pod is then gone); a subscription gets a failure
+// return code. Payloads that signal.Decode refuses are neither retained,
+// forwarded nor recorded: MQTT 5 QoS 1 publishers get PUBACK 0x99 (payload
+// format invalid), others a plain acknowledgement so they do not resend the
+// same bad message forever. A packet above MaxPacketBytes closes the
+// connection.
+//
+// # What the agent keeps
+//
+// The Tracker holds, per pod, the latest accepted state and message, whether a
+// session is connected, and a short history of transitions. A run of a sidecar
+// is one MQTT session: within a session a message whose seq is not greater than
+// the last accepted one is a duplicate (QoS 1 redelivery, a replay) and is
+// ignored; a new session starts a new run whose seq may start anywhere, because
+// a restarted sidecar counts from zero again.
+//
+// A pod becomes gone by its Last Will, or by the broker seeing its session end:
+// the end of a session marks the pod gone unless its last state was stopping
+// (an orderly shutdown). Wills and disconnects of a session that a newer session
+// of the same pod has replaced are ignored, so a reconnecting sidecar is not
+// reported gone by the connection it replaced. Neither is recorded while the
+// agent itself shuts down: the pods are not gone, the agent is.
+//
+// Each accepted observation becomes an Event delivered to the subscribers of
+// Tracker.Subscribe, and each transition (a change of state) writes one JSON
+// log line with message "transition".
+//
+// The agent only observes: it never computes anomaly scores, and it does not
+// act on the cluster yet. Config.ObserveOnly (flag --observe-only) is a
+// permanent option that will keep actuation off once it exists.
+package agent

@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// Identity is what a client proved with its token: the pod it speaks for.
+type Identity struct {
+	Namespace string
+	Pod       string
+}
+
+// String returns "<namespace>/<pod>", the form used in usernames, client
+// identifiers, token files and logs.
+func (id Identity) String() string { return id.Namespace + "/" + id.Pod }
+
+// Topic returns the only topic the identity may publish to.
+func (id Identity) Topic() string { return signal.Topic(id.Namespace, id.Pod) }
+
+// Authenticator turns the token a client presents into the identity it proves.
+// Implementations must be safe for concurrent use, must honour ctx, and must
+// never put the token into an error or a log.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (Identity, error)
+}
+
+// Errors an Authenticator returns, to be checked with errors.Is. Each is a
+// distinct refusal reason in the agent's metrics.
+var (
+	// ErrUnauthenticated: the token is unknown, expired, malformed or meant for
+	// another audience.
+	ErrUnauthenticated = errors.New("agent: token not accepted")
+	// ErrNotPodBound: the token is valid but does not name a pod, so it cannot
+	// say which topic its holder may publish to.
+	ErrNotPodBound = errors.New("agent: token is not bound to a pod")
+	// ErrAuthUnavailable: the token could not be checked (API server down,
+	// timeout); the client may retry.
+	ErrAuthUnavailable = errors.New("agent: authenticator unavailable")
+)
+
+// truncate keeps hostile input out of logs at full length.
+func truncate(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + "…"
+}

@@ -1,0 +1,179 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/signal"
+)
+
+// TestTokenReviewAgainstARealAPIServer runs the TokenReview authenticator, as
+// the agent's own ServiceAccount bound to system:auth-delegator, against a
+// real kube-apiserver, with tokens from the TokenRequest API (also checking
+// the node restriction); then a sidecar connects to the agent with its
+// pod-bound token. It skips with one line when
+// the control plane binaries are not built (make k8s).
+func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, t, controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Client()
+
+	// The agent's identity and the RBAC the DaemonSet gives it.
+	const agentNS, agentSA = "amf-system", "amf-agent"
+	mustCreate(t, func() error {
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNS}}, metav1.CreateOptions{})
+		return err
+	})
+	mustCreate(t, func() error {
+		_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "amf-agent-tokenreview"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: agentNS, Name: agentSA}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	agentCfg, err := cp.ServiceAccountConfig(ctx, agentNS, agentSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviews, err := authnv1client.NewForConfig(agentCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newAuth := func() *TokenReviewAuthenticator {
+		return NewTokenReviewAuthenticator(reviews.TokenReviews(), TokenReviewOptions{CacheTTL: -1})
+	}
+
+	// A broker pod with its sidecar's ServiceAccount.
+	const ns, sa, podName = "tod", "broker", "broker-7f57c8d79b-f2m5m"
+	mustCreate(t, func() error {
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		return err
+	})
+	mustCreate(t, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+		return err
+	})
+	pod, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: sa,
+			Containers:         []corev1.Container{{Name: "mosquitto", Image: "eclipse-mosquitto:2"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kube-scheduler puts it on the kwok node; a token bound to a scheduled
+	// pod also names the node.
+	pod = waitScheduled(ctx, t, cs.CoreV1().Pods(ns), pod)
+	ten := int64(600)
+	token := func(aud []string, bound bool) string {
+		t.Helper()
+		spec := authnv1.TokenRequestSpec{Audiences: aud, ExpirationSeconds: &ten}
+		if bound {
+			spec.BoundObjectRef = &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+		}
+		tok, err := cp.ServiceAccountToken(ctx, ns, sa, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+
+	bound := token([]string{Audience}, true)
+	want := Identity{Namespace: ns, Pod: podName}
+	if id, err := newAuth().Authenticate(ctx, bound); err != nil || id != want {
+		t.Fatalf("pod-bound token: %v, %v; want %v", id, err, want)
+	}
+	onNode := NewTokenReviewAuthenticator(reviews.TokenReviews(), TokenReviewOptions{CacheTTL: -1, NodeName: pod.Spec.NodeName})
+	if id, err := onNode.Authenticate(ctx, bound); err != nil || id != want {
+		t.Errorf("agent of node %s: %v, %v; want %v", pod.Spec.NodeName, id, err, want)
+	}
+	otherNode := NewTokenReviewAuthenticator(reviews.TokenReviews(), TokenReviewOptions{CacheTTL: -1, NodeName: "another-node"})
+	if _, err := otherNode.Authenticate(ctx, bound); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("agent of another node: error = %v, want ErrUnauthenticated", err)
+	}
+	for _, c := range []struct {
+		name  string
+		token string
+		want  error
+	}{
+		{"token not bound to a pod", token([]string{Audience}, false), ErrNotPodBound},
+		{"token for the API server's audience", token(nil, true), ErrUnauthenticated},
+		{"token for another audience", token([]string{"mqtt-data-plane"}, true), ErrUnauthenticated},
+		{"not a token", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", ErrUnauthenticated},
+	} {
+		if _, err := newAuth().Authenticate(ctx, c.token); !errors.Is(err, c.want) {
+			t.Errorf("%s: error = %v, want %v", c.name, err, c.want)
+		}
+	}
+
+	// End to end: the sidecar connects to the agent with its projected token.
+	ta := startAgent(t, func(c *Config) { c.Authenticator = newAuth() })
+	id := Identity{Namespace: ns, Pod: podName}
+	c := mustDial(t, ta.MQTTAddr(), id, bound, nil)
+	publish(t, c, id.Topic(), payload(t, id, signal.Healthy, 1))
+	if ev := ta.nextEvent(t, id); ev.State != signal.Healthy || ev.Source != SourcePublish {
+		t.Fatalf("event = %+v", ev)
+	}
+	unbound := token([]string{Audience}, false)
+	if _, err := dial(t, ta.MQTTAddr(), id, unbound, nil); err == nil {
+		t.Error("an unbound token connected")
+	}
+	ta.logs.wait(t, "the unbound token refused", lineIs("connection refused", "reason", refuseUnbound))
+	for _, l := range ta.logs.rawLines() {
+		if strings.Contains(l, bound) || strings.Contains(l, unbound) {
+			t.Errorf("a token reached the log: %s", l)
+		}
+	}
+}
+
+func mustCreate(t *testing.T, create func() error) {
+	t.Helper()
+	if err := create(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitScheduled watches pod until the scheduler has given it a node.
+func waitScheduled(ctx context.Context, t *testing.T, pods corev1client.PodInterface, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if pod.Spec.NodeName != "" {
+		return pod
+	}
+	w, err := pods.Watch(ctx, metav1.ListOptions{
+		FieldSelector:   fields.OneTermEqualSelector("metadata.name", pod.Name).String(),
+		ResourceVersion: pod.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if p, ok := ev.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return p
+		}
+	}
+	t.Fatalf("pod %s not scheduled: %v", pod.Name, ctx.Err())
+	return nil
+}

@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+func newTestTracker(historyLen int) *Tracker {
+	return newTracker(slog.New(slog.DiscardHandler), newMetrics(), historyLen, time.Now)
+}
+
+func message(t *testing.T, id Identity, state signal.State, seq uint64) *signal.Message {
+	t.Helper()
+	m, err := signal.Decode(id.Topic(), payload(t, id, state, seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+func TestSubscriberThatFallsBehindIsToldWhatItMissed(t *testing.T) {
+	tr := newTestTracker(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := tr.Subscribe(ctx, 1)
+	s := tr.begin(podA, podA.String())
+	for seq := uint64(1); seq <= 3; seq++ {
+		tr.publish(s, message(t, podA, signal.Anomalous, seq), time.Now())
+	}
+	if ev := <-events; ev.Message.Seq != 1 || ev.Missed != 0 {
+		t.Fatalf("first event = seq %d, missed %d; want seq 1, missed 0", ev.Message.Seq, ev.Missed)
+	}
+	tr.publish(s, message(t, podA, signal.Anomalous, 4), time.Now())
+	if ev := <-events; ev.Message.Seq != 4 || ev.Missed != 2 {
+		t.Fatalf("next event = seq %d, missed %d; want seq 4, missed 2", ev.Message.Seq, ev.Missed)
+	}
+	if got := testutil.ToFloat64(tr.m.eventsDropped); got != 2 {
+		t.Errorf("events dropped = %v, want 2", got)
+	}
+	cancel()
+	for range events { // closed once the subscription's context ends
+	}
+}
+
+func TestHistoryKeepsTheLatestTransitions(t *testing.T) {
+	tr := newTestTracker(3)
+	s := tr.begin(podA, podA.String())
+	states := []signal.State{signal.Starting, signal.Healthy, signal.Healthy, signal.Anomalous, signal.Unhealthy, signal.Stopping}
+	for i, st := range states {
+		tr.publish(s, message(t, podA, st, uint64(i+1)), time.Now())
+	}
+	st, _ := tr.Pod(podA)
+	want := []signal.State{signal.Anomalous, signal.Unhealthy, signal.Stopping}
+	if len(st.History) != len(want) {
+		t.Fatalf("history = %+v, want %d transitions", st.History, len(want))
+	}
+	for i, tr := range st.History {
+		if tr.To != want[i] {
+			t.Errorf("history[%d] = %+v, want to %s", i, tr, want[i])
+		}
+	}
+	if st.History[0].From != signal.Healthy || st.History[0].Seq != 4 {
+		t.Errorf("history[0] = %+v, want healthy → anomalous at seq 4", st.History[0])
+	}
+	// The snapshot is a copy.
+	st.History[0].To = signal.Gone
+	if again, _ := tr.Pod(podA); again.History[0].To != signal.Anomalous {
+		t.Error("a snapshot's history aliases the tracker's")
+	}
+}
+
+func TestPruneForgetsOnlyDepartedPods(t *testing.T) {
+	tr := newTestTracker(4)
+	gone := tr.begin(podA, podA.String())
+	tr.publish(gone, message(t, podA, signal.Healthy, 1), time.Now())
+	tr.end(gone, false)
+	live := tr.begin(podB, podB.String())
+	tr.publish(live, message(t, podB, signal.Healthy, 1), time.Now())
+
+	if got := tr.prune(time.Now().Add(-time.Hour)); len(got) != 0 {
+		t.Fatalf("pruned recent pods %v", got)
+	}
+	got := tr.prune(time.Now().Add(time.Hour))
+	if len(got) != 1 || got[0] != podA {
+		t.Fatalf("pruned %v, want only %s", got, podA)
+	}
+	if pods := tr.Pods(); len(pods) != 1 || pods[0].Identity != podB {
+		t.Errorf("pods after prune = %+v", pods)
+	}
+	if g := testutil.ToFloat64(tr.m.pods.WithLabelValues("gone")); g != 0 {
+		t.Errorf("pods gone gauge = %v after prune, want 0", g)
+	}
+	if g := testutil.ToFloat64(tr.m.pods.WithLabelValues("healthy")); g != 1 {
+		t.Errorf("pods healthy gauge = %v, want 1", g)
+	}
+}
+
+func TestEndIsIdempotent(t *testing.T) {
+	tr := newTestTracker(4)
+	s := tr.begin(podA, podA.String())
+	tr.end(s, true)
+	tr.end(s, false) // the listener's safety net after OnDisconnect
+	if got := testutil.ToFloat64(tr.m.sessions); got != 0 {
+		t.Errorf("sessions = %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(tr.m.disconnects.WithLabelValues("unclean")); got != 0 {
+		t.Errorf("unclean disconnects = %v, want 0", got)
+	}
+}

@@ -1,0 +1,151 @@
+// Command amf-agent is the AMF node agent: it embeds the node-local MQTT
+// control-plane broker that the sidecars signal to, authenticates them
+// (ServiceAccount tokens via TokenReview, or a static token file outside
+// Kubernetes), enforces the per-pod ACL and keeps every pod's latest health
+// state. See package agent for the rules. It only observes for now.
+//
+// Logs are JSON lines on stderr; one line with "msg":"transition" per change
+// of a pod's state.
+//
+// Signals: SIGINT/SIGTERM stop it; SIGHUP reloads --token-file.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/amf-edge/amf/agent"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "amf-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("amf-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		listen       = fs.String("listen", agent.DefaultMQTTAddr, "control-plane MQTT `address`; in a pod use 0.0.0.0:1884 behind the DaemonSet's hostPort")
+		httpAddr     = fs.String("http", agent.DefaultHTTPAddr, "`address` of /metrics and /healthz")
+		tokenFile    = fs.String("token-file", "", "static token `file` (lines \"<token> <namespace>/<pod>\", mode 0600) instead of Kubernetes TokenReview")
+		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig `path` for TokenReview; empty: in-cluster configuration")
+		audience     = fs.String("audience", agent.Audience, "audience the sidecars' ServiceAccount tokens must carry")
+		nodeName     = fs.String("node-name", "", "with TokenReview, accept only pods on this `node` (the DaemonSet passes spec.nodeName)")
+		observeOnly  = fs.Bool("observe-only", false, "never act on the cluster, only observe and log (the agent only observes today; actuation comes later)")
+		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
+		maxClients   = fs.Int("max-clients", 256, "most MQTT connections open at once")
+		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// client-go logs through klog (throttling, retries); keep those lines JSON too.
+	klog.SetSlogLogger(log.With("component", "client-go"))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var auth agent.Authenticator
+	switch {
+	case *tokenFile != "" && (*kubeconfig != "" || *nodeName != ""):
+		return errors.New("--token-file excludes --kubeconfig and --node-name (TokenReview options)")
+	case *tokenFile != "":
+		tokens, err := agent.LoadStaticTokens(*tokenFile)
+		if err != nil {
+			return err
+		}
+		log.Info("static token file loaded", slog.String("path", *tokenFile), slog.Int("tokens", tokens.Len()))
+		go reloadOnHangup(ctx, tokens, *tokenFile, log)
+		auth = tokens
+	default:
+		cfg, err := restConfig(*kubeconfig)
+		if err != nil {
+			return err
+		}
+		// Many sidecars reconnect at once when the agent restarts; client-go's
+		// default of 5 requests/s would admit 110 of them in 22 s.
+		cfg.QPS, cfg.Burst = 50, 100
+		client, err := authnv1client.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("TokenReview client: %w", err)
+		}
+		auth = agent.NewTokenReviewAuthenticator(client.TokenReviews(), agent.TokenReviewOptions{Audience: *audience, NodeName: *nodeName})
+		log.Info("authenticating with TokenReview", slog.String("api_server", cfg.Host), slog.String("audience", *audience), slog.String("node", *nodeName))
+	}
+
+	a, err := agent.New(agent.Config{
+		MQTTAddr:      *listen,
+		HTTPAddr:      *httpAddr,
+		Authenticator: auth,
+		Logger:        log,
+		ObserveOnly:   *observeOnly,
+		MaxClients:    *maxClients,
+		MaxKeepalive:  *maxKeepalive,
+	})
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// restConfig loads a kubeconfig, or the in-cluster configuration when path is empty.
+func restConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("not in a pod (%w): give --kubeconfig, or --token-file outside Kubernetes", err)
+	}
+	return cfg, nil
+}
+
+// reloadOnHangup re-reads the token file on each SIGHUP until ctx ends.
+func reloadOnHangup(ctx context.Context, tokens *agent.StaticTokens, path string, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := tokens.Reload(); err != nil {
+				log.Error("token file not reloaded; the previous tokens stay in force", slog.String("path", path), slog.String("error", err.Error()))
+				continue
+			}
+			log.Info("static token file reloaded", slog.String("path", path), slog.Int("tokens", tokens.Len()))
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+const waitFor = 30 * time.Second
+
+// TestBinaryLogsASignal runs the real amf-agent binary with a static token
+// file and checks that a paho client's signal shows up as one JSON transition
+// line on its stderr, that SIGHUP reloads the tokens, and that SIGTERM stops
+// it cleanly.
+func TestBinaryLogsASignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "amf-agent")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const tokA, tokB = "binary-test-token-a-0001", "binary-test-token-b-0002"
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte(tokA+" tod/broker-a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--token-file", tokens, "--observe-only")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan map[string]any, 256)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		// Problems are passed on as lines: t must not be used after the test ends.
+		for sc.Scan() {
+			var m map[string]any
+			switch {
+			case json.Unmarshal(sc.Bytes(), &m) != nil:
+				m = map[string]any{"msg": "BAD LINE", "problem": "not JSON", "line": sc.Text()}
+			case strings.Contains(sc.Text(), tokA) || strings.Contains(sc.Text(), tokB):
+				m = map[string]any{"msg": "BAD LINE", "problem": "token in the log", "line": sc.Text()}
+			}
+			lines <- m
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	// await returns the first line with the message and fields given.
+	await := func(msg string, kv ...string) map[string]any {
+		t.Helper()
+		deadline := time.After(waitFor)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("amf-agent exited before logging %q", msg)
+				}
+				if l["msg"] == "BAD LINE" {
+					t.Errorf("%s: %s", l["problem"], l["line"])
+				}
+				match := l["msg"] == msg
+				for i := 0; match && i+1 < len(kv); i += 2 {
+					match = l[kv[i]] == kv[i+1]
+				}
+				if match {
+					return l
+				}
+			case <-deadline:
+				t.Fatalf("no %q line within %v", msg, waitFor)
+			}
+		}
+	}
+	serving := await("agent serving")
+	addr, _ := serving["mqtt_addr"].(string)
+	if serving["observe_only"] != true || addr == "" {
+		t.Fatalf("serving line = %v", serving)
+	}
+
+	connect := func(ns, pod, token string) paho.Client {
+		t.Helper()
+		id := ns + "/" + pod
+		c := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + addr).
+			SetClientID(id).SetUsername(id).SetPassword(token).SetProtocolVersion(4).
+			SetKeepAlive(5 * time.Second).SetAutoReconnect(false).SetConnectTimeout(waitFor))
+		if tok := c.Connect(); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
+			t.Fatalf("connect as %s: %v", id, tok.Error())
+		}
+		t.Cleanup(func() { c.Disconnect(0) })
+		return c
+	}
+	send := func(c paho.Client, ns, pod string, state signal.State) {
+		t.Helper()
+		p := 0.97
+		body, err := signal.Encode(&signal.Message{Version: signal.Version, Namespace: ns, Pod: pod,
+			State: state, Probability: &p, Seq: 1, Time: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok := c.Publish(signal.Topic(ns, pod), 1, true, body); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+
+	send(connect("tod", "broker-a", tokA), "tod", "broker-a", signal.Anomalous)
+	line := await("transition", "pod", "broker-a")
+	if line["namespace"] != "tod" || line["to"] != "anomalous" || line["probability"] != 0.97 || line["level"] != "INFO" {
+		t.Errorf("transition line = %v", line)
+	}
+
+	// SIGHUP reloads the token file.
+	if err := os.WriteFile(tokens, []byte(tokA+" tod/broker-a\n"+tokB+" tod/broker-b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if l := await("static token file reloaded"); l["tokens"] != 2.0 {
+		t.Errorf("reload line = %v", l)
+	}
+	send(connect("tod", "broker-b", tokB), "tod", "broker-b", signal.Healthy)
+	await("transition", "pod", "broker-b", "to", "healthy")
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	await("agent stopped")
+	for l := range lines {
+		if l["msg"] == "BAD LINE" {
+			t.Errorf("%s: %s", l["problem"], l["line"])
+		}
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("amf-agent exited with %v after SIGTERM", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("amf-agent did not exit after SIGTERM")
+	}
+}
+
+func TestRunRefusesBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open-tokens")
+	if err := os.WriteFile(open, []byte("0123456789abcdef tod/a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod, whatever runs the test
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--token-file", open}, "chmod 600"},
+		{[]string{"--token-file", open, "--kubeconfig", open}, "excludes --kubeconfig"},
+		{[]string{}, "--token-file outside Kubernetes"},
+		{[]string{"--kubeconfig", filepath.Join(dir, "missing")}, "--kubeconfig"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		err := run(tt.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("run(%q) = %v, want an error mentioning %q", tt.args, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+// Command amf-lab is AMF's testbed on one machine: benchmarks with real brokers,
+// sidecars and agents on loopback. This file only wires flags to lab packages.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/amf-edge/amf/lab/bench"
+	"github.com/amf-edge/amf/lab/broker"
+)
+
+const usage = `amf-lab — AMF's testbed on one machine
+
+Usage:
+  amf-lab bench signal [--runs 5] [--keepalive 5s] [--steady 20s] [--keep]
+      signal-based detection vs a kubelet-style poller, with real processes
+  amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s]
+      one real agent under the load of a full node's sidecars
+  amf-lab broker --listen 127.0.0.1:1883
+      a plain mochi MQTT broker process (used when Mosquitto is not installed)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) >= 2 && args[0] == "bench" && args[1] == "signal":
+		return benchSignal(ctx, args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "bench" && args[1] == "agent":
+		return benchAgent(ctx, args[2:], stdout, stderr)
+	case len(args) >= 1 && args[0] == "broker":
+		return runBroker(ctx, args[1:], stderr)
+	case len(args) >= 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprint(stderr, usage)
+	return 2
+}
+
+// workDir makes the folder for the run's logs; kept with --keep for inspection.
+func workDir(keep bool, stderr io.Writer) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "amf-lab-")
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() {
+		if keep {
+			fmt.Fprintf(stderr, "logs kept in %s\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}, nil
+}
+
+func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("amf-lab bench signal", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	runs := fs.Int("runs", 5, "faults of each kind")
+	keepAlive := fs.Duration("keepalive", 5*time.Second, "sidecar → agent MQTT keep-alive (bounds the freeze case)")
+	steady := fs.Duration("steady", 20*time.Second, "how long to measure the sidecar's steady-state CPU and RSS (0: skip)")
+	keep := fs.Bool("keep", false, "keep the run's logs")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	bins, err := bench.FindBinaries()
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
+		return 1
+	}
+	dir, done, err := workDir(*keep, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
+		return 1
+	}
+	defer done()
+	rep, err := bench.RunSignal(ctx, bench.SignalConfig{Runs: *runs, KeepAlive: *keepAlive, Steady: *steady,
+		Bin: bins, WorkDir: dir, Progress: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench signal: %v\n", err)
+		*keep = true
+		return 1
+	}
+	if err := bench.PrintSignal(stdout, rep); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func benchAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("amf-lab bench agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sidecars := fs.Int("sidecars", 110, "simulated sidecars (110 = kubelet's default pods per node)")
+	period := fs.Duration("period", time.Second, "each sidecar publishes once per period")
+	duration := fs.Duration("duration", 30*time.Second, "length of the measurement")
+	keep := fs.Bool("keep", false, "keep the run's logs")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	bins, err := bench.FindBinaries()
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
+		return 1
+	}
+	dir, done, err := workDir(*keep, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
+		return 1
+	}
+	defer done()
+	rep, err := bench.RunAgentLoad(ctx, bench.AgentLoadConfig{Sidecars: *sidecars, Period: *period, Duration: *duration,
+		Bin: bins, WorkDir: dir, Progress: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench agent: %v\n", err)
+		*keep = true
+		return 1
+	}
+	bench.PrintAgentLoad(stdout, rep)
+	return 0
+}
+
+func runBroker(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("amf-lab broker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("listen", "127.0.0.1:1883", "MQTT listen address")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := broker.Run(ctx, *addr, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
+		fmt.Fprintf(stderr, "amf-lab broker: %v\n", err)
+		return 1
+	}
+	return 0
+}

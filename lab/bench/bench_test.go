@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// buildBinaries builds the real programs the benchmarks run.
+func buildBinaries(t *testing.T) Binaries {
+	t.Helper()
+	dir := t.TempDir()
+	b := Binaries{Sidecar: filepath.Join(dir, "amf-sidecar"), Agent: filepath.Join(dir, "amf-agent"), Self: filepath.Join(dir, "amf-lab")}
+	for pkg, out := range map[string]string{"../../cmd/amf-sidecar": b.Sidecar, "../../cmd/amf-agent": b.Agent, "../../cmd/amf-lab": b.Self} {
+		if msg, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
+		}
+	}
+	if p, err := exec.LookPath("mosquitto"); err == nil {
+		b.Mosquitto = p
+	} else if p, err := exec.LookPath("/usr/sbin/mosquitto"); err == nil {
+		b.Mosquitto = p
+	}
+	return b
+}
+
+// One round of every fault with real processes, on a fast poller so the test is
+// short. It checks what must hold whatever the machine's speed; the numbers
+// themselves are the benchmark's (`amf-lab bench signal`).
+func TestSignalBenchDetectsEveryFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real brokers, sidecars and agents")
+	}
+	bins := buildBinaries(t)
+	for _, broker := range []string{"mosquitto", "mochi"} {
+		t.Run(broker, func(t *testing.T) {
+			b := bins
+			if broker == "mochi" {
+				b.Mosquitto = ""
+			} else if b.Mosquitto == "" {
+				t.Skip("mosquitto not installed (make deps installs it)")
+			}
+			poller := PollerConfig{Period: 300 * time.Millisecond, Timeout: 200 * time.Millisecond, Threshold: 3}
+			keepAlive := time.Second
+			rep, err := RunSignal(t.Context(), SignalConfig{Runs: 1, KeepAlive: keepAlive, Poller: poller, Bin: b, WorkDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []Case{rep.BrokerCrash, rep.Poller, rep.SidecarCrash, rep.SidecarFreeze} {
+				if len(c.Samples) != 1 || c.Samples[0] <= 0 {
+					t.Fatalf("%s: samples %v", c.Name, c.Samples)
+				}
+			}
+			// A poller cannot declare death before its threshold of failed periods.
+			if min := poller.Period * time.Duration(poller.Threshold-1); rep.Poller.Samples[0] < min {
+				t.Errorf("poller detected in %v, before %v", rep.Poller.Samples[0], min)
+			}
+			// A frozen client is only noticed once its keep-alive lapses.
+			if rep.SidecarFreeze.Samples[0] < keepAlive {
+				t.Errorf("freeze detected in %v, before the %v keep-alive", rep.SidecarFreeze.Samples[0], keepAlive)
+			}
+		})
+	}
+}
+
+func TestAgentLoadBenchMeasuresIntake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real agent and simulated sidecars")
+	}
+	rep, err := RunAgentLoad(t.Context(), AgentLoadConfig{Sidecars: 10, Period: 100 * time.Millisecond, Duration: time.Second,
+		Bin: buildBinaries(t), WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Messages < 10 || rep.IntakeP99 <= 0 || rep.IntakeMean <= 0 || rep.AgentRSS <= 0 {
+		t.Fatalf("report %+v", rep)
+	}
+}

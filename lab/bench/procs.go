@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is a child process in its own process group, with its output in a file and,
+// optionally, streamed line by line to a callback.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func startProc(name, logPath string, onLine func(string), bin string, args ...string) (*proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	var pw *io.PipeWriter
+	if onLine != nil {
+		var pr *io.PipeReader
+		pr, pw = io.Pipe()
+		w := io.MultiWriter(logf, pw)
+		cmd.Stdout, cmd.Stderr = w, w
+		go func() {
+			sc := bufio.NewScanner(pr)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				onLine(sc.Text())
+			}
+			_, _ = io.Copy(io.Discard, pr)
+		}()
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		if pw != nil {
+			pw.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		if pw != nil {
+			pw.Close()
+		}
+		logf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// stop ends the process group: SIGTERM, then SIGKILL after grace.
+func (p *proc) stop(grace time.Duration) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.pid(), syscall.SIGCONT) // a frozen process cannot exit
+	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// kill sends SIGKILL and waits for the exit.
+func (p *proc) kill() {
+	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	<-p.done
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// waitListening waits until addr accepts connections or the process exits.
+func waitListening(ctx context.Context, p *proc, addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before listening on %s: %v", p.name, addr, p.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not listening on %s after %v", p.name, addr, timeout)
+		}
+	}
+}
+
+// procUsage reads a process's CPU time (user+system) and resident set size.
+func procUsage(pid int) (cpu time.Duration, rss int64, err error) {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return 0, 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 22 {
+		return 0, 0, errors.New("short /proc stat")
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	rssPages, _ := strconv.ParseInt(f[21], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks, rssPages * int64(os.Getpagesize()), nil
+}

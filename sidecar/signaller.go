@@ -147,7 +147,7 @@ func (s *Signaller) connect(ctx context.Context) (mqtt.Client, error) {
 
 	opts := mqtt.NewClientOptions().
 		AddBroker(s.cfg.Broker).
-		SetClientID(s.cfg.Namespace + "/" + s.cfg.Pod + "/sidecar").
+		SetClientID(s.cfg.Namespace+"/"+s.cfg.Pod+"/sidecar").
 		SetUsername(s.cfg.Namespace+"/"+s.cfg.Pod).
 		SetPassword(token).
 		SetProtocolVersion(4).

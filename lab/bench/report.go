@@ -11,7 +11,7 @@ import (
 
 // Summary is min, median, p99 and max of a sample set.
 type Summary struct {
-	N                      int
+	N                     int
 	Min, Median, P99, Max time.Duration
 }
 

@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help build test test-short test-unit test-parity test-exporter test-train model evaluate bench arm64 lint deps clean
+.PHONY: help build test test-short test-unit test-parity test-exporter test-train model evaluate k8s bench arm64 lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	cd infer/promqlparity && $(GO) vet -mod=mod ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+k8s: ## build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok for tests into .cache/k8s/<version>/bin (once per version; cold ~12 min)
+	tools/k8s/build.sh
 
 deps: ## install the Debian packages the tests use (root)
 	apt-get update -qq

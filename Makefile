@@ -59,7 +59,7 @@ lint: ## gofmt, go vet, staticcheck
 	cd infer/promqlparity && $(GO) vet -mod=mod ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-k8s: ## build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok for tests into .cache/k8s/<version>/bin (once per version; cold ~12 min)
+k8s: ## build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok for tests into ~/.cache/amf/k8s/<version>/bin (once per machine and version; cold ~12 min)
 	tools/k8s/build.sh
 
 deps: ## install the Debian packages the tests use (root)

@@ -14,7 +14,8 @@ import (
 const (
 	// EnvBin names the folder holding the binaries (overrides the cache folder).
 	EnvBin = "AMF_K8S_BIN"
-	// EnvCache names the cache root that `make k8s` builds into (default <repo>/.cache/k8s).
+	// EnvCache names the cache root that `make k8s` builds into (default: the
+	// user's cache folder, ~/.cache/amf/k8s, so every clone on a machine shares one build).
 	EnvCache = "AMF_K8S_CACHE"
 	// EnvRequire, set to 1, turns a missing control plane into a test failure.
 	EnvRequire = "AMF_REQUIRE_K8S"
@@ -38,7 +39,7 @@ var kwokStages = []string{
 
 // BinDir returns the folder the binaries are expected in: $AMF_K8S_BIN, else
 // <cache>/<k8s version of tools/k8s/go.mod>/bin with <cache> = $AMF_K8S_CACHE or
-// <repo>/.cache/k8s. The repository is found from the working directory upwards.
+// ~/.cache/amf/k8s. The repository is found from the working directory upwards.
 func BinDir() (string, error) {
 	if d := os.Getenv(EnvBin); d != "" {
 		return d, nil
@@ -53,7 +54,11 @@ func BinDir() (string, error) {
 	}
 	cache := os.Getenv(EnvCache)
 	if cache == "" {
-		cache = filepath.Join(repo, ".cache", "k8s")
+		userCache, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("no cache folder for the Kubernetes binaries: %w (set %s)", err, EnvCache)
+		}
+		cache = filepath.Join(userCache, "amf", "k8s")
 	}
 	return filepath.Join(cache, version, "bin"), nil
 }

@@ -12,7 +12,7 @@
 // printed when the test fails.
 //
 // The binaries are built by `make k8s` (tools/k8s/build.sh) into
-// <repo>/.cache/k8s/<k8s-version>/bin (or $AMF_K8S_CACHE/<k8s-version>/bin);
+// ~/.cache/amf/k8s/<k8s-version>/bin (or $AMF_K8S_CACHE/<k8s-version>/bin);
 // $AMF_K8S_BIN overrides the folder. When they are missing the test is skipped
 // with one line saying to run `make k8s`; with AMF_REQUIRE_K8S=1 (CI) it fails.
 package controlplane

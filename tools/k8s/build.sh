@@ -5,7 +5,7 @@
 #
 #   tools/k8s/build.sh            # or: make k8s
 #
-# Output: ${AMF_K8S_CACHE:-<repo>/.cache/k8s}/<k8s-version>/bin/  (lab/controlplane
+# Output: ${AMF_K8S_CACHE:-${XDG_CACHE_HOME:-~/.cache}/amf/k8s}/<k8s-version>/bin/  (lab/controlplane
 # looks there, or in $AMF_K8S_BIN). A binary already built from the same go.mod,
 # go.sum and flags is skipped, so a second run takes a second. Cold: ~11 min on
 # 2 cores, ~2.5 GB RAM per link. Set GOFLAGS=-p=1 when memory is short.
@@ -25,7 +25,8 @@ builddate="$(go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z
 major="${k8s#v}"; major="${major%%.*}"
 minor="${k8s#v*.}"; minor="${minor%%.*}"
 
-cache="${AMF_K8S_CACHE:-$repo/.cache/k8s}"
+# One build per machine, shared by every clone (CI clones afresh).
+cache="${AMF_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/amf/k8s}"
 out="$cache/$k8s/bin"
 mkdir -p "$out"
 exec 9>"$cache/$k8s/.lock"

@@ -51,14 +51,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// workDir makes the folder for the run's logs; kept with --keep for inspection.
-func workDir(keep bool, stderr io.Writer) (string, func(), error) {
-	dir, err := os.MkdirTemp("", "amf-lab-")
-	if err != nil {
-		return "", nil, err
+// prepare finds the binaries and makes the folder for the run's logs, which done
+// removes unless *keep (set by --keep, or on failure for inspection).
+func prepare(keep *bool, stderr io.Writer) (bins bench.Binaries, dir string, done func(), err error) {
+	if bins, err = bench.FindBinaries(); err != nil {
+		return bins, "", nil, err
 	}
-	return dir, func() {
-		if keep {
+	if dir, err = os.MkdirTemp("", "amf-lab-"); err != nil {
+		return bins, "", nil, err
+	}
+	return bins, dir, func() {
+		if *keep {
 			fmt.Fprintf(stderr, "logs kept in %s\n", dir)
 			return
 		}
@@ -76,12 +79,7 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	bins, err := bench.FindBinaries()
-	if err != nil {
-		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
-		return 1
-	}
-	dir, done, err := workDir(*keep, stderr)
+	bins, dir, done, err := prepare(keep, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
 		return 1
@@ -110,12 +108,7 @@ func benchAgent(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	bins, err := bench.FindBinaries()
-	if err != nil {
-		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
-		return 1
-	}
-	dir, done, err := workDir(*keep, stderr)
+	bins, dir, done, err := prepare(keep, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
 		return 1

@@ -47,9 +47,8 @@ type Config struct {
 	Authenticator Authenticator
 	// Logger receives the agent's JSON lines; default: discard.
 	Logger *slog.Logger
-	// ObserveOnly keeps the agent from acting on the cluster. Today the agent
-	// only observes anyway; actuation comes with the actuate package, and this
-	// option will keep it off.
+	// ObserveOnly keeps the agent from acting on the cluster: with actuation on
+	// (amf-agent --actuate) it turns it into a dry run that logs every decision.
 	ObserveOnly bool
 	// MaxClients bounds open MQTT connections, authenticated or not; default 256
 	// (a node's 110 pods, with room for reconnects).

@@ -2,7 +2,8 @@
 // control-plane broker that the sidecars signal to, authenticates them
 // (ServiceAccount tokens via TokenReview, or a static token file outside
 // Kubernetes), enforces the per-pod ACL and keeps every pod's latest health
-// state. See package agent for the rules. It only observes for now.
+// state. See package agent for the rules. With --actuate it also acts on them
+// (package actuate); --observe-only then logs the decisions without acting.
 //
 // Logs are JSON lines on stderr; one line with "msg":"transition" per change
 // of a pod's state.
@@ -22,11 +23,13 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
 )
 
@@ -50,7 +53,8 @@ func run(args []string, stderr io.Writer) error {
 		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig `path` for TokenReview; empty: in-cluster configuration")
 		audience     = fs.String("audience", agent.Audience, "audience the sidecars' ServiceAccount tokens must carry")
 		nodeName     = fs.String("node-name", "", "with TokenReview, accept only pods on this `node` (the DaemonSet passes spec.nodeName)")
-		observeOnly  = fs.Bool("observe-only", false, "never act on the cluster, only observe and log (the agent only observes today; actuation comes later)")
+		observeOnly  = fs.Bool("observe-only", false, "never act on the cluster: with --actuate, log every decision it would take (\"msg\":\"decision\", \"dry_run\":true) and write nothing")
+		actuation    = fs.Bool("actuate", false, "act on confirmed anomalies and crashes: make-before-break switchover and failover of Deployments carrying amf.io/standby (package actuate); needs the Kubernetes API")
 		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		maxClients   = fs.Int("max-clients", 256, "most MQTT connections open at once")
 		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")
@@ -72,8 +76,13 @@ func run(args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	var auth agent.Authenticator
+	var (
+		auth    agent.Authenticator
+		kubeCfg *rest.Config
+	)
 	switch {
+	case *actuation && *tokenFile != "":
+		return errors.New("--actuate needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file")
 	case *tokenFile != "" && (*kubeconfig != "" || *nodeName != ""):
 		return errors.New("--token-file excludes --kubeconfig and --node-name (TokenReview options)")
 	case *tokenFile != "":
@@ -98,6 +107,7 @@ func run(args []string, stderr io.Writer) error {
 		}
 		auth = agent.NewTokenReviewAuthenticator(client.TokenReviews(), agent.TokenReviewOptions{Audience: *audience, NodeName: *nodeName})
 		log.Info("authenticating with TokenReview", slog.String("api_server", cfg.Host), slog.String("audience", *audience), slog.String("node", *nodeName))
+		kubeCfg = cfg
 	}
 
 	a, err := agent.New(agent.Config{
@@ -112,7 +122,27 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return a.Run(ctx)
+	if !*actuation {
+		return a.Run(ctx)
+	}
+	cs, err := kubernetes.NewForConfig(kubeCfg)
+	if err != nil {
+		return fmt.Errorf("actuation client: %w", err)
+	}
+	act, err := actuate.New(actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: *observeOnly, Instance: *nodeName, Registerer: a.MetricsRegisterer()})
+	if err != nil {
+		return err
+	}
+	log.Info("actuation on", slog.Bool("dry_run", *observeOnly))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait := agent.StartActuation(ctx, a.Tracker(), act, log)
+	err = a.Run(ctx)
+	cancel()
+	if aerr := wait(); aerr != nil && err == nil {
+		err = aerr
+	}
+	return err
 }
 
 // restConfig loads a kubeconfig, or the in-cluster configuration when path is empty.

@@ -1,0 +1,472 @@
+package actuate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// Signal is one health observation of a pod, as the agent received it.
+type Signal struct {
+	Namespace, Pod string
+	State          signal.State
+	Probability    *float64 // model score; nil when absent
+	// Transition reports a change of the pod's state (the readiness-gate
+	// condition is patched on transitions only).
+	Transition bool
+	At         time.Time
+}
+
+// Config configures an Actuator.
+type Config struct {
+	// Client talks to the API server; required. It needs exactly Rules().
+	Client kubernetes.Interface
+	// Logger receives one JSON line per decision ("msg":"decision"); default discard.
+	Logger *slog.Logger
+	// Now is the clock; default time.Now. Tests of the driver inject one.
+	Now func() time.Time
+	// DryRun (the agent's --observe-only) logs every decision and writes nothing.
+	DryRun bool
+	// Instance names this agent in Events (reportingInstance), e.g. the node.
+	Instance string
+	// ResumeOnStart lists the Deployments once when Run starts and resumes
+	// every switchover whose record is in progress, also those no pod will
+	// signal for again (a primary already scaled to 0 in phase Retiring).
+	// Without it a switchover resumes on the primary's next signal. Needs
+	// list on deployments (RulesWithResume).
+	ResumeOnStart bool
+	// Registerer receives the actuator's metrics (amf_actuate_*); nil: not registered.
+	Registerer prometheus.Registerer
+	// OwnerCacheSize bounds the pod → Deployment cache; default 4096.
+	OwnerCacheSize int
+}
+
+// Controller is the reportingController of the agent's Events.
+const Controller = "amf.io/agent"
+
+// Actuator drives one Gate per primary Deployment from the agent's signals.
+// All Gates are owned by the goroutine of Run, so they need no locks; the
+// standby watches and the timer feed it through channels.
+type Actuator struct {
+	cs     kubernetes.Interface
+	log    *slog.Logger
+	now    func() time.Time
+	dryRun bool
+	inst   string
+	resume bool
+	m      *metrics
+
+	owners    map[podKey]string // pod → Deployment; pods never change owner
+	ownersMax int
+	workloads map[podKey]*workload // keyed by the primary Deployment
+	loads     uint64
+	readyCh   chan readiness
+}
+
+type podKey struct{ ns, name string }
+
+func (k podKey) String() string { return k.ns + "/" + k.name }
+
+// workload is one Deployment the agent has seen a signal for.
+type workload struct {
+	key     podKey
+	managed bool   // carries a valid policy
+	invalid string // the rejected policy's annotations, warned about once
+	gate    *Gate
+	written string // the record JSON as last read or written (the CAS value)
+	uid     string
+	// annotations of the primary when loaded: the policy copied by a role exchange.
+	annotations map[string]string
+	stop        context.CancelFunc // the standby watch
+	gen         uint64             // distinguishes loads of the same Deployment
+	// retry holds the actions left by a failed one, to try again at retryAt
+	// while the Gate is still in retryPhase.
+	retry      []Action
+	retryAt    time.Time
+	retryPhase Phase
+	loaded     time.Time
+}
+
+// readiness is an observation of a standby by its watch.
+type readiness struct {
+	primary podKey
+	gen     uint64 // the workload load it belongs to; stale watches are ignored
+	ready   bool
+	at      time.Time
+}
+
+// New returns an Actuator; call Run.
+func New(cfg Config) (*Actuator, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("actuate: Config.Client is required")
+	}
+	a := &Actuator{
+		cs: cfg.Client, log: cfg.Logger, now: cfg.Now, dryRun: cfg.DryRun, inst: cfg.Instance, resume: cfg.ResumeOnStart, m: newMetrics(cfg.Registerer),
+		owners: make(map[podKey]string), ownersMax: cfg.OwnerCacheSize,
+		workloads: make(map[podKey]*workload), readyCh: make(chan readiness, 64),
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.ownersMax <= 0 {
+		a.ownersMax = 4096
+	}
+	if a.inst == "" {
+		a.inst = "amf-agent"
+	}
+	return a, nil
+}
+
+// unmanagedTTL is how long a Deployment without a policy is remembered as
+// such: a policy added later is picked up after at most this long.
+const unmanagedTTL = 30 * time.Second
+
+// Run consumes signals until ctx ends or in is closed. API errors are logged
+// and the step is retried on the next input; they never stop Run.
+func (a *Actuator) Run(ctx context.Context, in <-chan Signal) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	defer func() {
+		for _, w := range a.workloads {
+			if w.stop != nil {
+				w.stop()
+			}
+		}
+	}()
+	if a.resume {
+		a.resumeAll(ctx)
+	}
+	for {
+		a.resetTimer(timer)
+		select {
+		case <-ctx.Done():
+			return nil
+		case s, ok := <-in:
+			if !ok {
+				return nil
+			}
+			a.handleSignal(ctx, s)
+		case r := <-a.readyCh:
+			w := a.workloads[r.primary]
+			if w == nil || !w.managed || w.gen != r.gen {
+				continue
+			}
+			a.step(ctx, w, StandbyReadiness(r.at, r.ready))
+		case <-timer.C:
+			now := a.now()
+			for _, w := range a.workloads {
+				if len(w.retry) > 0 && !w.retryAt.After(now) {
+					acts := w.retry
+					w.retry = nil
+					if w.gate.Rec.Phase == w.retryPhase {
+						a.do(ctx, w, acts)
+					}
+				}
+				if !w.managed || a.workloads[w.key] != w {
+					continue // unmanaged, or retired by the retry above
+				}
+				if d, ok := w.gate.Deadline(); ok && !d.After(now) {
+					a.step(ctx, w, Tick(now))
+				}
+			}
+		}
+	}
+}
+
+// resumeAll loads every Deployment whose switchover record is in progress.
+// Several agents may resume the same record: every write of it is a
+// compare-and-swap and every action is idempotent, so they do not conflict.
+func (a *Actuator) resumeAll(ctx context.Context) {
+	list, err := a.cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		a.log.Error("switchovers not resumed: deployments not listed", slog.String("error", err.Error()))
+		return
+	}
+	for i := range list.Items {
+		d := &list.Items[i]
+		var rec Record
+		if raw := d.Annotations[AnnRecord]; raw == "" || json.Unmarshal([]byte(raw), &rec) != nil || !rec.Active() {
+			continue
+		}
+		a.log.Info("resuming switchover", slog.String("deployment", d.Namespace+"/"+d.Name), slog.String("phase", string(rec.Phase)))
+		a.load(ctx, d)
+	}
+}
+
+func (a *Actuator) deadline(w *workload) (time.Time, bool) {
+	if !w.managed {
+		return time.Time{}, false
+	}
+	d, ok := w.gate.Deadline()
+	if len(w.retry) > 0 && (!ok || w.retryAt.Before(d)) {
+		return w.retryAt, true
+	}
+	return d, ok
+}
+
+// retryDelay is how long a failed action waits before it is tried again.
+const retryDelay = 2 * time.Second
+
+// resetTimer arms the timer for the earliest Gate deadline.
+func (a *Actuator) resetTimer(t *time.Timer) {
+	var next time.Time
+	for _, w := range a.workloads {
+		if d, ok := a.deadline(w); ok && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	wait := time.Hour
+	if !next.IsZero() {
+		wait = max(next.Sub(a.now()), 0)
+	}
+	t.Reset(wait)
+}
+
+func (a *Actuator) handleSignal(ctx context.Context, s Signal) {
+	pk := podKey{s.Namespace, s.Pod}
+	var pod *corev1.Pod
+	if s.Transition {
+		p, err := a.cs.CoreV1().Pods(s.Namespace).Get(ctx, s.Pod, metav1.GetOptions{})
+		if err != nil {
+			a.log.Warn("pod not read", slog.String("pod", pk.String()), slog.String("error", err.Error()))
+		} else {
+			pod = p
+			a.patchReadinessGate(ctx, p, s)
+		}
+	}
+	dep, err := a.owner(ctx, pk, pod)
+	if err != nil {
+		a.log.Warn("pod not mapped to a Deployment", slog.String("pod", pk.String()), slog.String("error", err.Error()))
+		return
+	}
+	if dep == "" {
+		return // not owned by a Deployment: nothing to actuate
+	}
+	w, err := a.workload(ctx, podKey{s.Namespace, dep})
+	if err != nil {
+		a.log.Warn("deployment not read", slog.String("deployment", s.Namespace+"/"+dep), slog.String("error", err.Error()))
+		return
+	}
+	if !w.managed || a.workloads[w.key] != w {
+		return // unmanaged, or retired while being loaded (resume)
+	}
+	a.step(ctx, w, Sample(s.At, s.State, s.Probability))
+}
+
+// owner maps a pod to its Deployment through the controller ownerReferences
+// pod → ReplicaSet → Deployment. Lookups (get pod, get replicaset) are cached
+// per pod: a pod's owner never changes. "" means not owned by a Deployment.
+func (a *Actuator) owner(ctx context.Context, pk podKey, pod *corev1.Pod) (string, error) {
+	if d, ok := a.owners[pk]; ok {
+		return d, nil
+	}
+	if pod == nil {
+		p, err := a.cs.CoreV1().Pods(pk.ns).Get(ctx, pk.name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("get pod: %w", err)
+		}
+		pod = p
+	}
+	dep := ""
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "ReplicaSet" {
+		rs, err := a.cs.AppsV1().ReplicaSets(pk.ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("get replicaset %s: %w", ref.Name, err)
+		}
+		if ref := metav1.GetControllerOf(rs); ref != nil && ref.Kind == "Deployment" {
+			dep = ref.Name
+		}
+	}
+	if len(a.owners) >= a.ownersMax {
+		clear(a.owners) // crude but bounded; re-learned on demand
+	}
+	a.owners[pk] = dep
+	return dep, nil
+}
+
+// workload returns the state of Deployment k, loading (or reloading an
+// unmanaged one after unmanagedTTL) its policy and record from the server.
+func (a *Actuator) workload(ctx context.Context, k podKey) (*workload, error) {
+	// A workload is re-read after unmanagedTTL when nothing is in progress,
+	// so an added or edited policy takes effect; never in the middle of a
+	// debounce or switchover, whose state is in memory and in the record.
+	if w, ok := a.workloads[k]; ok && (a.now().Sub(w.loaded) < unmanagedTTL || (w.managed && w.gate.Rec.Phase != PhaseIdle)) {
+		return w, nil
+	}
+	d, err := a.cs.AppsV1().Deployments(k.ns).Get(ctx, k.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return a.load(ctx, d), nil
+}
+
+// load (re)builds the workload of Deployment d from its annotations and
+// resumes an interrupted switchover.
+func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
+	k := podKey{d.Namespace, d.Name}
+	old := a.workloads[k]
+	if old != nil && old.stop != nil {
+		old.stop()
+	}
+	a.loads++
+	w := &workload{key: k, uid: string(d.UID), annotations: d.Annotations, loaded: a.now(), gen: a.loads}
+	a.workloads[k] = w
+	p, managed, err := ParsePolicy(d.Name, d.Annotations)
+	if !managed {
+		return w
+	}
+	if err != nil {
+		sig := fmt.Sprint(d.Annotations)
+		if old == nil || old.invalid != sig {
+			a.emit(ctx, d, true, "InvalidPolicy", "Invalid", err.Error())
+		}
+		w.invalid = sig
+		return w
+	}
+	var rec Record
+	w.written = d.Annotations[AnnRecord]
+	if w.written != "" {
+		if err := json.Unmarshal([]byte(w.written), &rec); err != nil {
+			a.emit(ctx, d, true, "InvalidRecord", "Invalid", fmt.Sprintf("%s not readable (%v): starting from Idle", AnnRecord, err))
+			rec = Record{}
+		}
+	}
+	rec.StandbyReady = false // learned again from the watch
+	w.managed, w.gate = true, NewGate(p, rec)
+	wctx, cancel := context.WithCancel(ctx)
+	w.stop = cancel
+	go a.watchStandby(wctx, k, w.gen, p.Standby)
+	if acts := w.gate.Resume(); len(acts) > 0 {
+		a.decision(w, "resume", nil)
+		a.do(ctx, w, acts)
+	}
+	return w
+}
+
+// step feeds one input to w's Gate, persists the record if needed (before
+// acting: write-ahead) and carries out the actions.
+func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
+	old := w.gate.Rec
+	acts := w.gate.Step(in)
+	if w.gate.Persist(old) {
+		if err := a.writeRecord(ctx, w); err != nil {
+			a.log.Error("switchover record not written: not acting", slog.String("deployment", w.key.String()),
+				slog.String("phase", string(w.gate.Rec.Phase)), slog.String("error", err.Error()))
+			if errors.Is(err, errRecordMoved) {
+				a.reload(ctx, w) // continue from what is recorded there
+				return
+			}
+			// The API is unreachable: forget this step, so the next input
+			// (anomalous samples keep coming) takes it again.
+			w.gate.Rec = old
+			return
+		}
+	}
+	a.do(ctx, w, acts)
+}
+
+// reload re-reads w from the server after its record was changed by someone
+// else (another agent), so the Gate continues from what is recorded there.
+func (a *Actuator) reload(ctx context.Context, w *workload) {
+	d, err := a.cs.AppsV1().Deployments(w.key.ns).Get(ctx, w.key.name, metav1.GetOptions{})
+	if err != nil {
+		return // keep the in-memory Gate; the next input tries again
+	}
+	a.load(ctx, d)
+}
+
+// errRecordMoved means someone else changed the record since we read it.
+var errRecordMoved = errors.New("switchover record changed by someone else")
+
+// writeRecord stores w's record with optimistic concurrency: the write only
+// happens if the annotation still holds what this agent last read or wrote,
+// and is sent with the resourceVersion read (a conflict re-reads and retries).
+func (a *Actuator) writeRecord(ctx context.Context, w *workload) error {
+	b, err := json.Marshal(w.gate.Rec)
+	if err != nil {
+		return err
+	}
+	if a.dryRun {
+		w.written = string(b)
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		d, err := a.cs.AppsV1().Deployments(w.key.ns).Get(ctx, w.key.name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get: %w", err)
+		}
+		if d.Annotations[AnnRecord] != w.written {
+			return errRecordMoved
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": d.ResourceVersion,
+			"annotations":     map[string]string{AnnRecord: string(b)},
+		}})
+		_, err = a.cs.AppsV1().Deployments(w.key.ns).Patch(ctx, w.key.name, mergePatch, patch, metav1.PatchOptions{FieldManager: fieldManager})
+		if apierrors.IsConflict(err) && attempt < 5 {
+			continue // the deployment controller wrote status meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("patch: %w", err)
+		}
+		w.written = string(b)
+		return nil
+	}
+}
+
+// do carries out the Gate's actions in order. It stops at the first failure
+// and tries the rest again after retryDelay if the Gate is still in the same
+// phase (new actions supersede it; a restart repeats it from the record).
+func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
+	w.retry = nil
+	for i, act := range acts {
+		t0 := a.now()
+		var err error
+		switch act.Kind {
+		case ActEvent:
+			a.emitKey(ctx, w, act.Warning, act.Reason, act.Message)
+		case ActScaleStandby:
+			err = a.scale(ctx, podKey{w.key.ns, w.gate.Policy.Standby}, act.Replicas)
+		case ActRetirePrimary:
+			err = a.retire(ctx, w)
+		}
+		a.m.action(string(act.Kind), err, a.dryRun, a.now().Sub(t0))
+		a.decision(w, string(act.Kind), err, slog.Int("replicas", int(act.Replicas)), slog.String("reason", act.Reason),
+			slog.String("message", act.Message), slog.Duration("took", a.now().Sub(t0)))
+		if err != nil {
+			if a.workloads[w.key] == w {
+				w.retry, w.retryAt, w.retryPhase = acts[i:], a.now().Add(retryDelay), w.gate.Rec.Phase
+			}
+			return
+		}
+	}
+}
+
+// decision writes the JSON decision line of one step.
+func (a *Actuator) decision(w *workload, action string, err error, attrs ...slog.Attr) {
+	level := slog.LevelInfo
+	all := []slog.Attr{slog.String("deployment", w.key.String()), slog.String("action", action),
+		slog.String("phase", string(w.gate.Rec.Phase)), slog.String("standby", w.gate.Policy.Standby),
+		slog.Bool("dry_run", a.dryRun)}
+	if err != nil {
+		level = slog.LevelError
+		all = append(all, slog.String("error", err.Error()))
+	}
+	a.log.LogAttrs(context.Background(), level, "decision", append(all, attrs...)...)
+}

@@ -1,0 +1,428 @@
+package actuate
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// Phase is where a primary is in a switchover.
+type Phase string
+
+// The phases. Only Idle and Suspect are left without writing the record first
+// (Suspect is not persisted: after a restart the debounce starts over, which
+// errs towards not acting).
+const (
+	// Idle: nothing in progress.
+	PhaseIdle Phase = "Idle"
+	// Suspect: anomalous samples are being counted (debounce).
+	PhaseSuspect Phase = "Suspect"
+	// WaitReady: the switchover was decided; the standby is being brought up.
+	PhaseWaitReady Phase = "WaitReady"
+	// Confirm: the standby is Ready; re-confirming and holding.
+	PhaseConfirm Phase = "Confirm"
+	// Failover: the primary crashed; the standby is being brought up and the
+	// primary is retired as soon as the standby is Ready.
+	PhaseFailover Phase = "Failover"
+	// Retiring: the primary is being scaled to zero and the roles exchanged.
+	PhaseRetiring Phase = "Retiring"
+	// Aborted: the anomaly cleared; a cold standby is scaled back at AbortAt.
+	PhaseAborted Phase = "Aborted"
+)
+
+// Record is the state of a Gate, persisted as JSON in the primary's
+// amf.io/switchover annotation so a restarted agent resumes from it.
+type Record struct {
+	Phase   Phase  `json:"phase"`
+	Standby string `json:"standby,omitempty"`
+	// Decision is when the switchover or failover was decided.
+	Decision time.Time `json:"decision,omitzero"`
+	// Anomalous counts consecutive anomalous samples (debounce).
+	Anomalous int `json:"anomalous,omitempty"`
+	// Confirmed counts anomalous samples since the standby became Ready.
+	Confirmed int `json:"confirmed,omitempty"`
+	// StandbyReady is the latest readiness observed of the standby.
+	StandbyReady bool `json:"standbyReady,omitempty"`
+	// AbortAt is when an aborted cold standby is scaled back.
+	AbortAt time.Time `json:"abortAt,omitzero"`
+	// LastSwitch is when the latest switchover retired a primary (flap guard).
+	LastSwitch time.Time `json:"lastSwitch,omitzero"`
+	// Failover reports that the decision was a failover (crash), not a prediction.
+	Failover bool `json:"failover,omitempty"`
+	// FlapGuarded reports that a decision was refused by the flap guard and
+	// warned about once, so the warning is not repeated every sample.
+	FlapGuarded bool `json:"flapGuarded,omitempty"`
+}
+
+// Active reports whether a switchover is in progress (the standby may be up).
+func (r Record) Active() bool {
+	switch r.Phase {
+	case PhaseWaitReady, PhaseConfirm, PhaseFailover, PhaseRetiring, PhaseAborted:
+		return true
+	}
+	return false
+}
+
+// InputKind says what an Input carries.
+type InputKind int
+
+// The inputs of a Gate.
+const (
+	// InSample is a health observation of a pod of the primary.
+	InSample InputKind = iota + 1
+	// InStandby is an observation of the standby's readiness.
+	InStandby
+	// InTick is the passing of time (for hold, deadlines and cool-downs).
+	InTick
+)
+
+// Input is one observation fed to a Gate.
+type Input struct {
+	Kind InputKind
+	At   time.Time
+	// InSample: the pod's state and, for anomalous samples, the model's score
+	// (nil: counted as anomalous, the sidecar decided).
+	State       signal.State
+	Probability *float64
+	// InStandby: readyReplicas >= 1 at the standby's current generation.
+	Ready bool
+}
+
+// Sample returns an InSample input.
+func Sample(at time.Time, st signal.State, prob *float64) Input {
+	return Input{Kind: InSample, At: at, State: st, Probability: prob}
+}
+
+// StandbyReadiness returns an InStandby input.
+func StandbyReadiness(at time.Time, ready bool) Input {
+	return Input{Kind: InStandby, At: at, Ready: ready}
+}
+
+// Tick returns an InTick input.
+func Tick(at time.Time) Input { return Input{Kind: InTick, At: at} }
+
+// ActionKind names what the driver must do.
+type ActionKind string
+
+// The actions.
+const (
+	// ActScaleStandby sets the standby's replicas (scale subresource) to Replicas.
+	ActScaleStandby ActionKind = "ScaleStandby"
+	// ActRetirePrimary scales the primary to 0 and exchanges the roles. The
+	// driver checks the standby is Ready right before (the invariant).
+	ActRetirePrimary ActionKind = "RetirePrimary"
+	// ActEvent reports a decision: a Normal Event, or Warning when Warning.
+	ActEvent ActionKind = "Event"
+)
+
+// Action is one thing the driver must do, in order.
+type Action struct {
+	Kind     ActionKind
+	Replicas int32  // ActScaleStandby
+	Warning  bool   // ActEvent
+	Reason   string // ActEvent: CamelCase reason
+	Message  string // ActEvent
+}
+
+// Gate is the switchover state machine of one primary. It is pure: Step reads
+// no clock and does no I/O, so the driver owns time and the cluster.
+type Gate struct {
+	Policy Policy
+	Rec    Record
+}
+
+// NewGate returns a Gate for a primary with policy p, resuming from rec (the
+// zero Record for a fresh start).
+func NewGate(p Policy, rec Record) *Gate {
+	if rec.Phase == "" {
+		rec.Phase = PhaseIdle
+	}
+	rec.Standby = p.Standby
+	return &Gate{Policy: p, Rec: rec}
+}
+
+// class is how the Gate reads a sample.
+type class int
+
+const (
+	classIgnore class = iota // starting, stopping: say nothing about trouble
+	classClear               // healthy, or anomalous below the threshold
+	classAnomalous
+	classCrash // unhealthy or gone: trouble is here
+)
+
+func (g *Gate) classify(in Input) class {
+	switch in.State {
+	case signal.Healthy:
+		return classClear
+	case signal.Anomalous:
+		if in.Probability != nil && *in.Probability < g.Policy.Gates.Threshold {
+			return classClear
+		}
+		return classAnomalous
+	case signal.Unhealthy, signal.Gone:
+		return classCrash
+	}
+	return classIgnore
+}
+
+func (g *Gate) cold() bool { return g.Policy.Redundancy == Cold }
+
+func event(reason, format string, args ...any) Action {
+	return Action{Kind: ActEvent, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+func warning(reason, format string, args ...any) Action {
+	a := event(reason, format, args...)
+	a.Warning = true
+	return a
+}
+
+// Resume returns the actions to repeat after the Gate was loaded from a
+// persisted record: every action is idempotent, so re-issuing the current
+// phase's request is safe whether or not it had been done before the restart.
+func (g *Gate) Resume() []Action {
+	switch g.Rec.Phase {
+	case PhaseWaitReady, PhaseFailover:
+		if g.cold() {
+			return []Action{{Kind: ActScaleStandby, Replicas: 1}}
+		}
+	case PhaseRetiring:
+		return []Action{{Kind: ActRetirePrimary}}
+	}
+	return nil
+}
+
+// Deadline returns when the Gate next needs a Tick, if ever.
+func (g *Gate) Deadline() (time.Time, bool) {
+	r := g.Rec
+	switch r.Phase {
+	case PhaseWaitReady, PhaseFailover:
+		return r.Decision.Add(g.Policy.Gates.ReadyTimeout), true
+	case PhaseConfirm:
+		if r.Confirmed >= g.Policy.Gates.Reconfirm {
+			return r.Decision.Add(g.Policy.Gates.Hold), true
+		}
+	case PhaseAborted:
+		return r.AbortAt, true
+	}
+	return time.Time{}, false
+}
+
+// Step applies one input and returns the actions to take, in order. The
+// driver persists Rec (when Persist says so) before carrying them out.
+func (g *Gate) Step(in Input) []Action {
+	if g.Policy.Redundancy == None {
+		return nil
+	}
+	switch in.Kind {
+	case InSample:
+		return g.sample(in)
+	case InStandby:
+		return g.standby(in)
+	case InTick:
+		return g.tick(in.At)
+	}
+	return nil
+}
+
+func (g *Gate) sample(in Input) []Action {
+	r := &g.Rec
+	c := g.classify(in)
+	switch r.Phase {
+	case PhaseIdle, PhaseSuspect:
+		switch c {
+		case classClear:
+			r.Phase, r.Anomalous, r.FlapGuarded = PhaseIdle, 0, false
+		case classAnomalous:
+			r.Anomalous++
+			r.Phase = PhaseSuspect
+			if r.Anomalous >= g.Policy.Gates.Debounce {
+				return g.decide(in.At)
+			}
+		case classCrash:
+			return g.failover(in.At, in.State)
+		}
+	case PhaseWaitReady, PhaseConfirm:
+		switch c {
+		case classClear:
+			return g.abort(in.At)
+		case classAnomalous:
+			if r.Phase == PhaseConfirm {
+				r.Confirmed++
+				return g.maybeRetire(in.At)
+			}
+		case classCrash:
+			if r.Phase == PhaseConfirm && r.StandbyReady {
+				r.Failover = true
+				return append([]Action{event("Failover", "primary %s while the standby %s is Ready: retiring it now", in.State, r.Standby)}, g.retire()...)
+			}
+			r.Phase, r.Failover = PhaseFailover, true
+			return []Action{event("Failover", "primary %s during the switchover: retiring it as soon as the standby %s is Ready", in.State, r.Standby)}
+		}
+	case PhaseAborted:
+		switch c {
+		case classClear:
+			r.Anomalous = 0
+		case classAnomalous:
+			r.Anomalous++
+			if r.Anomalous >= g.Policy.Gates.Debounce {
+				return g.decide(in.At)
+			}
+		case classCrash:
+			return g.failover(in.At, in.State)
+		}
+	case PhaseFailover, PhaseRetiring:
+		// Committed: a primary that crashed is retired even if Kubernetes
+		// restarted it meanwhile; we stop depending on its restart.
+	}
+	return nil
+}
+
+// decide starts a switchover after a debounced anomaly, unless the flap guard
+// holds it back.
+func (g *Gate) decide(now time.Time) []Action {
+	r := &g.Rec
+	if !r.LastSwitch.IsZero() && now.Before(r.LastSwitch.Add(g.Policy.Gates.Cooldown)) {
+		if r.FlapGuarded {
+			return nil
+		}
+		r.FlapGuarded = true
+		return []Action{warning("FlapGuard", "anomaly confirmed (%d samples) but the last switchover was at %s, within the cool-down of %v: not switching",
+			r.Anomalous, r.LastSwitch.UTC().Format(time.RFC3339), g.Policy.Gates.Cooldown)}
+	}
+	wasAborted := r.Phase == PhaseAborted
+	r.Phase, r.Decision, r.Confirmed, r.Failover, r.FlapGuarded, r.AbortAt = PhaseWaitReady, now, 0, false, false, time.Time{}
+	acts := []Action{event("SwitchoverDecided", "%d consecutive anomalous samples: bringing up the standby %s", r.Anomalous, r.Standby)}
+	if g.cold() && !wasAborted {
+		acts = append(acts, Action{Kind: ActScaleStandby, Replicas: 1})
+	}
+	if r.StandbyReady {
+		// Hot standby, or the standby of an aborted switchover still running.
+		r.Phase = PhaseConfirm
+	}
+	return acts
+}
+
+// failover starts bringing the standby up at once, without debounce or flap
+// guard: a crashed primary is not a prediction that could be wrong.
+func (g *Gate) failover(now time.Time, st signal.State) []Action {
+	r := &g.Rec
+	wasAborted := r.Phase == PhaseAborted
+	r.Phase, r.Decision, r.Failover, r.Confirmed, r.AbortAt = PhaseFailover, now, true, 0, time.Time{}
+	acts := []Action{event("Failover", "primary %s: bringing up the standby %s at once", st, r.Standby)}
+	if r.StandbyReady {
+		return append(acts, g.retire()...)
+	}
+	if g.cold() && !wasAborted {
+		acts = append(acts, Action{Kind: ActScaleStandby, Replicas: 1})
+	}
+	return acts
+}
+
+// abort gives up a switchover whose anomaly cleared before the primary was
+// retired. A cold standby is kept for AbortDelay, so a returning anomaly
+// finds it already up, then scaled back.
+func (g *Gate) abort(now time.Time) []Action {
+	r := &g.Rec
+	r.Anomalous, r.Confirmed = 0, 0
+	acts := []Action{event("SwitchoverAborted", "anomaly cleared before the primary was retired: keeping the primary")}
+	if !g.cold() {
+		r.Phase, r.Decision = PhaseIdle, time.Time{}
+		return acts
+	}
+	r.Phase, r.AbortAt = PhaseAborted, now.Add(g.Policy.Gates.AbortDelay)
+	return acts
+}
+
+func (g *Gate) maybeRetire(now time.Time) []Action {
+	r := &g.Rec
+	if r.Phase != PhaseConfirm || !r.StandbyReady || r.Confirmed < g.Policy.Gates.Reconfirm || now.Before(r.Decision.Add(g.Policy.Gates.Hold)) {
+		return nil
+	}
+	return append([]Action{event("SwitchoverConfirmed", "%d anomalous samples with the standby %s Ready, %v since the decision: retiring the primary",
+		r.Confirmed, r.Standby, now.Sub(r.Decision).Round(time.Millisecond))}, g.retire()...)
+}
+
+func (g *Gate) retire() []Action {
+	g.Rec.Phase = PhaseRetiring
+	return []Action{{Kind: ActRetirePrimary}}
+}
+
+func (g *Gate) standby(in Input) []Action {
+	r := &g.Rec
+	r.StandbyReady = in.Ready
+	switch r.Phase {
+	case PhaseWaitReady:
+		if in.Ready {
+			r.Phase = PhaseConfirm
+			return append([]Action{event("StandbyReady", "standby %s is Ready after %v: re-confirming", r.Standby, in.At.Sub(r.Decision).Round(time.Millisecond))}, g.maybeRetire(in.At)...)
+		}
+	case PhaseConfirm:
+		if !in.Ready {
+			// Not Ready any more: never retire the primary now; wait again.
+			r.Phase, r.Confirmed = PhaseWaitReady, 0
+			return []Action{warning("StandbyNotReady", "standby %s lost readiness before the primary was retired", r.Standby)}
+		}
+	case PhaseRetiring:
+		// A retirement refused because the standby was not Ready (or resumed
+		// before it was) goes ahead once it is.
+		if in.Ready {
+			return []Action{{Kind: ActRetirePrimary}}
+		}
+	case PhaseFailover:
+		if in.Ready {
+			return append([]Action{event("StandbyReady", "standby %s is Ready %v after the failover decision", r.Standby, in.At.Sub(r.Decision).Round(time.Millisecond))}, g.retire()...)
+		}
+	}
+	return nil
+}
+
+func (g *Gate) tick(now time.Time) []Action {
+	r := &g.Rec
+	switch r.Phase {
+	case PhaseWaitReady, PhaseFailover:
+		if now.Before(r.Decision.Add(g.Policy.Gates.ReadyTimeout)) {
+			return nil
+		}
+		acts := []Action{warning("StandbyNotReady", "standby %s not Ready within %v of the decision: keeping the primary", r.Standby, g.Policy.Gates.ReadyTimeout)}
+		if g.cold() {
+			acts = append(acts, Action{Kind: ActScaleStandby, Replicas: 0})
+		}
+		r.Phase, r.Decision, r.Anomalous, r.Confirmed, r.Failover = PhaseIdle, time.Time{}, 0, 0, false
+		return acts
+	case PhaseConfirm:
+		return g.maybeRetire(now)
+	case PhaseAborted:
+		if now.Before(r.AbortAt) {
+			return nil
+		}
+		r.Phase, r.AbortAt, r.Decision, r.Anomalous = PhaseIdle, time.Time{}, time.Time{}, 0
+		return []Action{{Kind: ActScaleStandby, Replicas: 0}}
+	}
+	return nil
+}
+
+// Retired records that the driver retired the primary at now: the switchover
+// is complete. The driver then moves the record to the new primary.
+func (g *Gate) Retired(now time.Time) {
+	g.Rec = Record{Phase: PhaseIdle, Standby: g.Rec.Standby, LastSwitch: now}
+}
+
+// Persist reports whether the change from old to the current record must be
+// written before acting: any change but the counting of debounce samples.
+func (g *Gate) Persist(old Record) bool {
+	a, b := old, g.Rec
+	a.Anomalous, b.Anomalous = 0, 0
+	if a.Phase == PhaseSuspect {
+		a.Phase = PhaseIdle
+	}
+	if b.Phase == PhaseSuspect {
+		b.Phase = PhaseIdle
+	}
+	if a.Phase == PhaseConfirm || a.Phase == PhaseWaitReady {
+		a.Confirmed, b.Confirmed = 0, 0
+	}
+	return a != b
+}

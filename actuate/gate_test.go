@@ -1,0 +1,337 @@
+package actuate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// fakeClock is the injected clock of the gate tests: it only moves when told.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) advance(d time.Duration) time.Time { c.t = c.t.Add(d); return c.t }
+
+// step is one input at a time offset from the previous step, and the actions
+// it must produce, summarised as "scale:N", "retire", "event:Reason" or
+// "warn:Reason".
+type step struct {
+	after time.Duration
+	in    func(at time.Time) Input
+	want  []string
+	phase Phase // "" = do not check
+}
+
+func anom(at time.Time) Input    { return Sample(at, signal.Anomalous, ptr(0.9)) }
+func lowAnom(at time.Time) Input { return Sample(at, signal.Anomalous, ptr(0.2)) }
+func healthy(at time.Time) Input { return Sample(at, signal.Healthy, ptr(0.1)) }
+func gone(at time.Time) Input    { return Sample(at, signal.Gone, nil) }
+func unhealthy(at time.Time) Input {
+	return Sample(at, signal.Unhealthy, nil)
+}
+func stopping(at time.Time) Input { return Sample(at, signal.Stopping, nil) }
+func ready(at time.Time) Input    { return StandbyReadiness(at, true) }
+func notReady(at time.Time) Input { return StandbyReadiness(at, false) }
+func tick(at time.Time) Input     { return Tick(at) }
+
+func ptr[T any](v T) *T { return &v }
+
+func summary(acts []Action) []string {
+	out := []string{}
+	for _, a := range acts {
+		switch a.Kind {
+		case ActScaleStandby:
+			out = append(out, fmt.Sprintf("scale:%d", a.Replicas))
+		case ActRetirePrimary:
+			out = append(out, "retire")
+		case ActEvent:
+			if a.Warning {
+				out = append(out, "warn:"+a.Reason)
+			} else {
+				out = append(out, "event:"+a.Reason)
+			}
+		}
+	}
+	return out
+}
+
+// the paper's switchover: 3 anomalous samples, standby up, Ready, 3 more, hold.
+func switchover() []step {
+	return []step{
+		{0, anom, nil, PhaseSuspect},
+		{time.Second, anom, nil, PhaseSuspect},
+		{time.Second, anom, []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		{4 * time.Second, ready, []string{"event:StandbyReady"}, PhaseConfirm},
+		{time.Second, anom, nil, PhaseConfirm},
+		{time.Second, anom, nil, PhaseConfirm},
+		{time.Second, anom, nil, PhaseConfirm}, // 7 s after the decision: hold not over
+		{8 * time.Second, tick, []string{"event:SwitchoverConfirmed", "retire"}, PhaseRetiring},
+	}
+}
+
+func TestGate(t *testing.T) {
+	cold := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	hot := cold
+	hot.Redundancy = Hot
+	none := cold
+	none.Redundancy = None
+	sec := time.Second
+	tests := []struct {
+		name   string
+		policy Policy
+		rec    Record
+		steps  []step
+	}{
+		{"cold switchover retires the primary only after ready, reconfirm and hold", cold, Record{}, switchover()},
+		{"hold already over: the third reconfirm sample retires at once", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+			{20 * sec, ready, []string{"event:StandbyReady"}, PhaseConfirm},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverConfirmed", "retire"}, PhaseRetiring},
+		}},
+		{"a clear sample resets the debounce", cold, Record{}, []step{
+			{0, anom, nil, PhaseSuspect}, {sec, anom, nil, PhaseSuspect},
+			{sec, healthy, nil, PhaseIdle},
+			{sec, anom, nil, PhaseSuspect}, {sec, anom, nil, PhaseSuspect},
+			{sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		}},
+		{"an anomalous signal below the threshold counts as clear", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, lowAnom, nil, PhaseIdle},
+			{sec, anom, nil, PhaseSuspect},
+		}},
+		{"starting and stopping say nothing", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, stopping, nil, PhaseSuspect}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		}},
+		{"samples before the standby is ready do not count as reconfirmation", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, ""},
+			{sec, anom, nil, PhaseWaitReady}, {sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{20 * sec, ready, []string{"event:StandbyReady"}, PhaseConfirm},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverConfirmed", "retire"}, PhaseRetiring},
+		}},
+		{"anomaly clears before the standby is ready: abort, scale back after the delay", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, ""},
+			{sec, healthy, []string{"event:SwitchoverAborted"}, PhaseAborted},
+			{29 * sec, tick, nil, PhaseAborted},
+			{sec, tick, []string{"scale:0"}, PhaseIdle},
+		}},
+		{"anomaly clears during reconfirmation: abort keeps the primary", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, ""},
+			{sec, ready, []string{"event:StandbyReady"}, PhaseConfirm},
+			{sec, anom, nil, ""},
+			{sec, healthy, []string{"event:SwitchoverAborted"}, PhaseAborted},
+			{60 * sec, tick, []string{"scale:0"}, PhaseIdle},
+		}},
+		{"anomaly returning during the abort delay reuses the running standby", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, ""},
+			{sec, ready, []string{"event:StandbyReady"}, PhaseConfirm},
+			{sec, healthy, []string{"event:SwitchoverAborted"}, PhaseAborted},
+			{sec, anom, nil, PhaseAborted}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverDecided"}, PhaseConfirm},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, nil, PhaseConfirm}, // hold counts from the new decision
+			{12 * sec, tick, []string{"event:SwitchoverConfirmed", "retire"}, PhaseRetiring},
+		}},
+		{"standby never ready: warning, keep primary, scale standby back", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, ""},
+			{119 * sec, tick, nil, PhaseWaitReady},
+			{sec, tick, []string{"warn:StandbyNotReady", "scale:0"}, PhaseIdle},
+		}},
+		{"standby losing readiness before retirement blocks it", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, ""},
+			{sec, ready, []string{"event:StandbyReady"}, PhaseConfirm},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, notReady, []string{"warn:StandbyNotReady"}, PhaseWaitReady},
+			{20 * sec, tick, nil, PhaseWaitReady},
+			{sec, ready, []string{"event:StandbyReady"}, PhaseConfirm},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverConfirmed", "retire"}, PhaseRetiring},
+		}},
+		{"gone primary fails over at once and retires when the standby is ready", cold, Record{}, []step{
+			{0, gone, []string{"event:Failover", "scale:1"}, PhaseFailover},
+			{sec, healthy, nil, PhaseFailover},
+			{2 * sec, ready, []string{"event:StandbyReady", "retire"}, PhaseRetiring},
+		}},
+		{"a retirement held back by an unready standby goes ahead once it is ready", cold, Record{Phase: PhaseRetiring}, []step{
+			{0, notReady, nil, PhaseRetiring},
+			{sec, anom, nil, PhaseRetiring},
+			{sec, ready, []string{"retire"}, PhaseRetiring},
+		}},
+		{"unhealthy primary fails over at once", cold, Record{}, []step{
+			{0, unhealthy, []string{"event:Failover", "scale:1"}, PhaseFailover},
+		}},
+		{"failover whose standby never gets ready keeps the primary", cold, Record{}, []step{
+			{0, gone, []string{"event:Failover", "scale:1"}, PhaseFailover},
+			{2 * time.Minute, tick, []string{"warn:StandbyNotReady", "scale:0"}, PhaseIdle},
+		}},
+		{"crash while waiting for the standby turns the switchover into a failover", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, ""},
+			{sec, gone, []string{"event:Failover"}, PhaseFailover},
+			{sec, ready, []string{"event:StandbyReady", "retire"}, PhaseRetiring},
+		}},
+		{"crash with the standby ready retires without waiting for the hold", cold, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, ""},
+			{sec, ready, []string{"event:StandbyReady"}, PhaseConfirm},
+			{sec, gone, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"hot standby is never scaled and a ready one skips the wait", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverDecided"}, PhaseConfirm},
+			{sec, healthy, []string{"event:SwitchoverAborted"}, PhaseIdle},
+		}},
+		{"hot failover with a ready standby retires at once", hot, Record{StandbyReady: true}, []step{
+			{0, gone, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"redundancy none never acts", none, Record{}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, nil, ""}, {sec, gone, nil, ""},
+		}},
+		{"flap guard refuses a second switchover within the cool-down, warning once", cold, Record{LastSwitch: time.Unix(1000, 0).Add(-time.Minute)}, []step{
+			{0, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"warn:FlapGuard"}, PhaseSuspect},
+			{sec, anom, nil, PhaseSuspect},
+			{4 * time.Minute, anom, []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		}},
+		{"the flap guard does not hold back a failover", cold, Record{LastSwitch: time.Unix(1000, 0)}, []step{
+			{sec, gone, []string{"event:Failover", "scale:1"}, PhaseFailover},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &fakeClock{t: time.Unix(1000, 0)}
+			g := NewGate(tt.policy, tt.rec)
+			for i, s := range tt.steps {
+				in := s.in(clk.advance(s.after))
+				got := summary(g.Step(in))
+				want := s.want
+				if want == nil {
+					want = []string{}
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("step %d (%+v): actions %v, want %v (record %+v)", i, in.Kind, got, want, g.Rec)
+				}
+				if s.phase != "" && g.Rec.Phase != s.phase {
+					t.Fatalf("step %d: phase %s, want %s", i, g.Rec.Phase, s.phase)
+				}
+			}
+		})
+	}
+}
+
+// TestGateRetireNeedsReadyStandby checks the invariant over every input
+// sequence of length 6 from a small alphabet: RetirePrimary is only ever
+// emitted while the latest standby observation was Ready.
+func TestGateRetireNeedsReadyStandby(t *testing.T) {
+	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick}
+	p := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	p.Gates.Hold = 0
+	p.Gates.Debounce, p.Gates.Reconfirm = 1, 1
+	n := len(alphabet)
+	total := 1
+	for range 6 {
+		total *= n
+	}
+	for code := range total {
+		clk := &fakeClock{t: time.Unix(1000, 0)}
+		g := NewGate(p, Record{})
+		var trace []string
+		c := code
+		for range 6 {
+			in := alphabet[c%n](clk.advance(time.Minute))
+			c /= n
+			acts := g.Step(in)
+			trace = append(trace, fmt.Sprint(in.Kind, in.State, in.Ready))
+			for _, a := range acts {
+				if a.Kind == ActRetirePrimary && !g.Rec.StandbyReady {
+					t.Fatalf("retire without a Ready standby after %s", strings.Join(trace, " → "))
+				}
+			}
+			if g.Rec.Phase == PhaseRetiring {
+				break
+			}
+		}
+	}
+}
+
+func TestGateResume(t *testing.T) {
+	cold := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	hot := cold
+	hot.Redundancy = Hot
+	tests := []struct {
+		name string
+		p    Policy
+		rec  Record
+		want []string
+	}{
+		{"idle does nothing", cold, Record{Phase: PhaseIdle}, []string{}},
+		{"waiting cold standby is scaled up again", cold, Record{Phase: PhaseWaitReady}, []string{"scale:1"}},
+		{"failover cold standby is scaled up again", cold, Record{Phase: PhaseFailover}, []string{"scale:1"}},
+		{"hot standby is not scaled", hot, Record{Phase: PhaseWaitReady}, []string{}},
+		{"retiring retires again", cold, Record{Phase: PhaseRetiring}, []string{"retire"}},
+		{"confirm waits for samples", cold, Record{Phase: PhaseConfirm}, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := summary(NewGate(tt.p, tt.rec).Resume()); !slices.Equal(got, tt.want) {
+				t.Errorf("Resume = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestGateDeadline(t *testing.T) {
+	p := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	d := time.Unix(1000, 0)
+	tests := []struct {
+		name string
+		rec  Record
+		want time.Time
+		ok   bool
+	}{
+		{"idle has none", Record{Phase: PhaseIdle}, time.Time{}, false},
+		{"waiting: ready timeout", Record{Phase: PhaseWaitReady, Decision: d}, d.Add(2 * time.Minute), true},
+		{"confirming before enough samples: none", Record{Phase: PhaseConfirm, Decision: d, Confirmed: 1}, time.Time{}, false},
+		{"confirmed: end of hold", Record{Phase: PhaseConfirm, Decision: d, Confirmed: 3}, d.Add(15 * time.Second), true},
+		{"aborted: scale back time", Record{Phase: PhaseAborted, AbortAt: d}, d, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := NewGate(p, tt.rec).Deadline()
+			if ok != tt.ok || !got.Equal(tt.want) {
+				t.Errorf("Deadline = %v %v, want %v %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestGatePersist(t *testing.T) {
+	p := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	at := time.Unix(1000, 0)
+	g := NewGate(p, Record{})
+	old := g.Rec
+	g.Step(anom(at))
+	if g.Persist(old) {
+		t.Error("a debounce sample asks to be persisted; it must not (one write per second)")
+	}
+	g.Step(anom(at))
+	old = g.Rec
+	g.Step(anom(at))
+	if !g.Persist(old) {
+		t.Error("the decision is not persisted before acting")
+	}
+}
+
+func TestGateRetired(t *testing.T) {
+	g := NewGate(Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}, Record{Phase: PhaseRetiring, Confirmed: 3})
+	at := time.Unix(5000, 0)
+	g.Retired(at)
+	if g.Rec.Phase != PhaseIdle || !g.Rec.LastSwitch.Equal(at) || g.Rec.Confirmed != 0 {
+		t.Errorf("after Retired: %+v", g.Rec)
+	}
+}

@@ -1,0 +1,293 @@
+package actuate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+const (
+	mergePatch   = types.MergePatchType
+	fieldManager = "amf-agent"
+	// ConditionHealthy is the readiness-gate condition the agent maintains.
+	ConditionHealthy corev1.PodConditionType = "amf.io/healthy"
+)
+
+// ErrStandbyNotReady is returned when retiring the primary is refused because
+// the standby is not Ready right now (the invariant).
+var ErrStandbyNotReady = errors.New("standby not Ready: primary kept")
+
+// deploymentReady reports readyReplicas >= 1 at the current generation: a
+// status written for an older spec (before our scale) does not count.
+func deploymentReady(d *appsv1.Deployment) bool {
+	return d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas >= 1
+}
+
+// scale sets k's replicas through the scale subresource, so the agent needs
+// no update right on Deployments themselves.
+func (a *Actuator) scale(ctx context.Context, k podKey, replicas int32) error {
+	if a.dryRun {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := a.cs.AppsV1().Deployments(k.ns).GetScale(ctx, k.name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get scale of %s: %w", k, err)
+		}
+		if s.Spec.Replicas == replicas {
+			return nil
+		}
+		s.Spec.Replicas = replicas
+		if _, err := a.cs.AppsV1().Deployments(k.ns).UpdateScale(ctx, k.name, s, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return fmt.Errorf("scale %s to %d: %w", k, replicas, err)
+		}
+		return nil
+	})
+}
+
+// retire scales the primary to zero once the standby is Ready right now, then
+// exchanges the roles: the standby becomes the primary (with the policy and a
+// record carrying the switchover time for the flap guard) and the old primary
+// its cold standby. Each write is idempotent, so a restart in between repeats
+// the phase (Retiring) safely.
+func (a *Actuator) retire(ctx context.Context, w *workload) error {
+	p := w.gate.Policy
+	sk := podKey{w.key.ns, p.Standby}
+	if a.dryRun {
+		w.gate.Retired(a.now())
+		return nil
+	}
+	sb, err := a.cs.AppsV1().Deployments(sk.ns).Get(ctx, sk.name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get standby %s: %w", sk, err)
+	}
+	if !deploymentReady(sb) {
+		// The watch was ahead of reality (or we resumed): wait for it again.
+		w.gate.Step(StandbyReadiness(a.now(), false))
+		_ = a.writeRecord(ctx, w)
+		return fmt.Errorf("%w (%s: %d ready, generation %d observed %d)", ErrStandbyNotReady, sk, sb.Status.ReadyReplicas, sb.Generation, sb.Status.ObservedGeneration)
+	}
+	if err := a.scale(ctx, w.key, 0); err != nil {
+		return err
+	}
+	now := a.now()
+	w.gate.Retired(now)
+	rec, err := json.Marshal(Record{Phase: PhaseIdle, Standby: w.key.name, LastSwitch: now})
+	if err != nil {
+		return err
+	}
+	// New primary first: if we stop after it, both carry a policy, the old
+	// one in phase Retiring, and a resume repeats the exchange.
+	newAnn := map[string]any{AnnStandby: w.key.name, AnnRole: "primary", AnnPrimary: nil, AnnRecord: string(rec)}
+	oldAnn := map[string]any{AnnRole: "standby", AnnPrimary: sk.name, AnnRecord: nil}
+	src := w.annotations
+	for _, key := range policyKeys {
+		if key == AnnStandby {
+			continue
+		}
+		if v, ok := src[key]; ok {
+			newAnn[key] = v
+		} else {
+			newAnn[key] = nil
+		}
+		oldAnn[key] = nil
+	}
+	oldAnn[AnnStandby] = nil
+	if err := a.patchAnnotations(ctx, sk, newAnn); err != nil {
+		return fmt.Errorf("role exchange, new primary %s: %w", sk, err)
+	}
+	if err := a.patchAnnotations(ctx, w.key, oldAnn); err != nil {
+		return fmt.Errorf("role exchange, old primary %s: %w", w.key, err)
+	}
+	a.emitKey(ctx, w, false, "RolesExchanged", fmt.Sprintf("%s is now the primary, %s its standby", sk.name, w.key.name))
+	// The old primary is no longer managed; the new one is loaded on its
+	// next signal (or now, so its standby watch starts at once).
+	if w.stop != nil {
+		w.stop()
+	}
+	delete(a.workloads, w.key)
+	if sw := a.workloads[sk]; sw != nil {
+		// Known as an unmanaged standby until now: forget that at once.
+		if sw.stop != nil {
+			sw.stop()
+		}
+		delete(a.workloads, sk)
+	}
+	if _, err := a.workload(ctx, sk); err != nil {
+		a.log.Warn("new primary not loaded", slog.String("deployment", sk.String()), slog.String("error", err.Error()))
+	}
+	return nil
+}
+
+func (a *Actuator) patchAnnotations(ctx context.Context, k podKey, ann map[string]any) error {
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		return err
+	}
+	_, err = a.cs.AppsV1().Deployments(k.ns).Patch(ctx, k.name, mergePatch, b, metav1.PatchOptions{FieldManager: fieldManager})
+	return err
+}
+
+// watchStandby reports the standby's readiness to Run on every change, from a
+// watch (not polling): a RetryWatcher survives API server restarts and
+// resumes from the last resourceVersion; when that is too old, the loop gets
+// the object again and starts a new watch.
+func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64, standby string) {
+	dc := a.cs.AppsV1().Deployments(primary.ns)
+	last := -1 // -1 unknown, 0 not ready, 1 ready
+	send := func(ready bool) {
+		r := 0
+		if ready {
+			r = 1
+		}
+		if r == last {
+			return
+		}
+		last = r
+		select {
+		case a.readyCh <- readiness{primary: primary, gen: gen, ready: ready, at: a.now()}:
+		case <-ctx.Done():
+		}
+	}
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		d, err := dc.Get(ctx, standby, metav1.GetOptions{})
+		if err != nil {
+			a.log.Warn("standby not read", slog.String("standby", primary.ns+"/"+standby), slog.String("error", err.Error()))
+			select { // back-off between failed reads, not a synchronisation
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 10*time.Second)
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		backoff = 200 * time.Millisecond
+		send(deploymentReady(d))
+		lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = "metadata.name=" + standby
+			return dc.Watch(ctx, o)
+		}}
+		rw, err := watchtools.NewRetryWatcherWithContext(ctx, d.ResourceVersion, lw)
+		if err != nil {
+			continue
+		}
+		for ev := range rw.ResultChan() {
+			if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Deleted {
+				send(deploymentReady(d))
+			} else if ev.Type == watch.Deleted {
+				send(false)
+			}
+		}
+		rw.Stop()
+	}
+}
+
+// emitKey emits an Event on w's Deployment (regarding it by reference).
+func (a *Actuator) emitKey(ctx context.Context, w *workload, warning bool, reason, note string) {
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.key.ns, Name: w.key.name, UID: types.UID(w.uid)}}
+	a.emit(ctx, d, warning, reason, "Switchover", note)
+}
+
+// emit creates one events.k8s.io/v1 Event regarding d. Failures are logged:
+// an Event is evidence, never a reason to stop.
+func (a *Actuator) emit(ctx context.Context, d *appsv1.Deployment, warning bool, reason, action, note string) {
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	a.m.events.WithLabelValues(reason).Inc()
+	a.log.Info("event", slog.String("deployment", d.Namespace+"/"+d.Name), slog.String("type", typ), slog.String("reason", reason), slog.String("note", note))
+	if a.dryRun {
+		return
+	}
+	if len(note) > 1024 {
+		note = note[:1024]
+	}
+	now := a.now()
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: d.Name + ".amf-", Namespace: d.Namespace},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: Controller,
+		ReportingInstance:   a.inst,
+		Action:              action,
+		Reason:              reason,
+		Regarding:           corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: d.Namespace, Name: d.Name, UID: d.UID},
+		Note:                note,
+		Type:                typ,
+	}
+	if _, err := a.cs.EventsV1().Events(d.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		a.log.Warn("event not created", slog.String("reason", reason), slog.String("error", err.Error()))
+	}
+}
+
+// readinessValue maps a signalled state to the amf.io/healthy condition.
+// Anomalous stays True on purpose: an anomaly is a prediction, and taking the
+// only primary out of its Services before the standby is Ready would be
+// break-before-make; the switchover handles it. Trouble that is here
+// (unhealthy, gone) or an orderly stop turns it False at once.
+func readinessValue(st signal.State) (corev1.ConditionStatus, bool) {
+	switch st {
+	case signal.Healthy, signal.Anomalous:
+		return corev1.ConditionTrue, true
+	case signal.Unhealthy, signal.Gone, signal.Stopping, signal.Starting:
+		return corev1.ConditionFalse, true
+	}
+	return "", false
+}
+
+// patchReadinessGate sets the amf.io/healthy condition of a pod that declares
+// it as a readiness gate. A strategic merge patch of status.conditions merges
+// by type, so only this condition is touched, never the kubelet's.
+func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s Signal) {
+	declared := false
+	for _, g := range pod.Spec.ReadinessGates {
+		declared = declared || g.ConditionType == ConditionHealthy
+	}
+	status, ok := readinessValue(s.State)
+	if !declared || !ok {
+		return
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == ConditionHealthy && c.Status == status {
+			return // unchanged: keep lastTransitionTime
+		}
+	}
+	cond := corev1.PodCondition{
+		Type: ConditionHealthy, Status: status, Reason: reasonOf(s.State),
+		Message: "signalled " + string(s.State), LastTransitionTime: metav1.NewTime(s.At),
+	}
+	b, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+	if err != nil {
+		return
+	}
+	a.log.Info("readiness gate", slog.String("pod", pod.Namespace+"/"+pod.Name), slog.String("status", string(status)), slog.String("state", string(s.State)), slog.Bool("dry_run", a.dryRun))
+	if a.dryRun {
+		return
+	}
+	if _, err := a.cs.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, b, metav1.PatchOptions{FieldManager: fieldManager}, "status"); err != nil {
+		a.log.Warn("readiness gate not patched", slog.String("pod", pod.Namespace+"/"+pod.Name), slog.String("error", err.Error()))
+	}
+}
+
+func reasonOf(st signal.State) string {
+	if st == "" {
+		return "Unknown"
+	}
+	return string(st[0]-'a'+'A') + string(st[1:])
+}

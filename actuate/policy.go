@@ -1,0 +1,161 @@
+package actuate
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Annotation keys of the policy, the role exchange and the switchover record.
+const (
+	AnnStandby      = "amf.io/standby"
+	AnnRedundancy   = "amf.io/redundancy"
+	AnnThreshold    = "amf.io/threshold"
+	AnnDebounce     = "amf.io/debounce"
+	AnnReconfirm    = "amf.io/reconfirm"
+	AnnHold         = "amf.io/hold"
+	AnnReadyTimeout = "amf.io/ready-timeout"
+	AnnCooldown     = "amf.io/cooldown"
+	AnnAbortDelay   = "amf.io/abort-delay"
+	// AnnRole is "primary" or "standby"; written by the role exchange.
+	AnnRole = "amf.io/role"
+	// AnnPrimary names the primary on a standby after a role exchange.
+	AnnPrimary = "amf.io/primary"
+	// AnnRecord holds the Gate's Record as JSON on the primary.
+	AnnRecord = "amf.io/switchover"
+)
+
+// policyKeys are the annotations moved from the old to the new primary by a
+// role exchange.
+var policyKeys = []string{AnnStandby, AnnRedundancy, AnnThreshold, AnnDebounce, AnnReconfirm, AnnHold, AnnReadyTimeout, AnnCooldown, AnnAbortDelay}
+
+// Redundancy is how the standby is kept.
+type Redundancy string
+
+// The redundancy models.
+const (
+	// Cold: the standby has 0 replicas until needed; the agent scales it 0→1
+	// and back.
+	Cold Redundancy = "cold"
+	// Hot: the standby already runs; the agent never scales it.
+	Hot Redundancy = "hot"
+	// None: no standby actions; only the readiness gate is maintained.
+	None Redundancy = "none"
+)
+
+// Gates are the thresholds of the switchover; DefaultGates are the paper's.
+type Gates struct {
+	Threshold    float64       // probability at or above which a sample is anomalous
+	Debounce     int           // consecutive anomalous samples before the decision
+	Reconfirm    int           // anomalous samples after the standby is Ready
+	Hold         time.Duration // least time between decision and retiring the primary
+	ReadyTimeout time.Duration // standby must become Ready within this after the decision
+	Cooldown     time.Duration // flap guard: least time between two switchovers
+	AbortDelay   time.Duration // a cold standby started in vain is scaled back after this
+}
+
+// DefaultGates returns the defaults of the paper (threshold 0.5, debounce 3,
+// hold 15 s) and of this project for what the paper leaves open.
+func DefaultGates() Gates {
+	return Gates{
+		Threshold:    0.5,
+		Debounce:     3,
+		Reconfirm:    3,
+		Hold:         15 * time.Second,
+		ReadyTimeout: 2 * time.Minute,
+		Cooldown:     5 * time.Minute,
+		AbortDelay:   30 * time.Second,
+	}
+}
+
+// Policy is the recovery policy of one primary Deployment.
+type Policy struct {
+	Standby    string
+	Redundancy Redundancy
+	Gates      Gates
+}
+
+// ErrInvalidPolicy wraps every policy error.
+var ErrInvalidPolicy = errors.New("invalid amf.io policy")
+
+// ParsePolicy reads the policy from a Deployment's annotations. managed is
+// false when the Deployment carries no amf.io/standby (it is not a primary);
+// err is non-nil (wrapping ErrInvalidPolicy, naming every bad key) when the
+// policy is present but invalid, in which case the agent must not act.
+func ParsePolicy(name string, ann map[string]string) (p Policy, managed bool, err error) {
+	standby, ok := ann[AnnStandby]
+	if !ok {
+		return Policy{}, false, nil
+	}
+	p = Policy{Standby: standby, Redundancy: Cold, Gates: DefaultGates()}
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s=%q: %s", key, ann[key], fmt.Sprintf(format, args...)))
+	}
+	if msgs := validation.IsDNS1123Subdomain(standby); len(msgs) > 0 {
+		bad(AnnStandby, "not a Deployment name: %s", strings.Join(msgs, "; "))
+	} else if standby == name {
+		bad(AnnStandby, "a Deployment cannot be its own standby")
+	}
+	if v, ok := ann[AnnRedundancy]; ok {
+		switch r := Redundancy(v); r {
+		case Cold, Hot, None:
+			p.Redundancy = r
+		default:
+			bad(AnnRedundancy, "want cold, hot or none")
+		}
+	}
+	if v, ok := ann[AnnThreshold]; ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			bad(AnnThreshold, "want a probability in (0, 1]")
+		} else {
+			p.Gates.Threshold = f
+		}
+	}
+	for _, c := range []struct {
+		key string
+		dst *int
+	}{{AnnDebounce, &p.Gates.Debounce}, {AnnReconfirm, &p.Gates.Reconfirm}} {
+		v, ok := ann[c.key]
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			bad(c.key, "want a whole number of samples from 1 to 1000")
+			continue
+		}
+		*c.dst = n
+	}
+	for _, c := range []struct {
+		key      string
+		dst      *time.Duration
+		zeroOK   bool
+		min, max time.Duration
+	}{
+		{AnnHold, &p.Gates.Hold, true, 0, time.Hour},
+		{AnnReadyTimeout, &p.Gates.ReadyTimeout, false, time.Second, time.Hour},
+		{AnnCooldown, &p.Gates.Cooldown, true, 0, 24 * time.Hour},
+		{AnnAbortDelay, &p.Gates.AbortDelay, true, 0, time.Hour},
+	} {
+		v, ok := ann[c.key]
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < c.min || d > c.max || (d == 0 && !c.zeroOK) {
+			bad(c.key, "want a duration from %v to %v", c.min, c.max)
+			continue
+		}
+		*c.dst = d
+	}
+	if len(errs) > 0 {
+		return Policy{}, true, fmt.Errorf("%w: %w", ErrInvalidPolicy, errors.Join(errs...))
+	}
+	return p, true, nil
+}

@@ -1,0 +1,43 @@
+package actuate
+
+import rbacv1 "k8s.io/api/rbac/v1"
+
+// Rules returns the exact RBAC rules the actuator needs, for a ClusterRole
+// (or, to confine the agent to some namespaces, a Role in each; see
+// ../manifests/base/clusterrole-actuate.yaml). The control-plane test runs the actuator as a
+// ServiceAccount bound to exactly these rules.
+//
+//   - deployments get/watch: read the policy and record, watch the standby's
+//     readiness. No list: the agent learns workloads from signals.
+//   - deployments patch: the switchover record and the role exchange
+//     (annotations only; the agent never writes a Deployment's spec this way).
+//   - deployments/scale get/update: scale 0↔1 through the scale subresource.
+//   - replicasets get: map a pod to its Deployment.
+//   - pods get: owner and readiness gates of a signalling pod.
+//   - pods/status patch: the amf.io/healthy condition only.
+//   - events.k8s.io events create: evidence of each decision.
+//
+// Trade-off: Kubernetes RBAC cannot restrict "scale" to Deployments carrying an
+// amf.io policy (resourceNames are static), so a ClusterRole lets the agent
+// scale any Deployment of the cluster. Binding the same rules as a Role in
+// the namespaces that run managed workloads narrows that to those namespaces.
+// Nothing here allows deleting pods, reading Secrets, or changing any spec but
+// replicas.
+func Rules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "watch", "patch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
+	}
+}
+
+// RulesWithResume returns Rules plus list on deployments, which
+// Config.ResumeOnStart needs to find interrupted switchovers.
+func RulesWithResume() []rbacv1.PolicyRule {
+	r := Rules()
+	r[0].Verbs = append(r[0].Verbs, "list")
+	return r
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,5 +55,19 @@ func TestReplayCommand(t *testing.T) {
 				t.Fatalf("stderr %q does not mention %q", errs, tt.errMention)
 			}
 		})
+	}
+}
+
+// The sidecar runs in every broker pod: it must stay small and never link the
+// Kubernetes client (DESIGN.md, package table).
+func TestSidecarDoesNotImportKubernetesClients(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "k8s.io/") || strings.HasPrefix(pkg, "sigs.k8s.io/") {
+			t.Fatalf("amf-sidecar depends on %s", pkg)
+		}
 	}
 }

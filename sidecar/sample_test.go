@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +99,13 @@ func TestClockSteppingBackRestartsTheWindows(t *testing.T) {
 }
 
 func TestSamplingARealProcess(t *testing.T) {
-	src, err := cgroup.ForPID(os.Getpid())
+	// A busy child process, sampled from outside as the sidecar samples a broker.
+	busy := exec.Command("/bin/sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = busy.Process.Kill(); _ = busy.Wait() })
+	src, err := cgroup.ForPID(busy.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,14 +114,15 @@ func TestSamplingARealProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	var last Record
+	// Read until two readings are far enough apart in time for a rate; the
+	// ticker only spaces them, the assertion does not depend on its period.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for i := 0; i < 3; i++ {
-		// Burn a little CPU so the counter moves between readings.
-		for x, deadline := 0.0, time.Now().Add(20*time.Millisecond); time.Now().Before(deadline); x++ {
-			_ = x * x
-		}
 		if last, err = s.Sample(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+		<-tick.C
 	}
 	v := last.Features
 	if v.Why[infer.CPUPercent] != infer.Defined || !(v.Values[infer.CPUPercent] > 0) {

@@ -9,6 +9,8 @@
 // of a pod's state.
 //
 // Signals: SIGINT/SIGTERM stop it; SIGHUP reloads --token-file.
+//
+// `amf-agent inject` writes Deployments with the sidecar injected (see inject.go).
 package main
 
 import (
@@ -34,7 +36,13 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stderr); err != nil {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "inject" {
+		err = runInject(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	} else {
+		err = run(os.Args[1:], os.Stderr)
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(2)
 		}
@@ -55,6 +63,7 @@ func run(args []string, stderr io.Writer) error {
 		nodeName     = fs.String("node-name", "", "with TokenReview, accept only pods on this `node` (the DaemonSet passes spec.nodeName)")
 		observeOnly  = fs.Bool("observe-only", false, "never act on the cluster: with --actuate, log every decision it would take (\"msg\":\"decision\", \"dry_run\":true) and write nothing")
 		actuation    = fs.Bool("actuate", false, "act on confirmed anomalies and crashes: make-before-break switchover and failover of Deployments carrying amf.io/standby (package actuate); needs the Kubernetes API")
+		resume       = fs.Bool("resume-on-start", false, "with --actuate, list the Deployments once at start and resume every switchover recorded in progress, also one whose primary no longer signals (already scaled to 0). Trade-off: needs list on deployments (actuate.RulesWithResume), i.e. reading every Deployment's spec in scope; without it a switchover resumes on the primary's next signal")
 		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		maxClients   = fs.Int("max-clients", 256, "most MQTT connections open at once")
 		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")
@@ -81,6 +90,8 @@ func run(args []string, stderr io.Writer) error {
 		kubeCfg *rest.Config
 	)
 	switch {
+	case *resume && !*actuation:
+		return errors.New("--resume-on-start needs --actuate")
 	case *actuation && *tokenFile != "":
 		return errors.New("--actuate needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file")
 	case *tokenFile != "" && (*kubeconfig != "" || *nodeName != ""):
@@ -129,11 +140,11 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("actuation client: %w", err)
 	}
-	act, err := actuate.New(actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: *observeOnly, Instance: *nodeName, Registerer: a.MetricsRegisterer()})
+	act, err := actuate.New(actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: *observeOnly, Instance: *nodeName, ResumeOnStart: *resume, Registerer: a.MetricsRegisterer()})
 	if err != nil {
 		return err
 	}
-	log.Info("actuation on", slog.Bool("dry_run", *observeOnly))
+	log.Info("actuation on", slog.Bool("dry_run", *observeOnly), slog.Bool("resume_on_start", *resume))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wait := agent.StartActuation(ctx, a.Tracker(), act, log)

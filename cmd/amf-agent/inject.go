@@ -1,0 +1,71 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/amf-edge/amf/inject"
+)
+
+const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--standby] [--sidecar-image IMAGE] [--probe-mqtt URL]
+
+Writes the Deployments of FILE (default: standard input; multi-document YAML)
+to standard output with the AMF sidecar injected: native sidecar, projected
+ServiceAccount token (audience amf-agent), host cgroup mount, downward API
+environment, readiness gate amf.io/healthy and policy annotations. Other kinds
+pass through untouched. Injecting twice is the same as injecting once.
+
+  kubectl get deployment mosquitto -o yaml | amf-agent inject --standby | kubectl apply -f -
+
+Flags:
+`
+
+// runInject is the inject subcommand; see package inject.
+func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("amf-agent inject", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, injectUsage)
+		fs.PrintDefaults()
+	}
+	var opts inject.Options
+	file := fs.String("f", "-", "YAML `file` to read; - is standard input")
+	fs.BoolVar(&opts.Standby, "standby", false, "also write each primary's standby Deployment (0 replicas when amf.io/redundancy is cold)")
+	fs.StringVar(&opts.SidecarImage, "sidecar-image", inject.DefaultSidecarImage, "sidecar `image`")
+	fs.StringVar(&opts.ProbeMQTT, "probe-mqtt", "", "sidecar's app-logic probe `URL` (default tcp://127.0.0.1:<the broker's port named mqtt, else 1883>)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("inject: unexpected arguments %q (use -f FILE)", fs.Args())
+	}
+	var (
+		in  []byte
+		err error
+	)
+	if *file == "-" {
+		in, err = io.ReadAll(stdin)
+	} else {
+		in, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		return fmt.Errorf("inject: %w", err)
+	}
+	out, res, err := inject.Inject(in, opts)
+	if err != nil {
+		return fmt.Errorf("inject: %w", err)
+	}
+	if len(res.Injected) == 0 {
+		return errors.New("inject: no apps/v1 Deployment in the input")
+	}
+	if _, err := stdout.Write(out); err != nil {
+		return fmt.Errorf("inject: %w", err)
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintln(stderr, "amf-agent inject: warning:", w)
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const plainDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: mosquitto
+spec:
+  selector:
+    matchLabels: {app: mosquitto}
+  template:
+    metadata:
+      labels: {app: mosquitto}
+    spec:
+      containers: [{name: mosquitto, image: eclipse-mosquitto:2}]
+`
+
+func TestInjectCommand(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "d.yaml")
+	if err := os.WriteFile(file, []byte(plainDeployment), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name       string
+		args       []string
+		stdin      string
+		wantOut    []string // substrings of stdout
+		wantStderr string
+		wantErr    string
+	}{
+		{name: "reads-standard-input", stdin: plainDeployment,
+			wantOut: []string{"name: amf-sidecar", "restartPolicy: Always", "amf.io/standby: mosquitto-standby"}},
+		{name: "reads-a-file", args: []string{"-f", file},
+			wantOut: []string{"name: amf-sidecar"}},
+		{name: "standby-flag-writes-the-standby-and-warns", args: []string{"--standby"}, stdin: plainDeployment,
+			wantOut: []string{"name: mosquitto-standby", "replicas: 0"}, wantStderr: "client IDs"},
+		{name: "sidecar-image-flag", args: []string{"--sidecar-image", "registry.local/amf-sidecar:dev"}, stdin: plainDeployment,
+			wantOut: []string{"image: registry.local/amf-sidecar:dev"}},
+		{name: "no-deployment-is-an-error", stdin: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+			wantErr: "no apps/v1 Deployment in the input"},
+		{name: "refusal-names-the-document", stdin: "apiVersion: apps/v1\nkind: DeploymentList\nitems: []\n",
+			wantErr: "inject: document 1 (DeploymentList): a apps/v1 DeploymentList is not injected"},
+		{name: "missing-file", args: []string{"-f", filepath.Join(t.TempDir(), "none.yaml")}, wantErr: "no such file"},
+		{name: "stray-argument", args: []string{"d.yaml"}, wantErr: "unexpected arguments"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := runInject(tt.args, strings.NewReader(tt.stdin), &stdout, &stderr)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				if stdout.Len() != 0 {
+					t.Errorf("wrote %q despite the error", stdout.String())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tt.wantOut {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			if !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Errorf("stderr %q, want %q", stderr.String(), tt.wantStderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,534 @@
+// Package inject adds the AMF sidecar to Kubernetes Deployments, as
+// `linkerd inject` or `istioctl kube-inject` do for their proxies: YAML in,
+// YAML out, no cluster access.
+//
+// Each apps/v1 Deployment of a (multi-document) YAML stream gets:
+//
+//   - the amf-sidecar as a native sidecar (an init container with
+//     restartPolicy Always) running `amf-sidecar run` in pod mode;
+//   - a projected ServiceAccount token with audience amf-agent at
+//     /var/run/secrets/amf/token, the sidecar's identity towards the agent;
+//   - the host's /sys/fs/cgroup mounted read-only, where the sidecar finds the
+//     broker container's cgroup;
+//   - POD_UID, POD_NAME, POD_NAMESPACE and NODE_IP from the downward API, and
+//     AMF_AGENT=tcp://$(NODE_IP):1884, the node agent's control-plane broker;
+//   - the readiness gate amf.io/healthy, which the agent maintains;
+//   - on the primary, the policy annotations amf.io/standby (default
+//     <name>-standby) and amf.io/redundancy (default cold), unless already set.
+//
+// With Options.Standby each primary is followed by its standby Deployment
+// (0 replicas when cold), unless the stream already holds it. A Deployment
+// that is a standby (annotation amf.io/role=standby, or named by another's
+// amf.io/standby) gets the sidecar but no policy.
+//
+// A v1 List (kubectl get -o yaml of several objects) is written as its items,
+// one document each. Fields the server writes (uid, resourceVersion,
+// generation, creationTimestamp, managedFields, status) are dropped from
+// Deployments, so the output is a manifest to apply. Documents of other kinds pass through byte for byte, comments included;
+// injected Deployments are re-serialized (keys sorted, comments dropped except
+// the comment lines that open the document).
+// Injection is idempotent: injecting its own output changes nothing. What it
+// cannot inject safely it refuses with an error naming the document and the
+// reason, and then writes nothing.
+package inject
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/agent"
+)
+
+// Names and places of what Inject adds.
+const (
+	// SidecarName is the sidecar's init container name.
+	SidecarName = "amf-sidecar"
+	// DefaultSidecarImage is the sidecar image used when Options.SidecarImage is empty.
+	DefaultSidecarImage = "ghcr.io/amf-edge/amf-sidecar:v0.1.0"
+	// TokenVolume holds the projected token, mounted at TokenDir.
+	TokenVolume = "amf-token"
+	// TokenDir is where the sidecar reads "token" (its --token-file default).
+	TokenDir = "/var/run/secrets/amf"
+	// CgroupVolume is the host's /sys/fs/cgroup, mounted read-only at HostCgroupRoot.
+	CgroupVolume = "amf-host-cgroup"
+	// HostCgroupRoot is the sidecar's --host-cgroup-root.
+	HostCgroupRoot = "/host/sys/fs/cgroup"
+	// AgentPort is the agent DaemonSet's host port (manifests/base).
+	AgentPort = 1884
+	// HealthPort is the sidecar's health endpoint (healthcheck.DefaultAddr).
+	HealthPort = 8086
+	// LabelStandbyOf marks a standby's pods when the primary's selector has no
+	// app.kubernetes.io/instance label to vary.
+	LabelStandbyOf = "amf.io/standby-of"
+
+	labelInstance = "app.kubernetes.io/instance"
+	tokenSeconds  = 3600
+)
+
+// Options configures Inject. The zero value injects DefaultSidecarImage and no standby.
+type Options struct {
+	// SidecarImage is the sidecar's image; default DefaultSidecarImage. An
+	// existing amf-sidecar of the same repository (any tag) is replaced; one of
+	// another repository is refused.
+	SidecarImage string
+	// Standby also writes each primary's standby Deployment.
+	Standby bool
+	// ProbeMQTT is the sidecar's --probe-mqtt; default tcp://127.0.0.1:<port>
+	// with the broker container's port named "mqtt", else 1883.
+	ProbeMQTT string
+}
+
+// Result is what Inject wrote, for a summary on stderr.
+type Result struct {
+	// Injected are the names of the Deployments that carry the sidecar.
+	Injected []string
+	// Standbys are the names of the standby Deployments Inject wrote.
+	Standbys []string
+	// Warnings are things the user must still do (for example give a standby
+	// its own client IDs).
+	Warnings []string
+}
+
+var separator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
+
+// document is one YAML document of the stream.
+type document struct {
+	raw        []byte
+	deployment *appsv1.Deployment // nil: pass through
+	where      string             // for messages: "document 2 (Deployment x)"
+}
+
+// Inject injects the sidecar into every Deployment of a YAML stream and
+// returns the new stream. On error it returns no output.
+func Inject(in []byte, opts Options) ([]byte, Result, error) {
+	if opts.SidecarImage == "" {
+		opts.SidecarImage = DefaultSidecarImage
+	}
+	docs, err := parse(in)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	present := map[string]bool{}   // namespace/name of every Deployment in the stream
+	standbyOf := map[string]bool{} // namespace/name named as a standby by another
+	for _, d := range docs {
+		if dep := d.deployment; dep != nil {
+			present[key(dep.Namespace, dep.Name)] = true
+			if s := dep.Annotations[actuate.AnnStandby]; s != "" {
+				standbyOf[key(dep.Namespace, s)] = true
+			}
+		}
+	}
+
+	var (
+		out bytes.Buffer
+		res Result
+	)
+	for i, d := range docs {
+		if i > 0 {
+			out.WriteString("---\n")
+		}
+		dep := d.deployment
+		if dep == nil {
+			out.Write(d.raw)
+			continue
+		}
+		isStandby := dep.Annotations[actuate.AnnRole] == "standby" || standbyOf[key(dep.Namespace, dep.Name)]
+		if err := injectPod(&dep.Spec.Template.Spec, opts); err != nil {
+			return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+		}
+		res.Injected = append(res.Injected, dep.Name)
+		var standby *appsv1.Deployment
+		if !isStandby {
+			if err := setPolicy(dep); err != nil {
+				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+			}
+			name := dep.Annotations[actuate.AnnStandby]
+			if opts.Standby && !present[key(dep.Namespace, name)] {
+				if standby, err = standbyFor(dep); err != nil {
+					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+				}
+				present[key(dep.Namespace, name)] = true
+			}
+		}
+		b, err := marshal(dep)
+		if err != nil {
+			return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+		}
+		out.Write(leadingComments(d.raw))
+		out.Write(b)
+		if standby != nil {
+			b, err := marshal(standby)
+			if err != nil {
+				return nil, Result{}, fmt.Errorf("%s: standby: %w", d.where, err)
+			}
+			out.WriteString("---\n")
+			out.WriteString(standbyComment(dep.Name, actuate.Redundancy(dep.Annotations[actuate.AnnRedundancy])))
+			out.Write(b)
+			res.Standbys = append(res.Standbys, standby.Name)
+			res.Warnings = append(res.Warnings, fmt.Sprintf(
+				"standby %s shares the ConfigMaps and Secrets of %s: give it its own MQTT client IDs (bridge local_clientid/remote_clientid) before both run at once",
+				standby.Name, dep.Name))
+		}
+	}
+	return out.Bytes(), res, nil
+}
+
+// leadingComments is the comment block that opens a document, which
+// re-serialization would otherwise drop.
+func leadingComments(raw []byte) []byte {
+	n := 0
+	for _, line := range bytes.SplitAfter(raw, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			break
+		}
+		n += len(line)
+	}
+	return raw[:n]
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+func standbyComment(primary string, r actuate.Redundancy) string {
+	return "# " + strings.ToUpper(string(r[:1])) + string(r[1:]) + " standby of " + primary + " written by amf-agent inject --standby. It mounts\n" +
+		"# the primary's ConfigMaps: give it its own MQTT client IDs (bridge\n" +
+		"# local_clientid/remote_clientid) so both can run during a switchover.\n"
+}
+
+// parse splits the stream and decodes its apps/v1 Deployments.
+func parse(in []byte) ([]document, error) {
+	var docs []document
+	n := 0
+	for _, part := range separator.Split(string(in), -1) {
+		raw := []byte(part)
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		raw = bytes.TrimLeft(raw, "\n")
+		if !bytes.HasSuffix(raw, []byte("\n")) {
+			raw = append(raw, '\n')
+		}
+		n++
+		where := fmt.Sprintf("document %d", n)
+		items, isList, err := listItems(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		if !isList {
+			items = [][]byte{raw}
+		}
+		for i, item := range items {
+			w := where
+			if isList {
+				w = fmt.Sprintf("%s item %d", where, i+1)
+			}
+			d, err := parseDocument(item, w)
+			if err != nil {
+				return nil, err
+			}
+			docs = append(docs, d)
+		}
+	}
+	return docs, nil
+}
+
+// listItems returns the items of a v1 List (kubectl get -o yaml of several
+// objects) as YAML documents, so that the List is written as separate documents.
+func listItems(raw []byte) (items [][]byte, isList bool, err error) {
+	var list struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Items      []json.RawMessage `json:"items"`
+	}
+	if err := yaml.Unmarshal(raw, &list); err != nil || list.Kind != "List" || list.APIVersion != "v1" {
+		return nil, false, nil // not a List; parseDocument reports bad YAML
+	}
+	for i, it := range list.Items {
+		y, err := yaml.JSONToYAML(it)
+		if err != nil {
+			return nil, true, fmt.Errorf("item %d: %w", i+1, err)
+		}
+		items = append(items, y)
+	}
+	return items, true, nil
+}
+
+// parseDocument decodes one document; where names it in messages.
+func parseDocument(raw []byte, where string) (document, error) {
+	d := document{raw: raw, where: where}
+	var meta struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(raw, &meta); err != nil {
+		return d, fmt.Errorf("%s: not YAML: %w", d.where, err)
+	}
+	if meta.Kind != "" {
+		d.where = fmt.Sprintf("%s (%s)", d.where, strings.TrimSpace(meta.Kind+" "+meta.Metadata.Name))
+	}
+	switch {
+	case meta.Kind == "Deployment" && meta.APIVersion == "apps/v1":
+		var dep appsv1.Deployment
+		if err := yaml.UnmarshalStrict(raw, &dep); err != nil {
+			return d, fmt.Errorf("%s: not an apps/v1 Deployment this version knows: %w", d.where, err)
+		}
+		if dep.Name == "" {
+			return d, fmt.Errorf("%s: Deployment without metadata.name", d.where)
+		}
+		d.deployment = &dep
+	case meta.Kind == "Deployment":
+		return d, fmt.Errorf("%s: apiVersion %q: only apps/v1 Deployments can be injected", d.where, meta.APIVersion)
+	case strings.HasSuffix(meta.Kind, "List"):
+		return d, fmt.Errorf("%s: a %s %s is not injected: give its items as separate documents (for example kubectl get deployment NAME -o yaml)", d.where, meta.APIVersion, meta.Kind)
+	}
+	return d, nil
+}
+
+// injectPod adds the sidecar, its volumes and the readiness gate to spec.
+func injectPod(spec *corev1.PodSpec, opts Options) error {
+	if spec.HostNetwork {
+		return errors.New("hostNetwork pods are not supported: the sidecar's health port and network counters would be the node's")
+	}
+	var apps []string
+	for _, c := range spec.Containers {
+		if c.Name == SidecarName {
+			return fmt.Errorf("container %q is a regular container; the sidecar must be the native sidecar (init container) of that name: rename or remove it", SidecarName)
+		}
+		apps = append(apps, c.Name)
+	}
+	if len(apps) != 1 {
+		return fmt.Errorf("the pod has %d containers %q: the sidecar watches exactly one broker container", len(apps), apps)
+	}
+	for _, c := range spec.InitContainers {
+		if c.Name != SidecarName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return fmt.Errorf("native sidecar %q already runs beside the broker: the sidecar could not tell which container is the broker", c.Name)
+		}
+	}
+
+	probe := opts.ProbeMQTT
+	if probe == "" {
+		probe = "tcp://127.0.0.1:" + strconv.Itoa(int(mqttPort(spec.Containers[0])))
+	}
+	sidecar := sidecarContainer(opts.SidecarImage, probe)
+	if i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }); i >= 0 {
+		if have := spec.InitContainers[i].Image; repository(have) != repository(opts.SidecarImage) {
+			return fmt.Errorf("init container %q has image %q, not the sidecar (%s): rename it or remove it", SidecarName, have, repository(opts.SidecarImage))
+		}
+		spec.InitContainers[i] = sidecar
+	} else {
+		// First, so that it starts before any other init container.
+		spec.InitContainers = append([]corev1.Container{sidecar}, spec.InitContainers...)
+	}
+
+	for _, v := range []corev1.Volume{tokenVolume(), cgroupVolume()} {
+		i := slices.IndexFunc(spec.Volumes, func(have corev1.Volume) bool { return have.Name == v.Name })
+		switch {
+		case i < 0:
+			spec.Volumes = append(spec.Volumes, v)
+		case !equality.Semantic.DeepEqual(spec.Volumes[i], v):
+			return fmt.Errorf("volume %q exists and is not the sidecar's: rename it", v.Name)
+		}
+	}
+	for _, c := range spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == TokenVolume {
+				return fmt.Errorf("container %q mounts %q: the ServiceAccount token for the agent is the sidecar's only", c.Name, TokenVolume)
+			}
+		}
+	}
+
+	gate := corev1.PodReadinessGate{ConditionType: actuate.ConditionHealthy}
+	if !slices.Contains(spec.ReadinessGates, gate) {
+		spec.ReadinessGates = append(spec.ReadinessGates, gate)
+	}
+	return nil
+}
+
+// mqttPort is the broker container's port named "mqtt", else 1883.
+func mqttPort(c corev1.Container) int32 {
+	for _, p := range c.Ports {
+		if p.Name == "mqtt" {
+			return p.ContainerPort
+		}
+	}
+	return 1883
+}
+
+// repository is an image reference without its tag or digest.
+func repository(image string) string {
+	if i := strings.Index(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		image = image[:i]
+	}
+	return image
+}
+
+func sidecarContainer(image, probe string) corev1.Container {
+	field := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	return corev1.Container{
+		Name:          SidecarName,
+		Image:         image,
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Args:          []string{"run", "--host-cgroup-root=" + HostCgroupRoot, "--probe-mqtt=" + probe},
+		Env: []corev1.EnvVar{
+			field("POD_UID", "metadata.uid"),
+			field("POD_NAME", "metadata.name"),
+			field("POD_NAMESPACE", "metadata.namespace"),
+			field("NODE_IP", "status.hostIP"),
+			// $(NODE_IP) expands because NODE_IP is defined above.
+			{Name: "AMF_AGENT", Value: "tcp://$(NODE_IP):" + strconv.Itoa(AgentPort)},
+		},
+		Ports: []corev1.ContainerPort{{Name: "amf-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP}},
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("amf-health")}},
+			PeriodSeconds: 10,
+		},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("48Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](65532),
+			RunAsGroup:               ptr.To[int64](65532),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true},
+			{Name: CgroupVolume, MountPath: HostCgroupRoot, ReadOnly: true},
+		},
+	}
+}
+
+func tokenVolume() corev1.Volume {
+	return corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: agent.Audience, ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: "token",
+		}}},
+	}}}
+}
+
+func cgroupVolume() corev1.Volume {
+	return corev1.Volume{Name: CgroupVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+		Path: "/sys/fs/cgroup", Type: ptr.To(corev1.HostPathDirectory),
+	}}}
+}
+
+// setPolicy sets the policy annotations the user has not set, and checks them.
+func setPolicy(d *appsv1.Deployment) error {
+	if d.Annotations == nil {
+		d.Annotations = map[string]string{}
+	}
+	if _, ok := d.Annotations[actuate.AnnStandby]; !ok {
+		d.Annotations[actuate.AnnStandby] = d.Name + "-standby"
+	}
+	if _, ok := d.Annotations[actuate.AnnRedundancy]; !ok {
+		d.Annotations[actuate.AnnRedundancy] = string(actuate.Cold)
+	}
+	if _, _, err := actuate.ParsePolicy(d.Name, d.Annotations); err != nil {
+		return fmt.Errorf("policy annotations: %w", err)
+	}
+	return nil
+}
+
+// standbyFor derives the standby Deployment of an injected primary.
+func standbyFor(primary *appsv1.Deployment) (*appsv1.Deployment, error) {
+	name := primary.Annotations[actuate.AnnStandby]
+	var replicas int32
+	switch r := actuate.Redundancy(primary.Annotations[actuate.AnnRedundancy]); r {
+	case actuate.Cold:
+	case actuate.Hot:
+		replicas = ptr.Deref(primary.Spec.Replicas, 1)
+	default:
+		return nil, fmt.Errorf("%s=%s: no standby to write", actuate.AnnRedundancy, r)
+	}
+	if primary.Spec.Selector == nil || len(primary.Spec.Selector.MatchLabels) == 0 {
+		return nil, errors.New("the selector has no matchLabels to tell the standby's pods apart")
+	}
+	s := primary.DeepCopy()
+	s.Name = name
+	s.OwnerReferences = nil
+	s.Status = appsv1.DeploymentStatus{}
+	for _, k := range []string{actuate.AnnStandby, actuate.AnnRedundancy, actuate.AnnThreshold, actuate.AnnDebounce, actuate.AnnReconfirm,
+		actuate.AnnHold, actuate.AnnReadyTimeout, actuate.AnnCooldown, actuate.AnnAbortDelay, actuate.AnnRecord, actuate.AnnRole, actuate.AnnPrimary,
+		"kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision"} {
+		delete(s.Annotations, k)
+	}
+	s.Annotations[actuate.AnnRole] = "standby"
+	s.Annotations[actuate.AnnPrimary] = primary.Name
+	s.Spec.Replicas = ptr.To(replicas)
+
+	// The standby's selector must not match the primary's pods. The primary's
+	// selector is immutable and may match the standby's pods; that is harmless,
+	// as each ReplicaSet owns its pods and a Deployment adopts only orphans.
+	sel := s.Spec.Selector.MatchLabels
+	if s.Spec.Template.Labels == nil {
+		s.Spec.Template.Labels = map[string]string{}
+	}
+	if sel[labelInstance] == primary.Name {
+		sel[labelInstance] = name
+		s.Spec.Template.Labels[labelInstance] = name
+		if s.Labels[labelInstance] == primary.Name {
+			s.Labels[labelInstance] = name
+		}
+	} else {
+		sel[LabelStandbyOf] = primary.Name
+		s.Spec.Template.Labels[LabelStandbyOf] = primary.Name
+	}
+	return s, nil
+}
+
+// marshal writes d as YAML without status and null timestamps.
+func marshal(d *appsv1.Deployment) ([]byte, error) {
+	d = d.DeepCopy()
+	d.APIVersion, d.Kind = "apps/v1", "Deployment"
+	// Written by the server (kubectl get -o yaml): the output is a manifest to
+	// apply, not an update of that snapshot.
+	d.UID, d.ResourceVersion, d.Generation, d.ManagedFields = "", "", 0, nil
+	d.CreationTimestamp = metav1.Time{}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+	if err != nil {
+		return nil, err
+	}
+	delete(u, "status")
+	if spec, _ := u["spec"].(map[string]any); spec != nil {
+		if st, _ := spec["strategy"].(map[string]any); st != nil && len(st) == 0 {
+			delete(spec, "strategy")
+		}
+	}
+	for _, path := range [][]string{{"metadata"}, {"spec", "template", "metadata"}} {
+		m := u
+		for _, p := range path {
+			m, _ = m[p].(map[string]any)
+		}
+		if m != nil && m["creationTimestamp"] == nil {
+			delete(m, "creationTimestamp")
+		}
+	}
+	return yaml.Marshal(u)
+}

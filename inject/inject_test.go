@@ -1,0 +1,275 @@
+package inject_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/amf-edge/amf/inject"
+	"github.com/amf-edge/amf/lab/controlplane"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml with the current output")
+
+// goldenCases inject testdata/<name>.in.yaml (or in) and compare with
+// testdata/<case>.golden.yaml.
+var goldenCases = []struct {
+	name, in string
+	opts     inject.Options
+}{
+	{name: "plain-deployment-gets-sidecar-and-policy", in: "mosquitto", opts: inject.Options{}},
+	{name: "standby-is-written-cold-after-its-primary", in: "mosquitto", opts: inject.Options{Standby: true}},
+	{name: "other-kinds-pass-through-and-existing-policy-is-kept", in: "multi", opts: inject.Options{Standby: true}},
+	{name: "older-sidecar-of-same-repository-is-updated", in: "upgrade", opts: inject.Options{}},
+	{name: "list-is-written-as-its-items", in: "list", opts: inject.Options{Standby: true}},
+	{name: "custom-image-and-probe", in: "mosquitto", opts: inject.Options{SidecarImage: "registry.local/amf-sidecar:dev", ProbeMQTT: "tcp://127.0.0.1:1884"}},
+}
+
+func TestInjectGolden(t *testing.T) {
+	for _, tt := range goldenCases {
+		t.Run(tt.name, func(t *testing.T) {
+			got := mustInject(t, read(t, tt.in+".in.yaml"), tt.opts)
+			golden := filepath.Join("testdata", tt.name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./inject -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("output differs from %s (go test ./inject -update rewrites it):\n%s", golden, got)
+			}
+		})
+	}
+}
+
+func TestInjectTwiceIsInjectOnce(t *testing.T) {
+	for _, tt := range goldenCases {
+		t.Run(tt.name, func(t *testing.T) {
+			once := mustInject(t, read(t, tt.in+".in.yaml"), tt.opts)
+			twice := mustInject(t, once, tt.opts)
+			if !bytes.Equal(once, twice) {
+				t.Errorf("second injection changed the output:\n--- once\n%s\n--- twice\n%s", once, twice)
+			}
+		})
+	}
+}
+
+func TestOtherKindsPassThroughByteForByte(t *testing.T) {
+	in := read(t, "multi.in.yaml")
+	out := mustInject(t, in, inject.Options{})
+	docs := regexp.MustCompile(`(?m)^---$`).Split(string(in), -1)
+	for _, d := range docs[:2] { // the ConfigMap and the Service
+		if !strings.Contains(string(out), d) {
+			t.Errorf("document not passed through unchanged:\n%s", d)
+		}
+	}
+}
+
+// TestExamplesAreInjectOutput keeps manifests/examples what inject writes:
+// injecting them again changes nothing.
+func TestExamplesAreInjectOutput(t *testing.T) {
+	var in []byte
+	for _, f := range []string{"broker-a.yaml", "broker-b-standby.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "manifests", "examples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in = append(append(in, b...), "\n---\n"...)
+	}
+	out := mustInject(t, in, inject.Options{Standby: true})
+	before, after := deployments(t, in), deployments(t, out)
+	if len(after) != len(before) {
+		t.Fatalf("inject --standby wrote %d Deployments for the %d of the examples", len(after), len(before))
+	}
+	for i := range before {
+		if !equality.Semantic.DeepEqual(before[i], after[i]) {
+			a, _ := yaml.Marshal(before[i])
+			b, _ := yaml.Marshal(after[i])
+			t.Errorf("manifests/examples Deployment %s is not inject's output:\n--- example\n%s\n--- injected\n%s", before[i].Name, a, b)
+		}
+	}
+}
+
+func TestInjectRefuses(t *testing.T) {
+	const header = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: b\nspec:\n  selector:\n    matchLabels: {app: b}\n  template:\n    metadata:\n      labels: {app: b}\n    spec:\n"
+	for _, tt := range []struct {
+		name, in string
+		opts     inject.Options
+		want     string
+	}{
+		{"sidecar-name-with-another-image", header + "      initContainers: [{name: amf-sidecar, image: example.com/other:1}]\n      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{}, `init container "amf-sidecar" has image "example.com/other:1", not the sidecar`},
+		{"regular-container-named-like-the-sidecar", header + "      containers: [{name: amf-sidecar, image: ghcr.io/amf-edge/amf-sidecar:v0.1.0}]\n",
+			inject.Options{}, `container "amf-sidecar" is a regular container`},
+		{"two-app-containers", header + "      containers: [{name: m, image: eclipse-mosquitto:2}, {name: exporter, image: x:1}]\n",
+			inject.Options{}, "the sidecar watches exactly one broker container"},
+		{"another-native-sidecar", header + "      initContainers: [{name: proxy, image: p:1, restartPolicy: Always}]\n      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{}, `native sidecar "proxy" already runs`},
+		{"host-network", header + "      hostNetwork: true\n      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{}, "hostNetwork pods are not supported"},
+		{"volume-name-taken", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n      volumes: [{name: amf-token, emptyDir: {}}]\n",
+			inject.Options{}, `volume "amf-token" exists and is not the sidecar's`},
+		{"invalid-policy", strings.Replace(header, "  name: b\n", "  name: b\n  annotations: {amf.io/redundancy: warm}\n", 1) + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{}, "amf.io/redundancy"},
+		{"standby-of-redundancy-none", strings.Replace(header, "  name: b\n", "  name: b\n  annotations: {amf.io/redundancy: none}\n", 1) + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Standby: true}, "amf.io/redundancy=none: no standby to write"},
+		{"unknown-field", header + "      containers: [{name: m, image: eclipse-mosquitto:2, imagePullPolicyy: Always}]\n",
+			inject.Options{}, "not an apps/v1 Deployment this version knows"},
+		{"old-api-version", "apiVersion: extensions/v1beta1\nkind: Deployment\nmetadata:\n  name: old\n",
+			inject.Options{}, "only apps/v1 Deployments can be injected"},
+		{"typed-list", "apiVersion: apps/v1\nkind: DeploymentList\nitems: []\n",
+			inject.Options{}, "document 1 (DeploymentList): a apps/v1 DeploymentList is not injected"},
+		{"bad-item-in-list", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata: {name: x}\n  spec: {bogus: 1}\n",
+			inject.Options{}, "document 1 item 1 (Deployment x): not an apps/v1 Deployment"},
+		{"not-yaml", "kind: [Deployment\n", inject.Options{}, "document 1: not YAML"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := inject.Inject([]byte(tt.in), tt.opts)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+			if out != nil {
+				t.Errorf("wrote output despite the error:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestStandbyWarnsAboutSharedClientIDs(t *testing.T) {
+	_, res, err := inject.Inject(read(t, "mosquitto.in.yaml"), inject.Options{Standby: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Standbys) != 1 || res.Standbys[0] != "mosquitto-standby" || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "client IDs") {
+		t.Errorf("result %+v, want standby mosquitto-standby and a warning about client IDs", res)
+	}
+}
+
+// TestInjectedOutputAcceptedByAPIServer applies every golden output (and the
+// examples re-injected) with server-side dry-run on a real API server.
+func TestInjectedOutputAcceptedByAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, t, controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Kubectl(ctx, nil, "create", "namespace", "mqtt"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range goldenCases {
+		t.Run(tt.name, func(t *testing.T) {
+			out := mustInject(t, read(t, tt.in+".in.yaml"), tt.opts)
+			res, err := cp.Kubectl(ctx, bytes.NewReader(out), "apply", "--server-side", "--dry-run=server", "--field-manager=amf-inject-test", "-f", "-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs := len(regexp.MustCompile(`(?m)^---$`).Split(string(out), -1))
+			if n := strings.Count(string(res), "(server dry run)"); n != docs {
+				t.Errorf("server checked %d objects, want %d:\n%s", n, docs, res)
+			}
+		})
+	}
+}
+
+// TestInjectIntoRunningDeployment follows the README: a running broker,
+// kubectl get deployments -o yaml | amf-agent inject | kubectl apply -f -, and its pod is
+// replaced by one with the native sidecar and the readiness gate.
+func TestInjectIntoRunningDeployment(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, t, controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(stdin []byte, args ...string) []byte {
+		t.Helper()
+		out, err := cp.Kubectl(ctx, bytes.NewReader(stdin), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	kubectl(nil, "create", "namespace", "mqtt")
+	kubectl(read(t, "mosquitto.in.yaml"), "apply", "-f", "-")
+	kubectl(nil, "-n", "mqtt", "rollout", "status", "deployment/mosquitto", "--timeout=60s")
+
+	live := kubectl(nil, "-n", "mqtt", "get", "deployments", "-o", "yaml") // a v1 List
+	injected := mustInject(t, live, inject.Options{Standby: true})
+	kubectl(injected, "apply", "-f", "-")
+	kubectl(nil, "-n", "mqtt", "rollout", "status", "deployment/mosquitto", "--timeout=60s")
+
+	pods, err := cp.Client().CoreV1().Pods("mqtt").List(ctx, metav1.ListOptions{LabelSelector: "app=mosquitto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		running = append(running, p.Name)
+		if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Name != inject.SidecarName || len(p.Spec.ReadinessGates) != 1 {
+			t.Errorf("pod %s: init containers %v, readiness gates %v; want the sidecar and amf.io/healthy", p.Name, p.Spec.InitContainers, p.Spec.ReadinessGates)
+		}
+	}
+	if len(running) != 1 {
+		t.Errorf("pods %v, want one (the cold standby has 0 replicas)", running)
+	}
+	standby, err := cp.Client().AppsV1().Deployments("mqtt").Get(ctx, "mosquitto-standby", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *standby.Spec.Replicas != 0 {
+		t.Errorf("standby has %d replicas, want 0", *standby.Spec.Replicas)
+	}
+}
+
+func mustInject(t *testing.T, in []byte, opts inject.Options) []byte {
+	t.Helper()
+	out, _, err := inject.Inject(in, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func read(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// deployments decodes the Deployments of a stream, in order.
+func deployments(t *testing.T, stream []byte) []appsv1.Deployment {
+	t.Helper()
+	var ds []appsv1.Deployment
+	for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(string(stream), -1) {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind == "Deployment" {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}

@@ -1,17 +1,21 @@
 package actuate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -349,6 +353,13 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 	}
 	rec.StandbyReady = false // learned again from the watch
 	w.managed, w.gate = true, NewGate(p, rec)
+	if w.written == "" {
+		// Write the Idle record now, off the decision's path: later writes
+		// then take writeRecord's one-round-trip path.
+		if err := a.writeRecord(ctx, w); err != nil {
+			a.log.Warn("switchover record not initialised", slog.String("deployment", k.String()), slog.String("error", err.Error()))
+		}
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	go a.watchStandby(wctx, k, w.gen, p.Standby)
@@ -362,9 +373,15 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 // step feeds one input to w's Gate, persists the record if needed (before
 // acting: write-ahead) and carries out the actions.
 func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
+	t0 := a.now()
 	old := w.gate.Rec
 	acts := w.gate.Step(in)
-	if w.gate.Persist(old) {
+	entered, decision := w.gate.Rec.Phase, w.gate.Rec.Decision
+	if in.Kind == InStandby && in.Ready && (old.Phase == PhaseWaitReady || old.Phase == PhaseFailover) && entered != old.Phase {
+		a.m.stages.WithLabelValues("standby_ready").Observe(in.At.Sub(decision).Seconds())
+	}
+	persist := w.gate.Persist(old)
+	if persist {
 		if err := a.writeRecord(ctx, w); err != nil {
 			a.log.Error("switchover record not written: not acting", slog.String("deployment", w.key.String()),
 				slog.String("phase", string(w.gate.Rec.Phase)), slog.String("error", err.Error()))
@@ -379,6 +396,9 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 		}
 	}
 	a.do(ctx, w, acts)
+	if persist {
+		a.m.steps.WithLabelValues(string(entered)).Observe(a.now().Sub(t0).Seconds())
+	}
 }
 
 // reload re-reads w from the server after its record was changed by someone
@@ -390,6 +410,9 @@ func (a *Actuator) reload(ctx context.Context, w *workload) {
 	}
 	a.load(ctx, d)
 }
+
+// recordPointer is the JSON pointer (RFC 6901) of the record annotation.
+var recordPointer = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(AnnRecord, "~", "~0"), "/", "~1")
 
 // errRecordMoved means someone else changed the record since we read it.
 var errRecordMoved = errors.New("switchover record changed by someone else")
@@ -405,6 +428,27 @@ func (a *Actuator) writeRecord(ctx context.Context, w *workload) error {
 	if a.dryRun {
 		w.written = string(b)
 		return nil
+	}
+	if w.written != "" {
+		// Fast path, one round trip: a JSON patch whose test op is the
+		// compare-and-swap (the server applies it atomically to the current
+		// object). Any failure (the record moved, the annotation is gone, the
+		// API is unreachable) takes the path below, which tells them apart.
+		patch, err := json.Marshal([]map[string]string{
+			{"op": "test", "path": recordPointer, "value": w.written},
+			{"op": "replace", "path": recordPointer, "value": string(b)},
+		})
+		if err != nil {
+			return err
+		}
+		_, err = a.cs.AppsV1().Deployments(w.key.ns).Patch(ctx, w.key.name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
+		if err == nil {
+			w.written = string(b)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		d, err := a.cs.AppsV1().Deployments(w.key.ns).Get(ctx, w.key.name, metav1.GetOptions{})
@@ -433,8 +477,13 @@ func (a *Actuator) writeRecord(ctx context.Context, w *workload) error {
 // do carries out the Gate's actions in order. It stops at the first failure
 // and tries the rest again after retryDelay if the Gate is still in the same
 // phase (new actions supersede it; a restart repeats it from the record).
+//
+// Events go last: they are evidence, and their API round trip must not delay
+// a scale or a retirement (decision → scale request is a target of ≤ 10 ms).
 func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
 	w.retry = nil
+	acts = slices.Clone(acts)
+	slices.SortStableFunc(acts, func(x, y Action) int { return cmp.Compare(eventLast(x), eventLast(y)) })
 	for i, act := range acts {
 		t0 := a.now()
 		var err error
@@ -444,7 +493,10 @@ func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
 		case ActScaleStandby:
 			err = a.scale(ctx, podKey{w.key.ns, w.gate.Policy.Standby}, act.Replicas)
 		case ActRetirePrimary:
-			err = a.retire(ctx, w)
+			decision := w.gate.Rec.Decision
+			if err = a.retire(ctx, w); err == nil && !a.dryRun && !decision.IsZero() {
+				a.m.stages.WithLabelValues("retired").Observe(a.now().Sub(decision).Seconds())
+			}
 		}
 		a.m.action(string(act.Kind), err, a.dryRun, a.now().Sub(t0))
 		a.decision(w, string(act.Kind), err, slog.Int("replicas", int(act.Replicas)), slog.String("reason", act.Reason),
@@ -456,6 +508,13 @@ func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
 			return
 		}
 	}
+}
+
+func eventLast(a Action) int {
+	if a.Kind == ActEvent {
+		return 1
+	}
+	return 0
 }
 
 // decision writes the JSON decision line of one step.

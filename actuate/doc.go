@@ -37,16 +37,33 @@
 //
 // Crash safety: the record (phase, standby, decision time, sample counts,
 // last switchover) is written with a compare-and-swap on its previous value
-// and the Deployment's resourceVersion before the step's actions run, and each
-// action is idempotent. A restarted agent resumes a workload on its next
-// signal, or at once for every in-progress record with Config.ResumeOnStart
-// (which needs list on Deployments: RulesWithResume). A failed action is tried
-// again after 2 s while the phase is unchanged.
+// before the step's actions run (one JSON patch whose test op is the
+// compare-and-swap; the first write, at load, a get and a patch carrying the
+// resourceVersion read), and each action is idempotent (the scale is one
+// update of the scale subresource without a resourceVersion). A restarted
+// agent resumes a workload on its next signal, or at once for every
+// in-progress record with Config.ResumeOnStart (amf-agent --resume-on-start).
+// A failed action is tried again after 2 s while the phase is unchanged.
+//
+// The trade-off of ResumeOnStart: it needs list on Deployments
+// (RulesWithResume), so the agent can read every Deployment in scope (specs,
+// including literal env values; bind the rules per namespace with a Role to
+// narrow that). Without it, a switchover whose primary no longer signals is
+// not resumed: one stopped after the primary was scaled to 0 but before the
+// roles were exchanged leaves the new primary without a policy (unprotected)
+// until someone restarts the agent with it; every other phase resumes on the
+// primary's next sample.
+//
+// Events are emitted after a step's cluster actions, so their round trip
+// never delays a scale or a retirement.
 //
 // Evidence: an events.k8s.io/v1 Event per decision (reportingController
 // amf.io/agent), one JSON line per step ("msg":"decision"), and the metrics
-// amf_actuate_actions_total, amf_actuate_decisions_total and
-// amf_actuate_action_seconds on Config.Registerer.
+// amf_actuate_actions_total, amf_actuate_decisions_total,
+// amf_actuate_action_seconds (each API action), amf_actuate_step_seconds (each
+// persisted step, input to actions done, by phase entered) and
+// amf_actuate_switchover_seconds (decision to standby_ready and to retired)
+// on Config.Registerer.
 //
 // The invariant the package keeps: the agent never brings the Ready replicas of
 // primary + standby to zero by its own action. The primary is scaled to zero

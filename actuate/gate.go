@@ -201,7 +201,10 @@ func (g *Gate) Deadline() (time.Time, bool) {
 	case PhaseWaitReady, PhaseFailover:
 		return r.Decision.Add(g.Policy.Gates.ReadyTimeout), true
 	case PhaseConfirm:
-		if r.Confirmed >= g.Policy.Gates.Reconfirm {
+		// Not before the standby is known Ready (after a resume it is
+		// learned again from the watch): a tick could not retire, and a
+		// past deadline would only wake the driver again at once.
+		if r.Confirmed >= g.Policy.Gates.Reconfirm && r.StandbyReady {
 			return r.Decision.Add(g.Policy.Gates.Hold), true
 		}
 	case PhaseAborted:
@@ -365,6 +368,9 @@ func (g *Gate) standby(in Input) []Action {
 			r.Phase, r.Confirmed = PhaseWaitReady, 0
 			return []Action{warning("StandbyNotReady", "standby %s lost readiness before the primary was retired", r.Standby)}
 		}
+		// Ready (again, or first seen after a resume): the samples counted
+		// meanwhile may already confirm.
+		return g.maybeRetire(in.At)
 	case PhaseRetiring:
 		// A retirement refused because the standby was not Ready (or resumed
 		// before it was) goes ahead once it is.

@@ -198,6 +198,11 @@ func TestGate(t *testing.T) {
 			{sec, anom, nil, PhaseSuspect},
 			{4 * time.Minute, anom, []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
 		}},
+		{"resumed in Confirm: samples counted before the watch reports Ready retire once it does", cold,
+			Record{Phase: PhaseConfirm, Decision: time.Unix(1000, 0).Add(-20 * time.Second)}, []step{
+				{0, anom, nil, PhaseConfirm}, {sec, anom, nil, PhaseConfirm}, {sec, anom, nil, PhaseConfirm},
+				{sec, ready, []string{"event:SwitchoverConfirmed", "retire"}, PhaseRetiring},
+			}},
 		{"the flap guard does not hold back a failover", cold, Record{LastSwitch: time.Unix(1000, 0)}, []step{
 			{sec, gone, []string{"event:Failover", "scale:1"}, PhaseFailover},
 		}},
@@ -297,7 +302,8 @@ func TestGateDeadline(t *testing.T) {
 		{"idle has none", Record{Phase: PhaseIdle}, time.Time{}, false},
 		{"waiting: ready timeout", Record{Phase: PhaseWaitReady, Decision: d}, d.Add(2 * time.Minute), true},
 		{"confirming before enough samples: none", Record{Phase: PhaseConfirm, Decision: d, Confirmed: 1}, time.Time{}, false},
-		{"confirmed: end of hold", Record{Phase: PhaseConfirm, Decision: d, Confirmed: 3}, d.Add(15 * time.Second), true},
+		{"confirmed: end of hold", Record{Phase: PhaseConfirm, Decision: d, Confirmed: 3, StandbyReady: true}, d.Add(15 * time.Second), true},
+		{"confirmed, standby readiness not known yet (resumed): none", Record{Phase: PhaseConfirm, Decision: d, Confirmed: 3}, time.Time{}, false},
 		{"aborted: scale back time", Record{Phase: PhaseAborted, AbortAt: d}, d, true},
 	}
 	for _, tt := range tests {

@@ -21,9 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/lab/controlplane"
@@ -78,10 +81,12 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	waitDeployment(ctx, t, admin, "broker-a", "1 Ready replica", func(d *appsv1.Deployment) bool { return d.Status.ReadyReplicas == 1 })
 	podA := onlyPod(ctx, t, admin, "broker-a")
 
+	reg := prometheus.NewRegistry()
 	act, err := actuate.New(actuate.Config{
-		Client:   agentClient,
-		Logger:   slog.New(slog.NewJSONHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Instance: "node-test",
+		Client:     agentClient,
+		Logger:     slog.New(slog.NewJSONHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Instance:   "node-test",
+		Registerer: reg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -182,6 +187,41 @@ func TestSwitchoverAndFailover(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 	ready.check(t)
+	// Step latencies: the switchover's steps and the failover's, and both
+	// stages of each (decision → standby Ready, decision → retired).
+	checkHistograms(t, reg, "amf_actuate_step_seconds", "phase", map[string]uint64{
+		"WaitReady": 1, "Confirm": 1, "Retiring": 2, "Failover": 1})
+	checkHistograms(t, reg, "amf_actuate_switchover_seconds", "stage", map[string]uint64{"standby_ready": 2, "retired": 2})
+}
+
+// checkHistograms checks that histogram name has at least want[v] samples
+// for each value v of its label, and logs their mean.
+func checkHistograms(t *testing.T, g prometheus.Gatherer, name, label string, want map[string]uint64) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label {
+					h := m.GetHistogram()
+					got[lp.GetValue()] = h.GetSampleCount()
+					t.Logf("%s{%s=%q}: %d, mean %.1f ms", name, label, lp.GetValue(), h.GetSampleCount(), 1000*h.GetSampleSum()/float64(max(h.GetSampleCount(), 1)))
+				}
+			}
+		}
+	}
+	for v, n := range want {
+		if got[v] < n {
+			t.Errorf("%s{%s=%q}: %d samples, want at least %d", name, label, v, got[v], n)
+		}
+	}
 }
 
 // TestResumeAfterRestart starts an actuator (ResumeOnStart, no signals at
@@ -411,7 +451,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 
 // agentClientset returns a clientset of a ServiceAccount bound to exactly
 // actuate.Rules() by a ClusterRoleBinding.
-func agentClientset(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, rules []rbacv1.PolicyRule) kubernetes.Interface {
+func agentClientset(ctx context.Context, t testing.TB, cp *controlplane.ControlPlane, rules []rbacv1.PolicyRule) kubernetes.Interface {
 	t.Helper()
 	admin := cp.Client()
 	mustCreate(t, func() error {
@@ -437,9 +477,23 @@ func agentClientset(ctx context.Context, t *testing.T, cp *controlplane.ControlP
 	return cs
 }
 
+// agentConfig binds a ServiceAccount to exactly rules, like agentClientset,
+// and returns its client configuration (with the agent binary's QPS and
+// burst), for tests that wrap its transport.
+func agentConfig(ctx context.Context, t testing.TB, cp *controlplane.ControlPlane, rules []rbacv1.PolicyRule) *rest.Config {
+	t.Helper()
+	agentClientset(ctx, t, cp, rules)
+	cfg, err := cp.ServiceAccountConfig(ctx, testNS, agentSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg
+}
+
 // checkRBAC asks the API server (SubjectAccessReview) what the agent's
 // identity may do: its job, and nothing of the dangerous rest.
-func checkRBAC(ctx context.Context, t *testing.T, admin kubernetes.Interface) {
+func checkRBAC(ctx context.Context, t testing.TB, admin kubernetes.Interface) {
 	t.Helper()
 	user := "system:serviceaccount:" + testNS + ":" + agentSA
 	tests := []struct {
@@ -492,14 +546,14 @@ func createDeployment(ctx context.Context, cs kubernetes.Interface, name string,
 	return err
 }
 
-func mustCreate(t *testing.T, f func() error) {
+func mustCreate(t testing.TB, f func() error) {
 	t.Helper()
 	if err := f(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func until[T runtime.Object](ctx context.Context, t *testing.T, lw cache.ListerWatcher, obj T, what string, cond func(T) bool) T {
+func until[T runtime.Object](ctx context.Context, t testing.TB, lw cache.ListerWatcher, obj T, what string, cond func(T) bool) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -519,7 +573,7 @@ func until[T runtime.Object](ctx context.Context, t *testing.T, lw cache.ListerW
 	return last
 }
 
-func waitDeployment(ctx context.Context, t *testing.T, cs kubernetes.Interface, name, what string, cond func(*appsv1.Deployment) bool) *appsv1.Deployment {
+func waitDeployment(ctx context.Context, t testing.TB, cs kubernetes.Interface, name, what string, cond func(*appsv1.Deployment) bool) *appsv1.Deployment {
 	t.Helper()
 	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", testNS, fields.OneTermEqualSelector("metadata.name", name))
 	return until(ctx, t, lw, &appsv1.Deployment{}, name+" "+what, func(d *appsv1.Deployment) bool {
@@ -527,13 +581,13 @@ func waitDeployment(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 	})
 }
 
-func waitPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name, what string, cond func(*corev1.Pod) bool) {
+func waitPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, name, what string, cond func(*corev1.Pod) bool) {
 	t.Helper()
 	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", testNS, fields.OneTermEqualSelector("metadata.name", name))
 	until(ctx, t, lw, &corev1.Pod{}, name+" "+what, cond)
 }
 
-func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, regarding, reason string) {
+func waitEvent(ctx context.Context, t testing.TB, cs kubernetes.Interface, regarding, reason string) {
 	t.Helper()
 	lw := cache.NewListWatchFromClient(cs.EventsV1().RESTClient(), "events", testNS, fields.Everything())
 	until(ctx, t, lw, &eventsv1.Event{}, fmt.Sprintf("event %s on %s", reason, regarding), func(e *eventsv1.Event) bool {
@@ -541,7 +595,7 @@ func waitEvent(ctx context.Context, t *testing.T, cs kubernetes.Interface, regar
 	})
 }
 
-func onlyPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, app string) string {
+func onlyPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, app string) string {
 	t.Helper()
 	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", testNS, func(o *metav1.ListOptions) { o.LabelSelector = "app=" + app })
 	p := until(ctx, t, lw, &corev1.Pod{}, "a running pod of "+app, func(p *corev1.Pod) bool {
@@ -550,7 +604,7 @@ func onlyPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, app str
 	return p.Name
 }
 
-func getDeployment(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *appsv1.Deployment {
+func getDeployment(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string) *appsv1.Deployment {
 	t.Helper()
 	d, err := cs.AppsV1().Deployments(testNS).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -559,7 +613,7 @@ func getDeployment(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 	return d
 }
 
-func replicasOf(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) int32 {
+func replicasOf(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string) int32 {
 	return *getDeployment(ctx, t, cs, name).Spec.Replicas
 }
 
@@ -569,7 +623,7 @@ func recordOf(d *appsv1.Deployment) actuate.Record {
 	return r
 }
 
-func record(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) actuate.Record {
+func record(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string) actuate.Record {
 	return recordOf(getDeployment(ctx, t, cs, name))
 }
 
@@ -585,6 +639,8 @@ func condition(p *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionStatu
 // readyLog records every change of the Ready replicas of broker-a and
 // broker-b, from a watch, to check the invariant afterwards.
 type readyLog struct {
+	// a and b name the pair watched; empty: broker-a and broker-b.
+	a, b    string
 	mu      sync.Mutex
 	entries []readyEntry
 }
@@ -594,12 +650,15 @@ type readyEntry struct {
 	a, b int32
 }
 
-func (l *readyLog) watch(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+func (l *readyLog) watch(ctx context.Context, t testing.TB, cs kubernetes.Interface) {
+	if l.a == "" {
+		l.a, l.b = "broker-a", "broker-b"
+	}
 	cur := map[string]int32{}
 	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", testNS, fields.Everything())
 	_, _ = watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
 		d, ok := ev.Object.(*appsv1.Deployment)
-		if !ok || (d.Name != "broker-a" && d.Name != "broker-b") {
+		if !ok || (d.Name != l.a && d.Name != l.b) {
 			return false, nil
 		}
 		if old, seen := cur[d.Name]; seen && old == d.Status.ReadyReplicas {
@@ -607,7 +666,7 @@ func (l *readyLog) watch(ctx context.Context, t *testing.T, cs kubernetes.Interf
 		}
 		cur[d.Name] = d.Status.ReadyReplicas
 		l.mu.Lock()
-		l.entries = append(l.entries, readyEntry{time.Now(), cur["broker-a"], cur["broker-b"]})
+		l.entries = append(l.entries, readyEntry{time.Now(), cur[l.a], cur[l.b]})
 		l.mu.Unlock()
 		return false, nil
 	})
@@ -629,8 +688,19 @@ func (l *readyLog) overlap() time.Duration {
 	return 0
 }
 
-// check: once anything was Ready, primary + standby never dropped to 0.
-func (l *readyLog) check(t *testing.T) {
+// check: once anything was Ready, primary + standby never dropped to 0, and
+// both were Ready at once (make before break).
+func (l *readyLog) check(t testing.TB) {
+	t.Helper()
+	if trace, ok := l.invariant(t); ok && !slices.Contains(trace, "a=1 b=1") {
+		t.Errorf("no overlap of primary and standby seen: %v", trace)
+	}
+}
+
+// invariant checks that once anything was Ready, primary + standby never
+// dropped to 0 Ready replicas, and returns the trace of Ready counts.
+func (l *readyLog) invariant(t testing.TB) ([]string, bool) {
+	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	up := false
@@ -641,16 +711,14 @@ func (l *readyLog) check(t *testing.T) {
 			up = true
 		} else if up {
 			t.Errorf("Ready replicas of primary + standby dropped to 0: %v", trace)
-			return
+			return trace, false
 		}
 	}
-	if !slices.Contains(trace, "a=1 b=1") {
-		t.Errorf("no overlap of primary and standby seen: %v", trace)
-	}
-	t.Logf("Ready replicas over the test: %v", trace)
+	t.Logf("Ready replicas of %s, %s: %v", l.a, l.b, trace)
+	return trace, true
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	if os.Getenv("AMF_ACTUATE_LOG") != "" {

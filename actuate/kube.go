@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/amf-edge/amf/signal"
 )
@@ -44,20 +44,14 @@ func (a *Actuator) scale(ctx context.Context, k podKey, replicas int32) error {
 	if a.dryRun {
 		return nil
 	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := a.cs.AppsV1().Deployments(k.ns).GetScale(ctx, k.name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("get scale of %s: %w", k, err)
-		}
-		if s.Spec.Replicas == replicas {
-			return nil
-		}
-		s.Spec.Replicas = replicas
-		if _, err := a.cs.AppsV1().Deployments(k.ns).UpdateScale(ctx, k.name, s, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
-			return fmt.Errorf("scale %s to %d: %w", k, replicas, err)
-		}
-		return nil
-	})
+	// One request, without a resourceVersion: the server applies it to the
+	// current object (no read first, no conflict), and setting the replicas
+	// it already has changes nothing, so it is idempotent.
+	s := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.ns}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}
+	if _, err := a.cs.AppsV1().Deployments(k.ns).UpdateScale(ctx, k.name, s, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		return fmt.Errorf("scale %s to %d: %w", k, replicas, err)
+	}
+	return nil
 }
 
 // retire scales the primary to zero once the standby is Ready right now, then

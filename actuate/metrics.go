@@ -12,6 +12,8 @@ type metrics struct {
 	actions  *prometheus.CounterVec   // by action and result
 	events   *prometheus.CounterVec   // decisions by reason (switchovers, failovers, aborts…)
 	stepTime *prometheus.HistogramVec // API latency of each action
+	steps    *prometheus.HistogramVec // input → record written and actions done, by phase entered
+	stages   *prometheus.HistogramVec // decision → standby Ready, decision → primary retired
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,9 +31,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to carry out one action against the API server.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"action"}),
+		steps: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "amf_actuate_step_seconds",
+			Help:    "Latency of each switchover step: from the input (sample, standby readiness, deadline) to its record written and its actions carried out, by the phase the step entered (WaitReady, Confirm, Failover, Retiring, Aborted, Idle; Suspect for a flap-guard refusal).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"phase"}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "amf_actuate_switchover_seconds",
+			Help:    "Time from the decision (switchover or failover) to a stage: standby_ready (the standby observed Ready) and retired (the primary scaled to 0 and the roles exchanged).",
+			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120},
+		}, []string{"stage"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.actions, m.events, m.stepTime)
+		reg.MustRegister(m.actions, m.events, m.stepTime, m.steps, m.stages)
 	}
 	return m
 }

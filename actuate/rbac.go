@@ -11,7 +11,8 @@ import rbacv1 "k8s.io/api/rbac/v1"
 //     readiness. No list: the agent learns workloads from signals.
 //   - deployments patch: the switchover record and the role exchange
 //     (annotations only; the agent never writes a Deployment's spec this way).
-//   - deployments/scale get/update: scale 0↔1 through the scale subresource.
+//   - deployments/scale update: scale 0↔1 through the scale subresource (one
+//     unconditional update, safe to repeat, so no get).
 //   - replicasets get: map a pod to its Deployment.
 //   - pods get: owner and readiness gates of a signalling pod.
 //   - pods/status patch: the amf.io/healthy condition only.
@@ -26,7 +27,7 @@ import rbacv1 "k8s.io/api/rbac/v1"
 func Rules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "watch", "patch"}},
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments/scale"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
@@ -35,7 +36,11 @@ func Rules() []rbacv1.PolicyRule {
 }
 
 // RulesWithResume returns Rules plus list on deployments, which
-// Config.ResumeOnStart needs to find interrupted switchovers.
+// Config.ResumeOnStart (amf-agent --resume-on-start) needs to find
+// interrupted switchovers. Trade-off: list lets the agent read every
+// Deployment in scope, where Rules only reads those its pods signal for;
+// without it, a switchover stopped after the primary was scaled to 0 but
+// before the roles were exchanged is not resumed (see the package doc).
 func RulesWithResume() []rbacv1.PolicyRule {
 	r := Rules()
 	r[0].Verbs = append(r[0].Verbs, "list")

@@ -1,0 +1,212 @@
+package actuate_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/signal"
+)
+
+// The benchmarks of the targets. Each starts one control plane (and
+// skips with one line when its binaries are missing, see controlplane.Start)
+// and runs one switchover per iteration on a fresh primary/standby pair,
+// against one Actuator whose client transport timestamps its requests (wire).
+// ns/op (dominated by creating the pair) is suppressed; the metrics are the
+// latencies of the target, mean and max over the iterations. Run them with
+//
+//	AMF_REQUIRE_K8S=1 go test -run '^$' -bench . -benchtime 5x ./actuate/
+
+// BenchmarkDecisionToScaleOnWire: from the decision (the third anomalous
+// sample handed to the Actuator) to the standby's scale-up request sent on
+// the wire. Target ≤ 10 ms. In between: the write-ahead record, one JSON
+// patch whose response waits for etcd (the Event is emitted after the scale).
+func BenchmarkDecisionToScaleOnWire(b *testing.B) {
+	rig := startRig(b)
+	var lat []time.Duration
+	for i := 0; b.Loop(); i++ {
+		_, standby, pod := rig.pair(b, i, "15s")
+		scaled := rig.wire.expect(scaleTo(standby, 1), nil)
+		t0 := time.Now()
+		rig.send(b, pod, signal.Anomalous)
+		r := rig.await(b, scaled, "standby scale request")
+		lat = append(lat, r.sent.Sub(t0))
+	}
+	reportLatencies(b, "", lat, 10*time.Millisecond)
+}
+
+// BenchmarkStandbyReadyToNextStep: from the Actuator's standby watch
+// receiving the status that makes the standby Ready to the next step (the
+// record moved to Confirm) sent on the wire. Target ≤ 50 ms.
+func BenchmarkStandbyReadyToNextStep(b *testing.B) {
+	rig := startRig(b)
+	var lat, persisted []time.Duration
+	for i := 0; b.Loop(); i++ {
+		primary, standby, pod := rig.pair(b, i, "15s")
+		ready := rig.wire.expect(readyOnWatch(standby), nil)
+		next := rig.wire.expect(recordPhase(primary, string(actuate.PhaseConfirm)), nil)
+		rig.send(b, pod, signal.Anomalous)
+		rd := rig.await(b, ready, "standby Ready on the agent's watch")
+		nx := rig.await(b, next, "record Confirm")
+		lat = append(lat, nx.sent.Sub(rd.sent))
+		persisted = append(persisted, nx.done.Sub(rd.sent))
+	}
+	reportLatencies(b, "", lat, 50*time.Millisecond)
+	reportLatencies(b, "persisted-", persisted, 0)
+}
+
+// BenchmarkConfirmedAnomalyToPrimaryRetired: from the decision to the
+// primary's scale to 0 accepted by the API server, on kwok (the standby's
+// pod really scheduled and marked Ready), with a 2 s hold and the three
+// re-confirming samples sent as soon as the record says Confirm. The target
+// is hold + 2 s; the metric is the excess over the hold.
+func BenchmarkConfirmedAnomalyToPrimaryRetired(b *testing.B) {
+	const hold = 2 * time.Second
+	rig := startRig(b)
+	var excess, readyAfter []time.Duration
+	for i := 0; b.Loop(); i++ {
+		primary, _, pod := rig.pair(b, i, hold.String())
+		confirm := rig.wire.expect(recordPhase(primary, string(actuate.PhaseConfirm)), nil)
+		retired := rig.wire.expect(scaleTo(primary, 0), nil)
+		t0 := time.Now()
+		rig.send(b, pod, signal.Anomalous)
+		c := rig.await(b, confirm, "record Confirm")
+		readyAfter = append(readyAfter, c.sent.Sub(t0))
+		for range 3 {
+			rig.send(b, pod, signal.Anomalous)
+		}
+		r := rig.await(b, retired, "primary scaled to 0")
+		excess = append(excess, r.done.Sub(t0)-hold)
+	}
+	reportLatencies(b, "excess-", excess, 2*time.Second)
+	reportLatencies(b, "standby-ready-", readyAfter, 0)
+}
+
+// rig is one control plane and one running Actuator, as a ServiceAccount
+// bound to actuate.Rules(), with its requests observed by wire.
+type rig struct {
+	ctx     context.Context
+	admin   kubernetes.Interface
+	wire    *wire
+	signals chan actuate.Signal
+}
+
+func startRig(b *testing.B) *rig {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	cp, err := controlplane.Start(ctx, b, controlplane.Options{Nodes: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := &rig{ctx: ctx, admin: cp.Client(), wire: &wire{}, signals: make(chan actuate.Signal)}
+	mustCreate(b, func() error {
+		_, err := r.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
+		return err
+	})
+	cfg := agentConfig(ctx, b, cp, actuate.Rules())
+	r.wire.install(cfg)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	act, err := actuate.New(actuate.Config{Client: cs, Logger: slog.New(slog.NewJSONHandler(testWriter{b}, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- act.Run(ctx, r.signals) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("Run: %v", err)
+		}
+	})
+	return r
+}
+
+// pair creates primary bench-<i>-p (1 replica, cold standby bench-<i>-s,
+// the given hold) and its standby, waits for the primary's pod and feeds two
+// anomalous samples: the next one is the decision.
+func (r *rig) pair(b *testing.B, i int, hold string) (primary, standby, pod string) {
+	b.Helper()
+	primary, standby = fmt.Sprintf("bench-%d-p", i), fmt.Sprintf("bench-%d-s", i)
+	mustCreate(b, func() error { return createDeployment(r.ctx, r.admin, standby, 0, nil) })
+	mustCreate(b, func() error {
+		return createDeployment(r.ctx, r.admin, primary, 1, map[string]string{actuate.AnnStandby: standby, actuate.AnnHold: hold})
+	})
+	pod = onlyPod(r.ctx, b, r.admin, primary)
+	// A primary that has been running, not one whose controllers are still
+	// writing its status: the decision is measured on a settled cluster.
+	waitDeployment(r.ctx, b, r.admin, primary, "available", func(d *appsv1.Deployment) bool { return d.Status.AvailableReplicas == 1 })
+	r.send(b, pod, signal.Anomalous)
+	r.send(b, pod, signal.Anomalous)
+	return primary, standby, pod
+}
+
+// send hands one sample to the Actuator; it returns once Run took it.
+func (r *rig) send(tb testing.TB, pod string, st signal.State) {
+	tb.Helper()
+	select {
+	case r.signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.93), At: time.Now()}:
+	case <-r.ctx.Done():
+		tb.Fatalf("signal for %s not taken: %v", pod, r.ctx.Err())
+	}
+}
+
+func (r *rig) await(tb testing.TB, ch <-chan wireReq, what string) wireReq {
+	tb.Helper()
+	return awaitWire(r.ctx, tb, ch, what)
+}
+
+// awaitWire waits (30 s at most) for an expected request.
+func awaitWire(ctx context.Context, tb testing.TB, ch <-chan wireReq, what string) wireReq {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		tb.Fatalf("never saw %s on the wire: %v", what, ctx.Err())
+		return wireReq{}
+	}
+}
+
+// reportLatencies reports the mean and max of lat in ms as <prefix>mean-ms
+// and <prefix>max-ms, logs every sample, and logs whether the max meets
+// target (when not 0).
+func reportLatencies(b *testing.B, prefix string, lat []time.Duration, target time.Duration) {
+	b.Helper()
+	if len(lat) == 0 {
+		return
+	}
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	mean, worst := sum/time.Duration(len(lat)), slices.Max(lat)
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(ms(mean), prefix+"mean-ms")
+	b.ReportMetric(ms(worst), prefix+"max-ms")
+	rounded := make([]string, len(lat))
+	for i, d := range lat {
+		rounded[i] = d.Round(10 * time.Microsecond).String()
+	}
+	b.Logf("%s%v (n=%d)", prefix, rounded, len(lat))
+	if target > 0 && worst > target {
+		b.Logf("%smax %v is over the target of %v", prefix, worst.Round(10*time.Microsecond), target)
+	}
+}

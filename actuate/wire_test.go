@@ -1,0 +1,178 @@
+package actuate_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// wireReq is one request the agent's client sent, as its transport saw it.
+type wireReq struct {
+	method, path, query string
+	body                []byte
+	obj                 runtime.Object // body or watch event decoded, if it could be
+	sent, done          time.Time      // handed to the connection; response headers back
+	status              int
+}
+
+// wire wraps the agent's client-go transport and reports its requests to
+// the expectations registered with expect. It is how the tests and
+// benchmarks see the instant a request goes on the wire, and how they stop
+// an agent right after a given write reached the API server.
+type wire struct {
+	mu    sync.Mutex
+	waits []*wireWait
+}
+
+type wireWait struct {
+	match func(wireReq) bool
+	then  func() // run before the response is handed back to the agent
+	ch    chan wireReq
+}
+
+// methodWatchEvent is the method of the pseudo-requests reported for the
+// events of a watch response.
+const methodWatchEvent = "WATCH-EVENT"
+
+// install wraps cfg's transport.
+func (w *wire) install(cfg *rest.Config) {
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			r := wireReq{method: req.Method, path: req.URL.Path, query: req.URL.RawQuery}
+			if req.GetBody != nil {
+				if rc, err := req.GetBody(); err == nil {
+					r.body, _ = io.ReadAll(rc)
+					_ = rc.Close()
+				}
+			}
+			if len(r.body) > 0 {
+				r.obj, _, _ = scheme.Codecs.UniversalDeserializer().Decode(r.body, nil, nil)
+			}
+			r.sent = time.Now()
+			resp, err := rt.RoundTrip(req)
+			r.done = time.Now()
+			if resp != nil {
+				r.status = resp.StatusCode
+				if req.URL.Query().Get("watch") == "true" {
+					resp.Body = &watchBody{ReadCloser: resp.Body, w: w, path: r.path, query: r.query}
+				}
+			}
+			w.observe(r)
+			return resp, err
+		})
+	}
+}
+
+// expect registers a one-shot expectation: the first request matching gets
+// then run (if not nil) before the agent sees the response, and is delivered
+// on the returned channel.
+func (w *wire) expect(match func(wireReq) bool, then func()) <-chan wireReq {
+	x := &wireWait{match: match, then: then, ch: make(chan wireReq, 1)}
+	w.mu.Lock()
+	w.waits = append(w.waits, x)
+	w.mu.Unlock()
+	return x.ch
+}
+
+func (w *wire) observe(r wireReq) {
+	w.mu.Lock()
+	var hit []*wireWait
+	kept := w.waits[:0]
+	for _, x := range w.waits {
+		if x.match(r) {
+			hit = append(hit, x)
+		} else {
+			kept = append(kept, x)
+		}
+	}
+	clear(w.waits[len(kept):])
+	w.waits = kept
+	w.mu.Unlock()
+	for _, x := range hit {
+		if x.then != nil {
+			x.then()
+		}
+		x.ch <- r
+	}
+}
+
+// watchBody decodes a protobuf watch response (client-go's default for
+// built-in types: frames of a 4-byte big-endian length and a WatchEvent) and
+// reports each event's object as a methodWatchEvent request, sent = when the
+// read completing its frame returned.
+type watchBody struct {
+	io.ReadCloser
+	w           *wire
+	path, query string
+	buf         []byte
+}
+
+func (b *watchBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		at := time.Now()
+		b.buf = append(b.buf, p[:n]...)
+		for len(b.buf) >= 4 {
+			size := int(binary.BigEndian.Uint32(b.buf))
+			if len(b.buf) < 4+size {
+				break
+			}
+			var ev metav1.WatchEvent
+			if ev.Unmarshal(b.buf[4:4+size]) == nil {
+				obj, _, _ := scheme.Codecs.UniversalDeserializer().Decode(ev.Object.Raw, nil, nil)
+				b.w.observe(wireReq{method: methodWatchEvent, path: b.path, query: b.query, obj: obj, sent: at})
+			}
+			b.buf = b.buf[4+size:]
+		}
+	}
+	return n, err
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// deploymentPath is the API path of a Deployment of the test namespace (and,
+// with sub, of its subresource).
+func deploymentPath(name, sub string) string {
+	p := "/apis/apps/v1/namespaces/" + testNS + "/deployments/" + name
+	if sub != "" {
+		p += "/" + sub
+	}
+	return p
+}
+
+// scaleTo matches the update of name's scale subresource to replicas.
+func scaleTo(name string, replicas int32) func(wireReq) bool {
+	return func(r wireReq) bool {
+		s, ok := r.obj.(*autoscalingv1.Scale)
+		return ok && r.method == http.MethodPut && r.path == deploymentPath(name, "scale") && s.Spec.Replicas == replicas && r.status < 300
+	}
+}
+
+// readyOnWatch matches the event of a watch on Deployment name that shows it
+// Ready (readyReplicas >= 1 at its current generation).
+func readyOnWatch(name string) func(wireReq) bool {
+	return func(r wireReq) bool {
+		d, ok := r.obj.(*appsv1.Deployment)
+		return ok && r.method == methodWatchEvent && d.Name == name && d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas >= 1
+	}
+}
+
+// recordPhase matches a successful write of name's switchover record in phase.
+func recordPhase(name string, phase string) func(wireReq) bool {
+	want := []byte(`\"phase\":\"` + phase + `\"`)
+	return func(r wireReq) bool {
+		return r.method == http.MethodPatch && r.path == deploymentPath(name, "") && bytes.Contains(r.body, want) && r.status < 300
+	}
+}

@@ -46,20 +46,7 @@ const (
 // action), and the readiness-gate condition. A watcher records every change of
 // the Ready replicas and checks primary + standby never drop to 0.
 func TestSwitchoverAndFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := cp.Client()
-	mustCreate(t, func() error {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
-		return err
-	})
+	ctx, cancel, cp, admin := startCluster(t, 90*time.Second)
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	checkRBAC(ctx, t, admin)
 
@@ -232,20 +219,7 @@ func checkHistograms(t *testing.T, g prometheus.Gatherer, name, label string, wa
 // standby and waits for it (Confirm), and retires the second primary and
 // exchanges the roles, never bringing a pair's Ready replicas to 0.
 func TestResumeAfterRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := cp.Client()
-	mustCreate(t, func() error {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
-		return err
-	})
+	ctx, cancel, cp, admin := startCluster(t, 90*time.Second)
 	agentClient := agentClientset(ctx, t, cp, actuate.RulesWithResume())
 	recJSON := func(r actuate.Record) string {
 		b, err := json.Marshal(r)
@@ -312,20 +286,7 @@ func TestResumeAfterRestart(t *testing.T) {
 // abort delay; a standby that cannot become Ready (unschedulable) gives a
 // Warning Event at the ready timeout, is scaled back, and the primary stays.
 func TestAbortAndStandbyNeverReady(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := cp.Client()
-	mustCreate(t, func() error {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
-		return err
-	})
+	ctx, cancel, cp, admin := startCluster(t, 90*time.Second)
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
@@ -391,20 +352,7 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 // standby was scaled up and starts it again: the actuator's standby watch
 // resumes, the record reaches Confirm and the switchover completes.
 func TestAPIServerRestartDuringSwitchover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := cp.Client()
-	mustCreate(t, func() error {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
-		return err
-	})
+	ctx, cancel, cp, admin := startCluster(t, 90*time.Second)
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
@@ -544,6 +492,28 @@ func createDeployment(ctx context.Context, cs kubernetes.Interface, name string,
 		},
 	}, metav1.CreateOptions{})
 	return err
+}
+
+// startCluster starts a control plane with one kwok node and the test namespace,
+// and returns a context bounded by timeout (cancel it to stop what runs under
+// it), the control plane and the admin client.
+func startCluster(t *testing.T, timeout time.Duration) (context.Context, context.CancelFunc, *controlplane.ControlPlane, kubernetes.Interface) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := cp.Client()
+	mustCreate(t, func() error {
+		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
+		return err
+	})
+	return ctx, cancel, cp, admin
 }
 
 func mustCreate(t testing.TB, f func() error) {

@@ -9,14 +9,12 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/actuate"
-	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -29,20 +27,7 @@ import (
 // aborted one. For each, a watcher records every change of the Ready
 // replicas of primary + standby and checks the sum never drops to 0.
 func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := cp.Client()
-	mustCreate(t, func() error {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
-		return err
-	})
+	ctx, _, cp, admin := startCluster(t, 100*time.Second)
 	cfg := agentConfig(ctx, t, cp, actuate.RulesWithResume())
 	var w wire
 	w.install(cfg)
@@ -211,20 +196,7 @@ func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, res
 // it with its own decision: it reloads, continues from that record, and the
 // flap guard then refuses the switchover (Warning Event, standby untouched).
 func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := cp.Client()
-	mustCreate(t, func() error {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
-		return err
-	})
+	ctx, _, cp, admin := startCluster(t, 60*time.Second)
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {

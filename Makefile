@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help build test test-short test-unit test-parity test-exporter test-train model evaluate k8s bench arm64 test-arm64 lint deps clean
+.PHONY: help build test test-short test-unit test-parity test-exporter test-train model evaluate k8s bench arm64 test-arm64 images lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ bench: ## benchmarks of the hot paths (see README, Performance)
 arm64: ## static linux/arm64 binaries in bin/linux-arm64/
 	@mkdir -p $(BIN)/linux-arm64
 	$(foreach c,$(CMDS),GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/$(c) ./cmd/$(c);)
+
+images: ## multi-arch (linux/amd64+arm64) OCI image layout of amf-sidecar and amf-agent FROM scratch -> bin/images (no Docker)
+	$(GO) run ./arm64/cmd/amf-images --out $(BIN)/images
 
 # Packages proven on arm64 under qemu-user. sidecar/cgroup is not yet: its real
 # cgroup test re-executes the test binary as the child, which needs binfmt_misc.

@@ -60,7 +60,13 @@ images: ## multi-arch (linux/amd64+arm64) OCI image layout of amf-sidecar and am
 # cgroup test re-executes the test binary as the child, which needs binfmt_misc.
 ARM64_TEST_PKGS := infer infer/model signal sidecar healthcheck agent
 
-test-arm64: ## run tests as linux/arm64 binaries under qemu-aarch64 (Debian qemu-user-static)
+# Size budgets of the arm64 binaries (bytes): the sidecar runs in every broker pod.
+SIDECAR_ARM64_BUDGET := 15728640
+AGENT_ARM64_BUDGET   := 62914560
+
+test-arm64: arm64 ## run tests as linux/arm64 binaries under qemu-aarch64 (Debian qemu-user-static); check size budgets
+	@check() { n=$$(stat -c %s $(BIN)/linux-arm64/$$1); echo "$$1 linux/arm64: $$n bytes (budget $$2)"; [ $$n -le $$2 ] || { echo "$$1 is over its size budget"; exit 1; }; }; \
+	check amf-sidecar $(SIDECAR_ARM64_BUDGET); check amf-agent $(AGENT_ARM64_BUDGET)
 	@mkdir -p $(BIN)/arm64-test
 	@set -e; for p in $(ARM64_TEST_PKGS); do \
 		t=$(CURDIR)/$(BIN)/arm64-test/$$(echo $$p | tr / _).test; \

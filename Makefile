@@ -56,9 +56,9 @@ arm64: ## static linux/arm64 binaries in bin/linux-arm64/
 images: ## multi-arch (linux/amd64+arm64) OCI image layout of amf-sidecar and amf-agent FROM scratch -> bin/images (no Docker)
 	$(GO) run ./arm64/cmd/amf-images --out $(BIN)/images
 
-# Packages proven on arm64 under qemu-user. sidecar/cgroup is not yet: its real
-# cgroup test re-executes the test binary as the child, which needs binfmt_misc.
-ARM64_TEST_PKGS := infer infer/model signal sidecar healthcheck agent
+# Packages that need no control plane, proven on arm64 under qemu-user. Tests that
+# re-execute their binary go through AMF_TEST_EXEC_WRAPPER (no binfmt_misc here).
+ARM64_TEST_PKGS := infer infer/model signal sidecar sidecar/cgroup healthcheck agent
 
 # Size budgets of the arm64 binaries (bytes): the sidecar runs in every broker pod.
 SIDECAR_ARM64_BUDGET := 15728640
@@ -71,7 +71,7 @@ test-arm64: arm64 ## run tests as linux/arm64 binaries under qemu-aarch64 (Debia
 	@set -e; for p in $(ARM64_TEST_PKGS); do \
 		t=$(CURDIR)/$(BIN)/arm64-test/$$(echo $$p | tr / _).test; \
 		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) test -c -o $$t ./$$p; \
-		echo "qemu-aarch64 $$p"; (cd $$p && qemu-aarch64-static $$t -test.count=1 -test.short); \
+		echo "qemu-aarch64 $$p"; (cd $$p && AMF_TEST_EXEC_WRAPPER=qemu-aarch64-static qemu-aarch64-static $$t -test.count=1 -test.short); \
 	done
 
 lint: ## gofmt, go vet, staticcheck

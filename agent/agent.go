@@ -249,9 +249,6 @@ func (a *Agent) Serve(ctx context.Context) error {
 		slog.String("mqtt_addr", a.MQTTAddr()), slog.String("http_addr", a.HTTPAddr()),
 		slog.Bool("observe_only", a.cfg.ObserveOnly), slog.Int("max_clients", a.cfg.MaxClients),
 		slog.String("max_keepalive", a.cfg.MaxKeepalive.String()))
-	if !a.cfg.ObserveOnly {
-		a.log.Info("actuation is not built yet: observing only")
-	}
 
 	prune := time.NewTicker(max(min(a.cfg.Retention/4, time.Minute), time.Second))
 	defer prune.Stop()

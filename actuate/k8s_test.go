@@ -302,13 +302,7 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 	})
 	podA, podC := onlyPod(ctx, t, admin, "broker-a"), onlyPod(ctx, t, admin, "broker-c")
 
-	act, err := actuate.New(actuate.Config{Client: agentClient, Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	signals := make(chan actuate.Signal)
-	runDone := make(chan error, 1)
-	go func() { runDone <- act.Run(ctx, signals) }()
+	signals, runDone := startActuator(ctx, t, agentClient)
 	send := func(pod string, st signal.State) {
 		select {
 		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.9), At: time.Now()}:
@@ -359,13 +353,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{actuate.AnnStandby: "broker-b", actuate.AnnHold: "1s"})
 	})
 	podA := onlyPod(ctx, t, admin, "broker-a")
-	act, err := actuate.New(actuate.Config{Client: agentClient, Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	signals := make(chan actuate.Signal)
-	runDone := make(chan error, 1)
-	go func() { runDone <- act.Run(ctx, signals) }()
+	signals, runDone := startActuator(ctx, t, agentClient)
 	send := func(st signal.State) {
 		select {
 		case signals <- actuate.Signal{Namespace: testNS, Pod: podA, State: st, Probability: ptr.To(0.9), At: time.Now()}:
@@ -514,6 +502,20 @@ func startCluster(t *testing.T, timeout time.Duration) (context.Context, context
 		return err
 	})
 	return ctx, cancel, cp, admin
+}
+
+// startActuator runs an actuator on client, logging to the test, until ctx ends;
+// it returns the channel to send signals on and Run's result.
+func startActuator(ctx context.Context, t *testing.T, client kubernetes.Interface) (chan actuate.Signal, chan error) {
+	t.Helper()
+	act, err := actuate.New(actuate.Config{Client: client, Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signals := make(chan actuate.Signal)
+	runDone := make(chan error, 1)
+	go func() { runDone <- act.Run(ctx, signals) }()
+	return signals, runDone
 }
 
 func mustCreate(t testing.TB, f func() error) {

@@ -101,14 +101,15 @@ type running struct {
 	http   *httptest.Server
 }
 
-func startSidecar(t *testing.T, broker string) *running {
+// reconnect is the signaller's back-off before reconnecting.
+func startSidecar(t *testing.T, broker string, reconnect time.Duration) *running {
 	t.Helper()
 	m, err := model.Default()
 	if err != nil {
 		t.Fatal(err)
 	}
 	sig, err := NewSignaller(SignallerConfig{Broker: broker, Namespace: "tod", Pod: "broker-0", Token: "t",
-		KeepAlive: 2 * time.Second, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})
+		KeepAlive: 2 * time.Second, ReconnectMin: reconnect, ReconnectMax: reconnect})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 	_, broker := startBroker(t)
 	msgs := watch(t, broker)
-	r := startSidecar(t, broker)
+	r := startSidecar(t, broker, 10*time.Millisecond)
 
 	healthy := await(t, msgs, signal.Healthy)
 	if healthy.Probability == nil || *healthy.Probability >= 0.5 {
@@ -196,7 +197,11 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 func TestSidecarLastWillAndRepublishOnReconnect(t *testing.T) {
 	srv, broker := startBroker(t)
 	msgs := watch(t, broker)
-	startSidecar(t, broker)
+	// The broker publishes a Last Will only if the session is not taken over
+	// first: a sidecar reconnecting with the same client ID within microseconds
+	// inherits the session and no will is sent (the agent sees the disconnect
+	// itself then). Back off long enough for the will to go out.
+	startSidecar(t, broker, time.Second)
 	await(t, msgs, signal.Healthy)
 
 	// Drop the sidecar's connection from the broker side, as a network cut would.

@@ -66,7 +66,7 @@ type ControlPlane struct {
 	// StartDuration is how long Start took, from the first process to Ready nodes.
 	StartDuration time.Duration
 
-	tb     testing.TB
+	logf   func(format string, args ...any)
 	opts   Options
 	pki    *pki
 	tokens struct{ admin, kcm, scheduler, kwok string }
@@ -87,6 +87,38 @@ type ControlPlane struct {
 // if the test failed). Missing binaries skip the test (fail it with AMF_REQUIRE_K8S=1).
 func Start(ctx context.Context, tb testing.TB, opts Options) (*ControlPlane, error) {
 	tb.Helper()
+	if opts.BinDir == "" {
+		bin, err := BinDir()
+		if err == nil {
+			err = checkBinDir(bin)
+		}
+		if err != nil {
+			if os.Getenv(EnvRequire) == "1" {
+				tb.Fatalf("Kubernetes control plane not built (%v) and %s=1: run make k8s", err, EnvRequire)
+			}
+			tb.Skipf("Kubernetes control plane not built (%v): run make k8s", err)
+		}
+		opts.BinDir = bin
+	}
+	var cp *ControlPlane
+	tb.Cleanup(func() {
+		if cp == nil {
+			return
+		}
+		if tb.Failed() {
+			cp.DumpLogs()
+		}
+		cp.Stop()
+	})
+	var err error
+	cp, err = Launch(ctx, tb.TempDir(), opts, tb.Logf)
+	return cp, err
+}
+
+// Launch is Start for programs (the lab's experiment runner): the components run
+// in dir (which must exist) and log through logf; the caller calls Stop. Missing
+// binaries are an error saying to run make k8s.
+func Launch(ctx context.Context, dir string, opts Options, logf func(format string, args ...any)) (*ControlPlane, error) {
 	bin := opts.BinDir
 	var err error
 	if bin == "" {
@@ -96,10 +128,7 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (*ControlPlane, err
 		err = checkBinDir(bin)
 	}
 	if err != nil {
-		if os.Getenv(EnvRequire) == "1" {
-			tb.Fatalf("Kubernetes control plane not built (%v) and %s=1: run make k8s", err, EnvRequire)
-		}
-		tb.Skipf("Kubernetes control plane not built (%v): run make k8s", err)
+		return nil, fmt.Errorf("Kubernetes control plane not built (%w): run make k8s", err)
 	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 1
@@ -113,14 +142,8 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (*ControlPlane, err
 		defer cancel()
 	}
 
-	cp := &ControlPlane{Dir: tb.TempDir(), BinDir: bin, KubectlPath: filepath.Join(bin, "kubectl"), tb: tb, opts: opts}
+	cp := &ControlPlane{Dir: dir, BinDir: bin, KubectlPath: filepath.Join(bin, "kubectl"), logf: logf, opts: opts}
 	cp.Kubeconfig = filepath.Join(cp.Dir, "admin.kubeconfig")
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			cp.DumpLogs()
-		}
-		cp.Stop()
-	})
 	for _, d := range []string{"logs", "home"} {
 		if err := os.MkdirAll(filepath.Join(cp.Dir, d), 0o755); err != nil {
 			return nil, err
@@ -139,13 +162,14 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (*ControlPlane, err
 		}
 		cp.stopProcesses()
 		if attempt < 3 && errors.Is(err, errPortTaken) && ctx.Err() == nil {
-			tb.Logf("controlplane: %v; retrying with other ports", firstLine(err))
+			logf("controlplane: %v; retrying with other ports", firstLine(err))
 			continue
 		}
+		cp.DumpLogs()
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	cp.StartDuration = time.Since(t0)
-	tb.Logf("controlplane: %s ready in %v (%s)", cp.Version, cp.StartDuration.Round(time.Millisecond), cp.phases)
+	logf("controlplane: %s ready in %v (%s)", cp.Version, cp.StartDuration.Round(time.Millisecond), cp.phases)
 	return cp, nil
 }
 
@@ -656,7 +680,7 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
 // Stop stops every component: kwok, scheduler and controller manager, then the
 // API server, then etcd (the API server must not outlive its storage), each by
 // SIGTERM to its process group and SIGKILL after a grace period. It is called by
-// tb.Cleanup; calling it earlier is fine.
+// tb.Cleanup (Start) or the caller (Launch); calling it twice is fine.
 func (cp *ControlPlane) Stop() {
 	cp.mu.Lock()
 	cp.stopped = true
@@ -684,7 +708,7 @@ func (cp *ControlPlane) stopProcesses() {
 	}
 }
 
-// DumpLogs writes the end of each component's log to the test log.
+// DumpLogs writes the end of each component's log to the test log (Launch: its logf).
 func (cp *ControlPlane) DumpLogs() {
 	cp.mu.Lock()
 	procs := []*process{cp.etcd, cp.apiserver, cp.kcm, cp.scheduler, cp.kw}
@@ -693,7 +717,7 @@ func (cp *ControlPlane) DumpLogs() {
 		if p == nil {
 			continue
 		}
-		cp.tb.Logf("---- %s (%s), last 16 KiB ----\n%s", p.name, p.logPath, p.logTail(16<<10))
+		cp.logf("---- %s (%s), last 16 KiB ----\n%s", p.name, p.logPath, p.logTail(16<<10))
 	}
 }
 

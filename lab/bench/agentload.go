@@ -20,6 +20,8 @@ import (
 	prommodel "github.com/prometheus/common/model"
 
 	"github.com/amf-edge/amf/signal"
+
+	"github.com/amf-edge/amf/lab/proc"
 )
 
 // AgentLoadConfig configures the agent load benchmark.
@@ -72,21 +74,21 @@ func RunAgentLoad(ctx context.Context, cfg AgentLoadConfig) (*AgentLoadReport, e
 	if err := os.WriteFile(tokenFile, []byte(lines.String()), 0o600); err != nil {
 		return nil, err
 	}
-	mqttAddr, err := freeAddr()
+	mqttAddr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	httpAddr, err := freeAddr()
+	httpAddr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	agent, err := startProc("amf-agent", filepath.Join(cfg.WorkDir, "agent.log"), nil, cfg.Bin.Agent,
+	agent, err := proc.Start("amf-agent", filepath.Join(cfg.WorkDir, "agent.log"), nil, cfg.Bin.Agent,
 		"--listen", mqttAddr, "--http", httpAddr, "--token-file", tokenFile, "--observe-only", "--log-level", "warn")
 	if err != nil {
 		return nil, err
 	}
-	defer agent.stop(3 * time.Second)
-	if err := waitListening(ctx, agent, mqttAddr, 10*time.Second); err != nil {
+	defer agent.Stop(3 * time.Second)
+	if err := proc.WaitListening(ctx, agent, mqttAddr, 10*time.Second); err != nil {
 		return nil, err
 	}
 
@@ -110,7 +112,7 @@ func RunAgentLoad(ctx context.Context, cfg AgentLoadConfig) (*AgentLoadReport, e
 	}
 	fmt.Fprintf(cfg.Progress, "%d simulated sidecars connected; publishing every %v for %v\n", cfg.Sidecars, cfg.Period, cfg.Duration)
 
-	cpu0, _, err := procUsage(agent.pid())
+	cpu0, _, err := proc.Usage(agent.PID())
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +156,7 @@ func RunAgentLoad(ctx context.Context, cfg AgentLoadConfig) (*AgentLoadReport, e
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1, rss, err := procUsage(agent.pid())
+	cpu1, rss, err := proc.Usage(agent.PID())
 	if err != nil {
 		return nil, err
 	}

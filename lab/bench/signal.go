@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/amf-edge/amf/lab/proc"
 )
 
 // Binaries locates the programs a benchmark runs.
@@ -114,7 +116,7 @@ type signalBench struct {
 	cgroupDir string // the broker's own memory cgroup, when one could be made
 	events    chan transition
 
-	broker, sidecar, agent *proc
+	broker, sidecar, agent *proc.Proc
 	expectSidecarExit      bool
 }
 
@@ -191,22 +193,22 @@ func (b *signalBench) start(ctx context.Context) error {
 		return err
 	}
 	var err error
-	if b.agentAddr, err = freeAddr(); err != nil {
+	if b.agentAddr, err = proc.FreeAddr(); err != nil {
 		return err
 	}
-	httpAddr, err := freeAddr()
+	httpAddr, err := proc.FreeAddr()
 	if err != nil {
 		return err
 	}
-	b.agent, err = startProc("amf-agent", filepath.Join(b.cfg.WorkDir, "agent.log"), b.onAgentLine, b.cfg.Bin.Agent,
+	b.agent, err = proc.Start("amf-agent", filepath.Join(b.cfg.WorkDir, "agent.log"), b.onAgentLine, b.cfg.Bin.Agent,
 		"--listen", b.agentAddr, "--http", httpAddr, "--token-file", b.tokenFile, "--observe-only", "--log-level", "info")
 	if err != nil {
 		return err
 	}
-	if err := waitListening(ctx, b.agent, b.agentAddr, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, b.agent, b.agentAddr, 10*time.Second); err != nil {
 		return err
 	}
-	if b.brokerArg, err = freeAddr(); err != nil {
+	if b.brokerArg, err = proc.FreeAddr(); err != nil {
 		return err
 	}
 	b.cgroupDir = makeBrokerCgroup(b.cfg.WorkDir)
@@ -242,10 +244,10 @@ func (b *signalBench) awaitState(ctx context.Context, timeout time.Duration, sta
 					return t, nil
 				}
 			}
-		case <-b.agent.done:
-			return transition{}, fmt.Errorf("amf-agent exited: %v (log %s)", b.agent.err, filepath.Join(b.cfg.WorkDir, "agent.log"))
+		case <-b.agent.Done():
+			return transition{}, fmt.Errorf("amf-agent exited: %v (log %s)", b.agent.Err(), filepath.Join(b.cfg.WorkDir, "agent.log"))
 		case <-b.sidecarDone():
-			return transition{}, fmt.Errorf("amf-sidecar exited: %v (log %s)", b.sidecar.err, filepath.Join(b.cfg.WorkDir, "sidecar.log"))
+			return transition{}, fmt.Errorf("amf-sidecar exited: %v (log %s)", b.sidecar.Err(), filepath.Join(b.cfg.WorkDir, "sidecar.log"))
 		case <-ctx.Done():
 			return transition{}, ctx.Err()
 		case <-deadline:
@@ -260,7 +262,7 @@ func (b *signalBench) sidecarDone() <-chan struct{} {
 	if b.sidecar == nil || b.expectSidecarExit {
 		return nil
 	}
-	return b.sidecar.done
+	return b.sidecar.Done()
 }
 
 // drain drops transitions seen so far, so the next wait sees only what follows.
@@ -284,20 +286,20 @@ func (b *signalBench) startBroker(ctx context.Context) error {
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return err
 		}
-		b.broker, err = startProc("mosquitto", logPath, nil, b.cfg.Bin.Mosquitto, "-c", conf)
+		b.broker, err = proc.Start("mosquitto", logPath, nil, b.cfg.Bin.Mosquitto, "-c", conf)
 	} else {
-		b.broker, err = startProc("mochi broker", logPath, nil, b.cfg.Bin.Self, "broker", "--listen", b.brokerArg)
+		b.broker, err = proc.Start("mochi broker", logPath, nil, b.cfg.Bin.Self, "broker", "--listen", b.brokerArg)
 	}
 	if err != nil {
 		return err
 	}
 	if b.cgroupDir != "" {
 		// Its own cgroup, as a container runtime would give it.
-		if err := addToCgroup(b.cgroupDir, b.broker.pid()); err != nil {
+		if err := addToCgroup(b.cgroupDir, b.broker.PID()); err != nil {
 			return err
 		}
 	}
-	return waitListening(ctx, b.broker, b.brokerArg, 10*time.Second)
+	return proc.WaitListening(ctx, b.broker, b.brokerArg, 10*time.Second)
 }
 
 func (b *signalBench) startSidecar() error {
@@ -315,7 +317,7 @@ func (b *signalBench) startSidecar() error {
 		"--agent", "tcp://"+b.agentAddr, "--namespace", benchNamespace, "--pod", benchPod,
 		"--token-file", sidecarToken, "--keepalive", b.cfg.KeepAlive.String(), "--http", "")
 	var err error
-	b.sidecar, err = startProc("amf-sidecar", filepath.Join(b.cfg.WorkDir, "sidecar.log"), nil, b.cfg.Bin.Sidecar, args...)
+	b.sidecar, err = proc.Start("amf-sidecar", filepath.Join(b.cfg.WorkDir, "sidecar.log"), nil, b.cfg.Bin.Sidecar, args...)
 	return err
 }
 
@@ -324,7 +326,7 @@ func (b *signalBench) steadyState(ctx context.Context, rep *SignalReport) error 
 	if b.cfg.Steady <= 0 {
 		return nil
 	}
-	cpu0, _, err := procUsage(b.sidecar.pid())
+	cpu0, _, err := proc.Usage(b.sidecar.PID())
 	if err != nil {
 		return err
 	}
@@ -334,7 +336,7 @@ func (b *signalBench) steadyState(ctx context.Context, rep *SignalReport) error 
 		return ctx.Err()
 	case <-time.After(b.cfg.Steady):
 	}
-	cpu1, rss, err := procUsage(b.sidecar.pid())
+	cpu1, rss, err := proc.Usage(b.sidecar.PID())
 	if err != nil {
 		return err
 	}
@@ -367,7 +369,7 @@ func (b *signalBench) brokerCrash(ctx context.Context) (scm, pcm time.Duration, 
 	b.drain()
 	killed := time.Now()
 	poll.markKill(killed)
-	b.broker.kill()
+	b.broker.Kill()
 	t, err := b.awaitState(ctx, 30*time.Second, "unhealthy")
 	if err != nil {
 		return 0, 0, err
@@ -394,7 +396,7 @@ func (b *signalBench) sidecarFault(ctx context.Context, sig syscall.Signal) (tim
 	b.drain()
 	b.expectSidecarExit = sig == syscall.SIGKILL
 	at := time.Now()
-	if err := b.sidecar.signal(sig); err != nil {
+	if err := b.sidecar.Signal(sig); err != nil {
 		return 0, err
 	}
 	t, err := b.awaitState(ctx, 3*b.cfg.KeepAlive+10*time.Second, "gone")
@@ -404,11 +406,11 @@ func (b *signalBench) sidecarFault(ctx context.Context, sig syscall.Signal) (tim
 	d := t.Received.Sub(at)
 	b.drain()
 	if sig == syscall.SIGSTOP {
-		if err := b.sidecar.signal(syscall.SIGCONT); err != nil {
+		if err := b.sidecar.Signal(syscall.SIGCONT); err != nil {
 			return 0, err
 		}
 	} else {
-		<-b.sidecar.done
+		<-b.sidecar.Done()
 		if err := b.startSidecar(); err != nil {
 			return 0, err
 		}
@@ -421,9 +423,9 @@ func (b *signalBench) sidecarFault(ctx context.Context, sig syscall.Signal) (tim
 }
 
 func (b *signalBench) cleanup() {
-	for _, p := range []*proc{b.sidecar, b.broker, b.agent} {
+	for _, p := range []*proc.Proc{b.sidecar, b.broker, b.agent} {
 		if p != nil {
-			p.stop(3 * time.Second)
+			p.Stop(3 * time.Second)
 		}
 	}
 	if b.cgroupDir != "" {

@@ -1,4 +1,8 @@
-package bench
+// Package proc runs the lab's child processes (brokers, sidecar, agent): each in
+// its own process group, its output in a file and optionally streamed line by
+// line, stopped with SIGTERM then SIGKILL. Test infrastructure; product code
+// never imports it.
+package proc
 
 import (
 	"bufio"
@@ -16,16 +20,18 @@ import (
 	"time"
 )
 
-// proc is a child process in its own process group, with its output in a file and,
+// Proc is a child process in its own process group, with its output in a file and,
 // optionally, streamed line by line to a callback.
-type proc struct {
-	name string
+type Proc struct {
+	Name string
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
 }
 
-func startProc(name, logPath string, onLine func(string), bin string, args ...string) (*proc, error) {
+// Start starts bin with args; its output goes to logPath (appended) and, when
+// onLine is not nil, to onLine one line at a time.
+func Start(name, logPath string, onLine func(string), bin string, args ...string) (*Proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -55,7 +61,7 @@ func startProc(name, logPath string, onLine func(string), bin string, args ...st
 		}
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		if pw != nil {
@@ -67,35 +73,37 @@ func startProc(name, logPath string, onLine func(string), bin string, args ...st
 	return p, nil
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+// PID is the process ID (and process group ID).
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
-func (p *proc) signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
-// stop ends the process group: SIGTERM, then SIGKILL after grace.
-func (p *proc) stop(grace time.Duration) {
+// Stop ends the process group: SIGTERM, then SIGKILL after grace.
+func (p *Proc) Stop(grace time.Duration) {
 	select {
 	case <-p.done:
 		return
 	default:
 	}
-	_ = syscall.Kill(-p.pid(), syscall.SIGCONT) // a frozen process cannot exit
-	_ = syscall.Kill(-p.pid(), syscall.SIGTERM)
+	_ = syscall.Kill(-p.PID(), syscall.SIGCONT) // a frozen process cannot exit
+	_ = syscall.Kill(-p.PID(), syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+		_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
 		<-p.done
 	}
 }
 
-// kill sends SIGKILL and waits for the exit.
-func (p *proc) kill() {
-	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+// Kill sends SIGKILL to the process group and waits for the exit.
+func (p *Proc) Kill() {
+	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
 	<-p.done
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr() (string, error) {
+// FreeAddr returns a loopback address whose port was free a moment ago.
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -104,8 +112,8 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// waitListening waits until addr accepts connections or the process exits.
-func waitListening(ctx context.Context, p *proc, addr string, timeout time.Duration) error {
+// WaitListening waits until addr accepts connections or the process exits.
+func WaitListening(ctx context.Context, p *Proc, addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
@@ -115,19 +123,19 @@ func waitListening(ctx context.Context, p *proc, addr string, timeout time.Durat
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before listening on %s: %v", p.name, addr, p.err)
+			return fmt.Errorf("%s exited before listening on %s: %v", p.Name, addr, p.err)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(delay):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not listening on %s after %v", p.name, addr, timeout)
+			return fmt.Errorf("%s not listening on %s after %v", p.Name, addr, timeout)
 		}
 	}
 }
 
-// procUsage reads a process's CPU time (user+system) and resident set size.
-func procUsage(pid int) (cpu time.Duration, rss int64, err error) {
+// Usage reads a process's CPU time (user+system) and resident set size.
+func Usage(pid int) (cpu time.Duration, rss int64, err error) {
 	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return 0, 0, err
@@ -147,3 +155,9 @@ func procUsage(pid int) (cpu time.Duration, rss int64, err error) {
 	const ticks = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / ticks, rssPages * int64(os.Getpagesize()), nil
 }
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is the process's exit error; valid once Done is closed.
+func (p *Proc) Err() error { return p.err }

@@ -128,7 +128,7 @@ func Launch(ctx context.Context, dir string, opts Options, logf func(format stri
 		err = checkBinDir(bin)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("Kubernetes control plane not built (%w): run make k8s", err)
+		return nil, fmt.Errorf("the Kubernetes control plane is not built (%w): run make k8s", err)
 	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 1
@@ -352,16 +352,22 @@ func (cp *ControlPlane) writeConfigs() error {
 		{"kube-scheduler.kubeconfig", "kube-scheduler", cp.tokens.scheduler},
 		{"kwok.kubeconfig", "kwok", cp.tokens.kwok},
 	} {
-		c := clientcmdapi.NewConfig()
-		c.Clusters["amf-test"] = &clientcmdapi.Cluster{Server: cp.Host, CertificateAuthorityData: cp.pki.caPEM}
-		c.AuthInfos[k.user] = &clientcmdapi.AuthInfo{Token: k.token}
-		c.Contexts["amf-test"] = &clientcmdapi.Context{Cluster: "amf-test", AuthInfo: k.user, Namespace: metav1.NamespaceDefault}
-		c.CurrentContext = "amf-test"
-		if err := clientcmd.WriteToFile(*c, cp.path(k.file)); err != nil {
+		if err := cp.WriteKubeconfig(cp.path(k.file), k.user, k.token); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// WriteKubeconfig writes a kubeconfig (mode 0600) for this API server that
+// authenticates with token as user (the name is only the entry's label).
+func (cp *ControlPlane) WriteKubeconfig(path, user, token string) error {
+	c := clientcmdapi.NewConfig()
+	c.Clusters["amf-test"] = &clientcmdapi.Cluster{Server: cp.Host, CertificateAuthorityData: cp.pki.caPEM}
+	c.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	c.Contexts["amf-test"] = &clientcmdapi.Context{Cluster: "amf-test", AuthInfo: user, Namespace: metav1.NamespaceDefault}
+	c.CurrentContext = "amf-test"
+	return clientcmd.WriteToFile(*c, path)
 }
 
 func (cp *ControlPlane) etcdArgs() []string {

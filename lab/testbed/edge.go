@@ -1,0 +1,284 @@
+package testbed
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/inject"
+)
+
+// Images the lab node maps to local programs.
+const (
+	MosquittoImage = "eclipse-mosquitto:2.0.20"
+	// MosquittoConfigDir is where the image reads mosquitto.conf.
+	MosquittoConfigDir = "/mosquitto/config"
+	// BrokerContainer is the broker container's name.
+	BrokerContainer = "mosquitto"
+)
+
+// Bridge is the testbed's bridge timing (Mosquitto's keepalive_interval and
+// restart_timeout, seconds). The testbed used 30 and 30: they shape the reactive
+// outage, so they are the default.
+type Bridge struct {
+	KeepaliveInterval int
+	RestartTimeout    int
+}
+
+// DefaultBridge is the public testbed's setting.
+var DefaultBridge = Bridge{KeepaliveInterval: 30, RestartTimeout: 30}
+
+// EdgeConfig is one edge broker's mosquitto.conf: a listener for the sidecar's
+// probe and the two bridges the edge initiates, towards OBU (set/# out, get/# in)
+// and RDS (set/# in, get/# out), as the public testbed configures them.
+type EdgeConfig struct {
+	Listen   string // host:port of the broker's own listener
+	RDS, OBU string // host:port of the remote brokers
+	ClientID string // prefix of the bridges' client IDs, distinct per edge broker
+	Bridge   Bridge
+}
+
+// Render writes the configuration.
+func (c EdgeConfig) Render() string {
+	var b strings.Builder
+	b.WriteString(listener(c.Listen))
+	b.WriteString("allow_anonymous true\npersistence false\nlog_dest stdout\nconnection_messages true\n")
+	bridge := func(name, addr, set, get string) {
+		id := c.ClientID + "-" + name
+		fmt.Fprintf(&b, "\nconnection %s\naddress %s\ntopic set/# %s\ntopic get/# %s\ncleansession true\ntry_private false\n"+
+			"keepalive_interval %d\nrestart_timeout %d\nlocal_clientid %s\nremote_clientid %s\n",
+			name, addr, set, get, c.Bridge.KeepaliveInterval, c.Bridge.RestartTimeout, id, id)
+	}
+	bridge("obu", c.OBU, "out", "in")
+	bridge("rds", c.RDS, "in", "out")
+	return b.String()
+}
+
+// Edge describes the edge broker Deployments of one run.
+type Edge struct {
+	Namespace string
+	Node      string // node the pods must run on (the lab node)
+	RDS, OBU  string // remote brokers, host:port
+	Bridge    Bridge
+	// Ports of the primary (A) and standby (B): the lab node runs pods in the
+	// host's network namespace, so each broker and sidecar needs its own.
+	BrokerPortA, BrokerPortB int
+	HealthPortA, HealthPortB int
+	AgentAddr                string // the agent's MQTT listener, host:port
+	SidecarImage             string // default inject.DefaultSidecarImage
+	SidecarArgs              []string
+	// Policy annotations added to the primary (e.g. amf.io/hold).
+	Policy map[string]string
+}
+
+// Names of the edge objects.
+const (
+	PrimaryName = "edge-broker-a"
+	StandbyName = "edge-broker-b"
+)
+
+// Objects are the ConfigMaps and Deployments of one run.
+type Objects struct {
+	ConfigMaps  []*corev1.ConfigMap
+	Deployments []*appsv1.Deployment
+}
+
+// Reactive is the baseline: the edge broker alone, as plain Kubernetes runs it
+// (no sidecar, no standby, no agent).
+func (e Edge) Reactive() (Objects, error) {
+	if err := e.check(); err != nil {
+		return Objects{}, err
+	}
+	return Objects{
+		ConfigMaps:  []*corev1.ConfigMap{e.configMap(PrimaryName, e.BrokerPortA, "edge-a")},
+		Deployments: []*appsv1.Deployment{e.plain(PrimaryName, e.BrokerPortA, nil)},
+	}, nil
+}
+
+// AMF is the primary with the sidecar injected by package inject (exactly what
+// `amf-agent inject --standby` writes), and its cold standby with its own
+// configuration and ports.
+func (e Edge) AMF() (Objects, error) {
+	if err := e.check(); err != nil {
+		return Objects{}, err
+	}
+	ann := map[string]string{actuate.AnnStandby: StandbyName, actuate.AnnRedundancy: string(actuate.Cold)}
+	for k, v := range e.Policy {
+		ann[k] = v
+	}
+	in, err := yaml.Marshal(e.plain(PrimaryName, e.BrokerPortA, ann))
+	if err != nil {
+		return Objects{}, err
+	}
+	out, _, err := inject.Inject(in, inject.Options{Standby: true, SidecarImage: e.SidecarImage})
+	if err != nil {
+		return Objects{}, fmt.Errorf("inject the edge broker: %w", err)
+	}
+	deps, err := decodeDeployments(out)
+	if err != nil {
+		return Objects{}, err
+	}
+	if len(deps) != 2 || deps[0].Name != PrimaryName || deps[1].Name != StandbyName {
+		return Objects{}, fmt.Errorf("inject wrote %d Deployments, want %s and %s", len(deps), PrimaryName, StandbyName)
+	}
+	primary, standby := deps[0], deps[1]
+	if err := e.adapt(primary, PrimaryName, e.BrokerPortA, e.HealthPortA); err != nil {
+		return Objects{}, err
+	}
+	if err := e.adapt(standby, StandbyName, e.BrokerPortB, e.HealthPortB); err != nil {
+		return Objects{}, err
+	}
+	return Objects{
+		ConfigMaps:  []*corev1.ConfigMap{e.configMap(PrimaryName, e.BrokerPortA, "edge-a"), e.configMap(StandbyName, e.BrokerPortB, "edge-b")},
+		Deployments: []*appsv1.Deployment{primary, standby},
+	}, nil
+}
+
+func (e Edge) check() error {
+	var missing []string
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{{"Namespace", e.Namespace != ""}, {"RDS", e.RDS != ""}, {"OBU", e.OBU != ""}, {"BrokerPortA", e.BrokerPortA > 0}} {
+		if !f.ok {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("testbed: edge description lacks %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func (e Edge) configMap(name string, port int, clientID string) *corev1.ConfigMap {
+	conf := EdgeConfig{Listen: "127.0.0.1:" + strconv.Itoa(port), RDS: e.RDS, OBU: e.OBU, ClientID: clientID, Bridge: e.Bridge}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.Namespace},
+		Data:       map[string]string{"mosquitto.conf": conf.Render()},
+	}
+}
+
+// plain is the broker Deployment as a user would write it: Mosquitto with the
+// testbed's limits (100 Mi, 500m) and a TCP readiness probe.
+func (e Edge) plain(name string, port int, annotations map[string]string) *appsv1.Deployment {
+	labels := map[string]string{"app.kubernetes.io/name": "edge-broker", "app.kubernetes.io/instance": name}
+	var nodeSelector map[string]string
+	if e.Node != "" {
+		nodeSelector = map[string]string{corev1.LabelHostname: e.Node}
+	}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.Namespace, Labels: map[string]string{"app.kubernetes.io/name": "edge-broker"}, Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector:                  nodeSelector,
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					TerminationGracePeriodSeconds: ptr.To[int64](5),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1883), RunAsGroup: ptr.To[int64](1883),
+					},
+					Containers: []corev1.Container{{
+						Name:  BrokerContainer,
+						Image: MosquittoImage,
+						Ports: []corev1.ContainerPort{{Name: "mqtt", ContainerPort: int32(port), Protocol: corev1.ProtocolTCP}},
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("50Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("100Mi")},
+						},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("mqtt")}},
+							PeriodSeconds: 1,
+						},
+						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: MosquittoConfigDir, ReadOnly: true}},
+					}},
+					Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
+						ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}},
+					}}},
+				},
+			},
+		},
+	}
+}
+
+// adapt fits an injected Deployment to the lab's shared network namespace: its
+// own configuration, broker port and health port, and the agent's address.
+func (e Edge) adapt(d *appsv1.Deployment, config string, brokerPort, healthPort int) error {
+	spec := &d.Spec.Template.Spec
+	for i := range spec.Volumes {
+		if cm := spec.Volumes[i].ConfigMap; cm != nil && spec.Volumes[i].Name == "config" {
+			cm.Name = config
+		}
+	}
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == BrokerContainer {
+			spec.Containers[i].Ports[0].ContainerPort = int32(brokerPort)
+		}
+	}
+	var sidecar *corev1.Container
+	for i := range spec.InitContainers {
+		if spec.InitContainers[i].Name == inject.SidecarName {
+			sidecar = &spec.InitContainers[i]
+		}
+	}
+	if sidecar == nil {
+		return errors.New("testbed: the injected Deployment has no sidecar")
+	}
+	probe := regexp.MustCompile(`^--probe-mqtt=.*`)
+	for i, a := range sidecar.Args {
+		if probe.MatchString(a) {
+			sidecar.Args[i] = "--probe-mqtt=tcp://127.0.0.1:" + strconv.Itoa(brokerPort)
+		}
+	}
+	if healthPort > 0 {
+		sidecar.Args = append(sidecar.Args, "--http=127.0.0.1:"+strconv.Itoa(healthPort))
+		for i := range sidecar.Ports {
+			if sidecar.Ports[i].Name == "amf-health" {
+				sidecar.Ports[i].ContainerPort = int32(healthPort)
+			}
+		}
+	}
+	sidecar.Args = append(sidecar.Args, e.SidecarArgs...)
+	for i := range sidecar.Env {
+		if sidecar.Env[i].Name == "AMF_AGENT" && e.AgentAddr != "" {
+			_, port, _ := strings.Cut(e.AgentAddr, ":")
+			sidecar.Env[i].Value = "tcp://$(NODE_IP):" + port
+		}
+	}
+	return nil
+}
+
+func decodeDeployments(stream []byte) ([]*appsv1.Deployment, error) {
+	var out []*appsv1.Deployment
+	for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(stream), -1) {
+		if len(bytes.TrimSpace([]byte(doc))) == 0 {
+			continue
+		}
+		d := new(appsv1.Deployment)
+		if err := yaml.UnmarshalStrict([]byte(doc), d); err != nil {
+			return nil, fmt.Errorf("testbed: read inject's output: %w", err)
+		}
+		if d.Kind == "Deployment" {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}

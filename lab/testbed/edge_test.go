@@ -1,0 +1,73 @@
+package testbed
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/inject"
+)
+
+func TestEdgeConfigBridgesAsThePublicTestbed(t *testing.T) {
+	conf := EdgeConfig{Listen: "127.0.0.1:1900", RDS: "127.0.0.1:1901", OBU: "127.0.0.1:1902", ClientID: "edge-a", Bridge: DefaultBridge}.Render()
+	for _, want := range []string{
+		"listener 1900 127.0.0.1\n",
+		"connection obu\naddress 127.0.0.1:1902\ntopic set/# out\ntopic get/# in\ncleansession true\ntry_private false\nkeepalive_interval 30\nrestart_timeout 30\nlocal_clientid edge-a-obu\nremote_clientid edge-a-obu\n",
+		"connection rds\naddress 127.0.0.1:1901\ntopic set/# in\ntopic get/# out\n",
+	} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("configuration lacks %q:\n%s", want, conf)
+		}
+	}
+}
+
+func TestEdgeAMFObjectsHaveOwnPortsAndClientIDs(t *testing.T) {
+	e := Edge{Namespace: "run-1", Node: "amf-lab", RDS: "127.0.0.1:1901", OBU: "127.0.0.1:1902", Bridge: DefaultBridge,
+		BrokerPortA: 1910, BrokerPortB: 1911, HealthPortA: 1920, HealthPortB: 1921, AgentAddr: "127.0.0.1:1930"}
+	objs, err := e.AMF()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.Deployments) != 2 || len(objs.ConfigMaps) != 2 {
+		t.Fatalf("got %d Deployments, %d ConfigMaps; want 2 and 2", len(objs.Deployments), len(objs.ConfigMaps))
+	}
+	p, s := objs.Deployments[0], objs.Deployments[1]
+	if p.Annotations[actuate.AnnStandby] != StandbyName || p.Annotations[actuate.AnnRedundancy] != "cold" {
+		t.Errorf("primary policy = %v", p.Annotations)
+	}
+	if *s.Spec.Replicas != 0 {
+		t.Errorf("cold standby has %d replicas, want 0", *s.Spec.Replicas)
+	}
+	for i, want := range []struct {
+		port, health int32
+		config       string
+		clientID     string
+	}{{1910, 1920, PrimaryName, "edge-a-obu"}, {1911, 1921, StandbyName, "edge-b-obu"}} {
+		spec := objs.Deployments[i].Spec.Template.Spec
+		if got := spec.Containers[0].Ports[0].ContainerPort; got != want.port {
+			t.Errorf("%s: broker port %d, want %d", objs.Deployments[i].Name, got, want.port)
+		}
+		if got := spec.Volumes[0].ConfigMap.Name; got != want.config {
+			t.Errorf("%s: config %s, want %s", objs.Deployments[i].Name, got, want.config)
+		}
+		sc := spec.InitContainers[0]
+		if sc.Name != inject.SidecarName {
+			t.Fatalf("%s: first init container %s, want the sidecar", objs.Deployments[i].Name, sc.Name)
+		}
+		args := strings.Join(sc.Args, " ")
+		for _, a := range []string{"--probe-mqtt=tcp://127.0.0.1:" + itoa(want.port), "--http=127.0.0.1:" + itoa(want.health)} {
+			if !strings.Contains(args, a) {
+				t.Errorf("%s: sidecar args %q lack %q", objs.Deployments[i].Name, args, a)
+			}
+		}
+		if spec.NodeSelector["kubernetes.io/hostname"] != "amf-lab" {
+			t.Errorf("%s: node selector %v", objs.Deployments[i].Name, spec.NodeSelector)
+		}
+		if conf := objs.ConfigMaps[i].Data["mosquitto.conf"]; !strings.Contains(conf, "remote_clientid "+want.clientID+"\n") {
+			t.Errorf("%s: configuration lacks client ID %s", objs.ConfigMaps[i].Name, want.clientID)
+		}
+	}
+}
+
+func itoa(i int32) string { return strconv.Itoa(int(i)) }

@@ -59,7 +59,8 @@ type Sidecar struct {
 }
 
 // New checks cfg and builds a sidecar whose feature windows come from the model's
-// manifest: a model is only valid with the windows it was trained with.
+// manifest (FeatureConfig): a model is only valid with the windows it was trained
+// with.
 func New(cfg Config) (*Sidecar, error) {
 	if cfg.Source == nil || cfg.Model == nil {
 		return nil, errors.New("sidecar: a target and a model are required")
@@ -73,16 +74,13 @@ func New(cfg Config) (*Sidecar, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = healthcheck.NewMetrics()
 	}
-	names := infer.FeatureNames()
-	if err := cfg.Model.CheckFeatureNames(names[:]); err != nil {
-		return nil, fmt.Errorf("sidecar: model %s: %w", cfg.Model.Source(), err)
+	fc, err := FeatureConfig(cfg.Model, cfg.Interval)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
 	}
-	w := cfg.Model.Windows()
-	fc := infer.DefaultConfig()
-	fc.RateWindow, fc.DerivWindow, fc.Step = w.Rate, w.Deriv, w.SubqueryStep
 	sampler, err := NewSampler(cfg.Source, fc, cfg.Log)
 	if err != nil {
-		return nil, fmt.Errorf("sidecar: model %s asks for feature windows this build cannot compute: %w", cfg.Model.Source(), err)
+		return nil, fmt.Errorf("sidecar: %w", err)
 	}
 	var probeState *healthcheck.ProbeState
 	if cfg.Probe != nil {
@@ -108,6 +106,31 @@ func New(cfg Config) (*Sidecar, error) {
 	}
 	s.metrics.SetState(state)
 	return s, nil
+}
+
+// FeatureConfig is the feature pipeline m needs when sampling every interval:
+// the windows of its manifest, nothing of the caller's, because a model is only
+// valid on features computed the way its training features were. It refuses
+// (errors.Is model.ErrFeatures or model.ErrFeatureSpec) a model whose features
+// this build computes in another order, whose windows the engine cannot
+// compute, or whose training data was sampled faster than interval (see
+// model.Windows.CheckInterval for why faster sampling is fine and slower is
+// not).
+func FeatureConfig(m *model.Model, interval time.Duration) (infer.Config, error) {
+	names := infer.FeatureNames()
+	if err := m.CheckFeatureNames(names[:]); err != nil {
+		return infer.Config{}, err
+	}
+	w := m.Windows()
+	if err := w.CheckInterval(interval); err != nil {
+		return infer.Config{}, fmt.Errorf("model %s: %w", m.Source(), err)
+	}
+	fc := infer.DefaultConfig()
+	fc.RateWindow, fc.DerivWindow, fc.Step, fc.Lookback = w.Rate, w.Deriv, w.SubqueryStep, w.Lookback
+	if err := fc.Validate(); err != nil {
+		return infer.Config{}, fmt.Errorf("model %s: %w: %w", m.Source(), model.ErrFeatureSpec, err)
+	}
+	return fc, nil
 }
 
 // serverConfig is the health endpoint's wiring.
@@ -157,6 +180,10 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		s.cfg.Log.Error("model override refused; running on the embedded model", "problem", s.cfg.ModelWarning)
 		s.metrics.Error(ErrorKindModel)
 	}
+	for _, w := range s.cfg.Model.Warnings() {
+		s.cfg.Log.Warn("model manifest", "model", s.cfg.Model.Source(), "problem", w)
+	}
+	s.logFeatureSpec()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -204,6 +231,19 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			s.sampleOnce(ctx)
 		}
 	}
+}
+
+// logFeatureSpec says at start which feature pipeline the scores come from, so
+// a log shows whether the sidecar computes what the model was trained on.
+func (s *Sidecar) logFeatureSpec() {
+	spec := s.cfg.Model.FeatureSpec()
+	w := spec.Windows.Format() // what the engine was built with (FeatureConfig), as the manifest writes it
+	s.cfg.Log.Info("feature pipeline from the model's manifest",
+		"model", s.cfg.Model.Source(),
+		"rate_window", w.RateWindow, "deriv_window", w.DerivWindow, "subquery_step", w.SubqueryStep,
+		"lookback", w.Lookback, "trained_sample_interval", w.SampleInterval, "interval", s.cfg.Interval.String(),
+		"cpu_reference_fraction", spec.Normalisation.CPUReferenceFraction,
+		"memory_reference_fraction", spec.Normalisation.MemoryReferenceFraction)
 }
 
 // do hands f to the loop goroutine, which owns the state machine.

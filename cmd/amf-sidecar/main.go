@@ -12,9 +12,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/amf-edge/amf/infer"
+	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/sidecar"
 )
 
@@ -28,17 +31,22 @@ const (
 const usage = `amf-sidecar — per-pod availability sidecar
 
 Usage:
-  amf-sidecar run (--pod-uid UID | --pid N | --cgroup-path P) [--agent tcp://NODE:1884] [--probe-mqtt tcp://127.0.0.1:1883]
+  amf-sidecar run (--pod-uid UID | --pid N | --cgroup-path P) [--agent tcp://NODE:1884] [--probe-mqtt tcp://127.0.0.1:1883] [--model m.txt]
       the sidecar: sample, score, serve /healthz /readyz /status /metrics, signal the node agent
-  amf-sidecar sample (--pid N | --cgroup-path P) [--interval 1s] [window flags]
+  amf-sidecar sample (--pid N | --cgroup-path P) [--interval 1s] [--model m.txt | window flags]
       sample a target every interval; one JSON line per sample (raw values + features)
-  amf-sidecar replay --in samples.csv [window flags]
+  amf-sidecar replay --in samples.csv [--model m.txt | window flags]
       features from recorded raw samples (CSV in, CSV out), to check them against PromQL
   amf-sidecar score --in features.csv [--model m.txt]
       append probability and anomaly (0/1) to rows with the six feature columns
 
-Window flags (defaults: the published pipeline):
+Feature windows come from the model's manifest (the embedded model's unless
+--model is given): a model is only valid on features computed with the windows
+it was trained with. The window flags
   --rate-window 5m   --deriv-window 10m   --step 5s   --lookback 5m
+set the windows only for sample and replay without --model (defaults: the
+embedded model's). Wherever a model is in use (run, score, sample/replay with
+--model) they may only restate its windows: one that differs is refused.
 `
 
 type stdio struct {
@@ -76,15 +84,97 @@ func run(ctx context.Context, args []string, io stdio) int {
 	return cmd(ctx, args[1:], io)
 }
 
-// windowFlags registers the feature-window flags on fs and returns the config
-// they fill.
-func windowFlags(fs *flag.FlagSet) *infer.Config {
-	cfg := infer.DefaultConfig()
-	fs.DurationVar(&cfg.RateWindow, "rate-window", cfg.RateWindow, "range of rate()")
-	fs.DurationVar(&cfg.DerivWindow, "deriv-window", cfg.DerivWindow, "range of the deriv() subquery")
-	fs.DurationVar(&cfg.Step, "step", cfg.Step, "subquery resolution (aligned to the epoch)")
-	fs.DurationVar(&cfg.Lookback, "lookback", cfg.Lookback, "instant-selector lookback")
-	return &cfg
+// windowFlags are --rate-window, --deriv-window, --step and --lookback.
+//
+// The manifest of the model in use is authoritative for the windows, since a
+// model is only valid on features computed the way its training features
+// were. So where a model is in use (run, score, sample and replay with
+// --model) the flags can only restate its windows, and one that differs is
+// refused with the model's spec: silently ignoring it would let a user believe
+// they changed the pipeline, and obeying it would feed the model features it
+// was not trained on. Where no model is in use (sample and replay without
+// --model: raw features, e.g. to check against PromQL) they set the windows;
+// their defaults are the embedded model's, so that by default every command
+// computes the features the default model scores.
+type windowFlags struct {
+	cfg infer.Config
+	fs  *flag.FlagSet
+}
+
+// errWindowFlag is a window flag that contradicts the model's manifest.
+var errWindowFlag = errors.New("window flag differs from the model's feature windows")
+
+func registerWindowFlags(fs *flag.FlagSet) *windowFlags {
+	w := &windowFlags{cfg: infer.DefaultConfig(), fs: fs}
+	// The embedded model cannot fail to load in a tested build; if it did, the
+	// published pipeline's windows (infer.DefaultConfig) are the same ones.
+	if m, err := model.Default(); err == nil {
+		mw := m.Windows()
+		w.cfg.RateWindow, w.cfg.DerivWindow, w.cfg.Step, w.cfg.Lookback = mw.Rate, mw.Deriv, mw.SubqueryStep, mw.Lookback
+	}
+	const withModel = "; with a model, only its manifest's %s (a differing value is refused)"
+	fs.DurationVar(&w.cfg.RateWindow, "rate-window", w.cfg.RateWindow, "range of rate()"+fmt.Sprintf(withModel, "rate_window"))
+	fs.DurationVar(&w.cfg.DerivWindow, "deriv-window", w.cfg.DerivWindow, "range of the deriv() subquery"+fmt.Sprintf(withModel, "deriv_window"))
+	fs.DurationVar(&w.cfg.Step, "step", w.cfg.Step, "subquery resolution (aligned to the epoch)"+fmt.Sprintf(withModel, "subquery_step"))
+	fs.DurationVar(&w.cfg.Lookback, "lookback", w.cfg.Lookback, "instant-selector lookback"+fmt.Sprintf(withModel, "lookback"))
+	return w
+}
+
+// forModel returns the feature pipeline m needs when sampling every interval
+// (sidecar.FeatureConfig; 0 = the model's own sample interval, for commands
+// that do not sample), refusing window flags that differ from m's manifest.
+func (w *windowFlags) forModel(m *model.Model, interval time.Duration) (infer.Config, error) {
+	if interval == 0 {
+		interval = m.Windows().SampleInterval
+	}
+	fc, err := sidecar.FeatureConfig(m, interval)
+	if err != nil {
+		return infer.Config{}, err
+	}
+	var diffs []string
+	w.fs.Visit(func(f *flag.Flag) {
+		var given, want time.Duration
+		switch f.Name {
+		case "rate-window":
+			given, want = w.cfg.RateWindow, fc.RateWindow
+		case "deriv-window":
+			given, want = w.cfg.DerivWindow, fc.DerivWindow
+		case "step":
+			given, want = w.cfg.Step, fc.Step
+		case "lookback":
+			given, want = w.cfg.Lookback, fc.Lookback
+		default:
+			return
+		}
+		if given != want {
+			diffs = append(diffs, fmt.Sprintf("--%s %s, the model's is %s", f.Name, model.FormatDuration(given), model.FormatDuration(want)))
+		}
+	})
+	if len(diffs) > 0 {
+		return infer.Config{}, fmt.Errorf("%w: %s. Model %s was trained with %v, and its manifest sets the windows; drop the window flags, or give a model trained with the windows you want (--model)",
+			errWindowFlag, strings.Join(diffs, "; "), m.Source(), m.Windows())
+	}
+	return fc, nil
+}
+
+// loadGivenModel loads the model a tool (score, replay, sample) was given,
+// without the sidecar's fallback: the user asked for that model. "" is the
+// embedded one. The model's warnings go to stderr.
+func loadGivenModel(cmd, path string, stderr io.Writer) (*model.Model, error) {
+	var m *model.Model
+	var err error
+	if path == "" {
+		m, err = model.Default()
+	} else {
+		m, err = model.LoadFiles(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range m.Warnings() {
+		fmt.Fprintf(stderr, "amf-sidecar %s: warning: %s\n", cmd, w)
+	}
+	return m, nil
 }
 
 func newFlagSet(name string, io stdio) *flag.FlagSet {
@@ -96,13 +186,25 @@ func newFlagSet(name string, io stdio) *flag.FlagSet {
 func runReplay(_ context.Context, args []string, io stdio) int {
 	fs := newFlagSet("replay", io)
 	in := fs.String("in", "", "raw samples CSV (- for standard input)")
-	cfg := windowFlags(fs)
+	modelPath := fs.String("model", "", "compute the features with the windows of this model's manifest (<file>.manifest.json beside it); the output stays on the plain scale, without the model's normalisation")
+	windows := registerWindowFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if *in == "" || fs.NArg() > 0 {
 		fmt.Fprintln(io.err, "amf-sidecar replay: --in FILE is required (- for standard input)")
 		return exitUsage
+	}
+	cfg := windows.cfg
+	if *modelPath != "" {
+		m, err := loadGivenModel("replay", *modelPath, io.err)
+		if err == nil {
+			cfg, err = windows.forModel(m, 0)
+		}
+		if err != nil {
+			fmt.Fprintf(io.err, "amf-sidecar replay: %v\n", err)
+			return exitUsage
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar replay: %v\n", err)
@@ -114,7 +216,7 @@ func runReplay(_ context.Context, args []string, io stdio) int {
 		return exitUsage
 	}
 	defer closeIn()
-	if err := sidecar.Replay(r, io.out, *cfg); err != nil {
+	if err := sidecar.Replay(r, io.out, cfg); err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar replay: %s: %v\n", *in, err)
 		var ie *sidecar.InputError
 		if errors.As(err, &ie) {

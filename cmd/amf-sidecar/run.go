@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -65,8 +66,9 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	fs := newFlagSet("run", io)
 	var target targetFlags
 	target.register(fs)
-	interval := fs.Duration("interval", time.Second, "time between samples")
-	modelPath := fs.String("model", "", "LightGBM text model overriding the embedded one (manifest beside it: <file>.manifest.json)")
+	interval := fs.Duration("interval", time.Second, intervalHelp)
+	modelPath := fs.String("model", "", "LightGBM text model overriding the embedded one (manifest beside it: <file>.manifest.json); the feature windows come from its manifest. An unusable one (bad file, or a feature spec this build cannot compute at --interval) is refused, and the sidecar runs on the embedded model and says so")
+	windows := registerWindowFlags(fs)
 	httpAddr := fs.String("http", healthcheck.DefaultAddr, "health endpoint address (/healthz /readyz /status /metrics, POST /signal from loopback); empty disables it")
 	probeMQTT := fs.String("probe-mqtt", "", "app-logic probe: MQTT broker beside the sidecar, e.g. tcp://127.0.0.1:1883")
 	probeTCP := fs.String("probe-tcp", "", "app-logic probe for non-MQTT apps: host:port to connect to")
@@ -92,16 +94,28 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	}
 	log := slog.New(slog.NewJSONHandler(io.err, &slog.HandlerOptions{Level: level}))
 
+	if *interval <= 0 {
+		fmt.Fprintln(io.err, "amf-sidecar run: --interval must be positive")
+		return exitUsage
+	}
+
+	// The model first: what it needs decides whether this command line works.
+	m, warning, err := loadModel(*modelPath, *interval)
+	if err == nil {
+		_, err = windows.forModel(m, *interval)
+	}
+	if err != nil {
+		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
+		if errors.Is(err, model.ErrFeatureSpec) || errors.Is(err, errWindowFlag) {
+			return exitUsage
+		}
+		return exitFail
+	}
+
 	src, rediscover, err := target.open()
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar run: target: %v\n", err)
 		return exitUsage
-	}
-
-	m, warning, err := loadModel(*modelPath)
-	if err != nil {
-		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
-		return exitFail
 	}
 
 	var probe healthcheck.Prober
@@ -150,16 +164,32 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	return exitOK
 }
 
-// loadModel returns the override model, or the embedded one with a warning when
-// the override is bad: a sidecar never crash-loops over its model file.
-func loadModel(path string) (*model.Model, string, error) {
-	if path == "" {
-		m, err := model.Default()
-		return m, "", err
-	}
+// intervalHelp says why the sampling interval may be shorter than the model's
+// training interval but not longer (model.Windows.CheckInterval).
+const intervalHelp = "time between samples; with a model, at most its manifest's sample_interval (5s for the embedded model). Faster is fine, hence the default: rate and deriv over fixed windows are defined at any finer sampling, and the agent's gates count samples, so they confirm sooner"
+
+// loadModel returns the model the sidecar runs on: the override when it is
+// usable at this interval, else the embedded one with a warning saying why the
+// override was refused, because a sidecar never crash-loops over its model file.
+// Only a command line that the embedded model cannot satisfy either (an
+// interval slower than its sample_interval) is an error, wrapping
+// model.ErrFeatureSpec.
+func loadModel(path string, interval time.Duration) (*model.Model, string, error) {
 	m, fallbackErr := model.LoadOverride(path)
 	if m == nil {
-		return nil, "", fmt.Errorf("no usable model: %v", fallbackErr)
+		return nil, "", fmt.Errorf("no usable model: %w", fallbackErr)
+	}
+	if path != "" && fallbackErr == nil {
+		if _, err := sidecar.FeatureConfig(m, interval); err != nil {
+			def, derr := model.Default()
+			if derr != nil {
+				return nil, "", fmt.Errorf("no usable model: %w", errors.Join(err, derr))
+			}
+			m, fallbackErr = def, fmt.Errorf("model override rejected, running on the embedded default model (sha256 %.12s): %w", def.SHA256(), err)
+		}
+	}
+	if _, err := sidecar.FeatureConfig(m, interval); err != nil {
+		return nil, "", fmt.Errorf("--interval: %w", err)
 	}
 	if fallbackErr != nil {
 		return m, fallbackErr.Error(), nil

@@ -15,8 +15,9 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 	fs := newFlagSet("sample", io)
 	pid := fs.Int("pid", 0, "sample the cgroup of this process")
 	path := fs.String("cgroup-path", "", "sample this cgroup directory")
-	interval := fs.Duration("interval", time.Second, "time between samples")
-	cfg := windowFlags(fs)
+	interval := fs.Duration("interval", time.Second, intervalHelp)
+	modelPath := fs.String("model", "", "compute the features with the windows of this model's manifest (<file>.manifest.json beside it), refusing an --interval slower than its sample_interval; plain scale, without its normalisation")
+	windows := registerWindowFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -27,6 +28,17 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 	if *interval <= 0 {
 		fmt.Fprintln(io.err, "amf-sidecar sample: --interval must be positive")
 		return exitUsage
+	}
+	cfg := windows.cfg
+	if *modelPath != "" {
+		m, err := loadGivenModel("sample", *modelPath, io.err)
+		if err == nil {
+			cfg, err = windows.forModel(m, *interval)
+		}
+		if err != nil {
+			fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
+			return exitUsage
+		}
 	}
 	log := slog.New(slog.NewTextHandler(io.err, nil))
 
@@ -41,7 +53,7 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
 		return exitFail
 	}
-	s, err := sidecar.NewSampler(src, *cfg, log)
+	s, err := sidecar.NewSampler(src, cfg, log)
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
 		return exitUsage

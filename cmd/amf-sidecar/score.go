@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/sidecar"
 )
 
@@ -13,6 +12,9 @@ func runScore(_ context.Context, args []string, io stdio) int {
 	fs := newFlagSet("score", io)
 	in := fs.String("in", "", "features CSV (- for standard input)")
 	modelPath := fs.String("model", "", "LightGBM text model (manifest beside it: <file>.manifest.json); default: the embedded model")
+	// The features come ready-made, so the windows are not computed here; given,
+	// they state how the input was computed and are checked against the model.
+	windows := registerWindowFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -22,12 +24,9 @@ func runScore(_ context.Context, args []string, io stdio) int {
 	}
 	// Unlike the sidecar, an offline scorer must not fall back silently: the user
 	// asked for that model.
-	var m *model.Model
-	var err error
-	if *modelPath == "" {
-		m, err = model.Default()
-	} else {
-		m, err = model.LoadFiles(*modelPath)
+	m, err := loadGivenModel("score", *modelPath, io.err)
+	if err == nil {
+		_, err = windows.forModel(m, 0)
 	}
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar score: %v\n", err)

@@ -24,8 +24,21 @@
 // model, its raw scores on probe vectors are compared bit for bit with this
 // package's own reading of the trees. Every failure is a *LoadError naming
 // the file, what is wrong and what to do; errors.Is works with ErrEmpty,
-// ErrTooLarge, ErrManifest, ErrFeatures, ErrChecksum, ErrFormat, ErrLeaves
-// and ErrIO.
+// ErrTooLarge, ErrManifest, ErrFeatures, ErrFeatureSpec, ErrChecksum,
+// ErrFormat, ErrLeaves and ErrIO.
+//
+// # Feature spec
+//
+// Model and features travel together: the manifest states the feature names
+// in order, the windows the training features were computed with (rate
+// window, deriv window, subquery step, lookback, and the sample interval of
+// the training data) and the normalisation (FeatureSpec). The sidecar builds
+// its feature pipeline from them, never from its own settings. The loader
+// refuses a spec the feature engine cannot compute (Windows.Check, kind
+// ErrFeatureSpec); Windows.CheckInterval says whether a sampling interval
+// can feed the model. A schema_version 1 manifest, written before the spec
+// was complete, loads with the P1 pipeline's values for what it does not
+// state (P1Windows), and Model.Warnings names the manifest.
 //
 // Score takes a *[NumFeatures]float64, so a short vector (on which leaves
 // would silently return 0) cannot be passed. NaN means "missing" and follows

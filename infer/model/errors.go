@@ -12,9 +12,13 @@ var (
 	ErrIO       = errors.New("cannot read file")
 	ErrManifest = errors.New("invalid manifest")
 	ErrFeatures = errors.New("feature mismatch")
-	ErrChecksum = errors.New("sha256 mismatch")
-	ErrFormat   = errors.New("invalid or unsupported model text")
-	ErrLeaves   = errors.New("model rejected by the leaves scorer")
+	// ErrFeatureSpec: the model's feature windows or normalisation are ones
+	// the feature engine cannot compute (or not at the sampling interval
+	// asked for), so its features would not be those it was trained on.
+	ErrFeatureSpec = errors.New("unsupported feature spec")
+	ErrChecksum    = errors.New("sha256 mismatch")
+	ErrFormat      = errors.New("invalid or unsupported model text")
+	ErrLeaves      = errors.New("model rejected by the leaves scorer")
 )
 
 // LoadError describes why a model could not be loaded.
@@ -43,6 +47,8 @@ func hint(kind error) string {
 		return "the manifest must be the JSON that infer/train/amftrain.py writes beside the model (NAME.txt -> NAME.manifest.json)"
 	case ErrFeatures:
 		return fmt.Sprintf("this binary computes %v in that order; retrain/re-export the model on those features", FeatureNames)
+	case ErrFeatureSpec:
+		return fmt.Sprintf("use a model whose manifest states a feature spec this binary computes (windows that are whole multiples of subquery_step, deriv_window >= 2 steps, rate_window >= 2 sample_intervals, lookback >= 1 sample_interval, each <= %s; normalisation fractions in (0, 10]), as infer/train/amftrain.py writes and checks it", FormatDuration(MaxWindow))
 	case ErrChecksum:
 		return "the model file is not the one its manifest describes; copy the model and its manifest together, or re-export both"
 	case ErrLeaves:

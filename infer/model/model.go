@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -34,6 +35,7 @@ type Model struct {
 	ens      *leaves.Ensemble // raw-margin ensemble; sigmoid applied by Score
 	manifest Manifest
 	windows  Windows
+	warnings []string
 	source   string
 	sha      string
 	nTrees   int
@@ -80,6 +82,16 @@ func (m *Model) Threshold() float64 { return m.manifest.Threshold }
 // Windows are the feature windows the model was trained with.
 func (m *Model) Windows() Windows { return m.windows }
 
+// FeatureSpec is what the model needs from the feature pipeline, from its
+// manifest: feature order, windows, normalisation.
+func (m *Model) FeatureSpec() FeatureSpec {
+	return FeatureSpec{Names: FeatureNames, Windows: m.windows, Normalisation: m.manifest.Normalisation}
+}
+
+// Warnings are problems that did not stop the load but must be shown (log,
+// stderr): a version-1 manifest whose missing windows were assumed.
+func (m *Model) Warnings() []string { return slices.Clone(m.warnings) }
+
 // Normalisation is the CPU/memory reference the features must use.
 func (m *Model) Normalisation() Normalisation { return m.manifest.Normalisation }
 
@@ -109,7 +121,7 @@ func (m *Model) CheckFeatureNames(names []string) error {
 // Load validates a model text and its manifest and returns a model ready to
 // score. See the package documentation for the checks.
 func Load(modelBytes, manifestBytes []byte) (*Model, error) {
-	return load("(from bytes)", modelBytes, manifestBytes)
+	return load("(from bytes)", "(from bytes)", modelBytes, manifestBytes)
 }
 
 var defaultOnce struct {
@@ -135,7 +147,7 @@ func loadDefault() (*Model, error) {
 	if err != nil {
 		return nil, loadErr(defaultSource, ErrIO, "%v", err)
 	}
-	return load(defaultSource, mb, jb)
+	return load(defaultSource, defaultManifestFile+" (embedded)", mb, jb)
 }
 
 // ManifestPathFor is the rule for finding a model file's manifest: the
@@ -162,7 +174,7 @@ func LoadFilePair(modelPath, manifestPath string) (*Model, error) {
 	if err != nil {
 		return nil, fileErr(modelPath, "manifest "+manifestPath+" (rule: NAME.txt -> NAME.manifest.json)", err)
 	}
-	return load(modelPath, mb, jb)
+	return load(modelPath, manifestPath, mb, jb)
 }
 
 // LoadOverride is for a model given on the command line. With an empty
@@ -226,11 +238,13 @@ func readCapped(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-func load(src string, modelBytes, manifestBytes []byte) (*Model, error) {
-	man, err := parseManifest(src, manifestBytes)
+// load checks and loads a model; src names it, manifestName its manifest.
+func load(src, manifestName string, modelBytes, manifestBytes []byte) (*Model, error) {
+	parsed, err := parseManifest(src, manifestName, manifestBytes)
 	if err != nil {
 		return nil, err
 	}
+	man := &parsed.man
 	if len(modelBytes) == 0 {
 		return nil, loadErr(src, ErrEmpty, "model file is empty")
 	}
@@ -267,11 +281,12 @@ func load(src string, modelBytes, manifestBytes []byte) (*Model, error) {
 	m := &Model{
 		ens:      ens.EnsembleWithRawPredictions(),
 		manifest: *man,
+		windows:  parsed.windows,
+		warnings: parsed.warnings,
 		source:   src,
 		sha:      sha,
 		nTrees:   len(txt.trees),
 	}
-	m.windows, _ = man.FeatureWindows.Parse() // validated in parseManifest
 	m.scratch.New = func() any { return new(scratch) }
 	// leaves and this package's reading of the text must agree exactly.
 	for _, x := range txt.probes() {

@@ -152,9 +152,16 @@ func TestDefaultModel(t *testing.T) {
 	if man.Dataset == nil || man.Dataset.Licence != "CC BY 4.0" || len(man.Dataset.Authors) != 2 {
 		t.Fatalf("dataset attribution missing: %+v", man.Dataset)
 	}
-	w := m.Windows()
-	if w.Rate != 5*time.Minute || w.Deriv != 10*time.Minute || w.SubqueryStep != 5*time.Second || w.SampleInterval != 5*time.Second {
-		t.Fatalf("windows %+v", w)
+	// The embedded P1 model was trained on ToD-K8s-OOD, sampled every 5 s.
+	want := Windows{Rate: 5 * time.Minute, Deriv: 10 * time.Minute, SubqueryStep: 5 * time.Second, Lookback: 5 * time.Minute, SampleInterval: 5 * time.Second}
+	if w := m.Windows(); w != want || P1Windows() != want {
+		t.Fatalf("windows %+v, P1 %+v, want %+v", w, P1Windows(), want)
+	}
+	if spec := m.FeatureSpec(); spec.Windows != want || spec.Names != FeatureNames || spec.Normalisation != m.Normalisation() {
+		t.Fatalf("feature spec %+v", spec)
+	}
+	if man.SchemaVersion != ManifestSchemaVersion || len(m.Warnings()) != 0 {
+		t.Fatalf("embedded manifest schema %d, warnings %q: want the current schema and none", man.SchemaVersion, m.Warnings())
 	}
 	if n := m.Normalisation(); n.CPUReferenceFraction != 0.5 || n.MemoryReferenceFraction != 0.5 {
 		t.Fatalf("normalisation %+v", n)
@@ -272,14 +279,15 @@ func TestLoadRejects(t *testing.T) {
 		{"manifest bad JSON", mb, []byte("{"), ErrManifest, "JSON"},
 		{"manifest trailing data", mb, append(same(mb), []byte("{}")...), ErrManifest, "after"},
 		{"manifest unknown field", mb, editMan(func(m map[string]any) { m["thresold"] = 0.4 }), ErrManifest, "unknown field"},
-		{"manifest schema", mb, editMan(func(m map[string]any) { m["schema_version"] = 2 }), ErrManifest, "schema_version"},
+		{"manifest schema from the future", mb, editMan(func(m map[string]any) { m["schema_version"] = 3 }), ErrManifest, "schema_version 3"},
+		{"manifest schema zero", mb, editMan(func(m map[string]any) { m["schema_version"] = 0 }), ErrManifest, "schema_version 0"},
 		{"manifest threshold", mb, editMan(func(m map[string]any) { m["threshold"] = 1.5 }), ErrManifest, "threshold"},
 		{"manifest window", mb, editMan(func(m map[string]any) {
 			m["feature_windows"].(map[string]any)["rate_window"] = "5 minutes"
-		}), ErrManifest, "rate_window"},
+		}), ErrFeatureSpec, "rate_window"},
 		{"manifest normalisation", mb, editMan(func(m map[string]any) {
 			m["normalisation"].(map[string]any)["memory_reference_fraction"] = 0
-		}), ErrManifest, "memory_reference_fraction"},
+		}), ErrFeatureSpec, "memory_reference_fraction"},
 		{"manifest objective", mb, editMan(func(m map[string]any) { m["objective"] = "regression" }), ErrManifest, "objective"},
 		{"manifest sha not hex", mb, editMan(func(m map[string]any) { m["model_sha256"] = "xyz" }), ErrManifest, "hex"},
 		{"manifest format vs text", replace("version=v3", "version=v2"), nil, ErrManifest, "model_format"},

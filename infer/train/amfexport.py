@@ -19,20 +19,32 @@ Semantics carried over exactly (checked against sklearn 1.2.1's
   ``strconv.ParseFloat`` reads back to the same float64.
 """
 
+import fractions
 import hashlib
 import json
 import math
 import os
+import re
 
 import numpy as np
 
-MANIFEST_SCHEMA_VERSION = 1
+# Schema 2: the manifest states the whole feature spec (feature names, the five
+# windows below, normalisation); the Go loader (infer/model) refuses a schema-2
+# manifest without it and configures the sidecar's feature pipeline from it.
+MANIFEST_SCHEMA_VERSION = 2
+# The P1 pipeline: ToD-K8s-OOD was computed by Prometheus every 5 s with these
+# windows (lookback = Prometheus' default lookback delta).
 FEATURE_WINDOWS = {
     "rate_window": "5m",
     "deriv_window": "10m",
     "subquery_step": "5s",
+    "lookback": "5m",
     "sample_interval": "5s",
 }
+# Limits and rules of infer/model (Windows.Check); kept equal by the Go tests,
+# which load every manifest this module writes (make test-exporter).
+MAX_WINDOW_NS = 24 * 3600 * 10**9
+MAX_DERIV_STEPS = 10000
 # The dataset's 100 % is about half the container limit (see DESIGN.md,
 # "Scale of the dataset's percentages").
 NORMALISATION_TOD_K8S_OOD = {
@@ -207,9 +219,73 @@ def sha256_bytes(b):
     return hashlib.sha256(b).hexdigest()
 
 
+_UNITS_NS = {"ns": 1, "us": 10**3, "\u00b5s": 10**3, "\u03bcs": 10**3, "ms": 10**6,
+             "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
+_DURATION_RE = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+
+
+def parse_duration_ns(s):
+    """Go's time.ParseDuration for non-negative values, in integer ns."""
+    if not isinstance(s, str) or not s:
+        raise ExportError("duration %r is not a string such as \"5m\"" % (s,))
+    pos, total = 0, fractions.Fraction(0)
+    while pos < len(s):
+        m = _DURATION_RE.match(s, pos)
+        if not m or m.group(1) in ("", "."):
+            raise ExportError("duration %r is not a Go duration such as \"5m\" or \"500ms\"" % s)
+        total += fractions.Fraction(m.group(1)) * _UNITS_NS[m.group(2)]
+        pos = m.end()
+    return int(total)  # Go truncates fractions of a nanosecond
+
+
+def check_feature_windows(w):
+    """Refuse windows the Go loader would refuse, at export time."""
+    names = list(FEATURE_WINDOWS)
+    if not isinstance(w, dict) or sorted(w) != sorted(names):
+        raise ExportError("feature_windows must have exactly %s, got %r" % (names, w))
+    ns = {k: parse_duration_ns(w[k]) for k in names}
+    for k in names:
+        if ns[k] <= 0 or ns[k] % 10**6:
+            raise ExportError("feature_windows.%s %r is not a positive whole number of milliseconds" % (k, w[k]))
+        if ns[k] > MAX_WINDOW_NS:
+            raise ExportError("feature_windows.%s %r is longer than 24h" % (k, w[k]))
+    step = ns["subquery_step"]
+    for k in ("rate_window", "deriv_window", "lookback"):
+        if ns[k] % step:
+            raise ExportError("feature_windows.%s %r is not a whole multiple of subquery_step %r"
+                              % (k, w[k], w["subquery_step"]))
+    if ns["deriv_window"] < 2 * step:
+        raise ExportError("feature_windows.deriv_window %r holds fewer than 2 subquery steps"
+                          % w["deriv_window"])
+    if ns["deriv_window"] // step > MAX_DERIV_STEPS:
+        raise ExportError("feature_windows.deriv_window %r holds more than %d subquery steps"
+                          % (w["deriv_window"], MAX_DERIV_STEPS))
+    if ns["lookback"] < ns["sample_interval"]:
+        raise ExportError("feature_windows.lookback %r is shorter than the sample_interval %r"
+                          % (w["lookback"], w["sample_interval"]))
+    if ns["rate_window"] < 2 * ns["sample_interval"]:
+        raise ExportError("feature_windows.rate_window %r is shorter than 2 sample intervals (%r)"
+                          % (w["rate_window"], w["sample_interval"]))
+    return w
+
+
+def check_normalisation(n):
+    keys = ("cpu_reference_fraction", "memory_reference_fraction")
+    if not isinstance(n, dict) or sorted(n) != sorted(keys):
+        raise ExportError("normalisation must have exactly %s, got %r" % (list(keys), n))
+    for k in keys:
+        v = n[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 10):
+            raise ExportError("normalisation.%s %r is not in (0, 10]" % (k, v))
+    return n
+
+
 def make_manifest(model_bytes, feature_names, *, protocol, seed, training_rows,
                   sklearn_version, dataset=None, normalisation=None,
-                  threshold=0.5, extra=None):
+                  feature_windows=None, threshold=0.5, extra=None):
+    """The manifest of an exported model. feature_windows are the windows the
+    training features were computed with (default: the P1 pipeline's); they
+    travel with the model because the sidecar computes its features with them."""
     m = {
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "model_format": "lightgbm-text-v3",
@@ -222,12 +298,14 @@ def make_manifest(model_bytes, feature_names, *, protocol, seed, training_rows,
         "training_rows": int(training_rows),
         "trainer": "sklearn.ensemble.HistGradientBoostingClassifier",
         "sklearn_version": sklearn_version,
-        "feature_windows": dict(FEATURE_WINDOWS),
+        "feature_windows": dict(feature_windows or FEATURE_WINDOWS),
         "normalisation": dict(normalisation or NORMALISATION_TOD_K8S_OOD),
         "dataset": dataset,
     }
     if extra:
         m.update(extra)
+    check_feature_windows(m["feature_windows"])
+    check_normalisation(m["normalisation"])
     return m
 
 

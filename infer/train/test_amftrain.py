@@ -191,8 +191,66 @@ class ExporterTest(unittest.TestCase):
             self.assertEqual(m["model_sha256"], amfdata.sha256_file(mp))
             self.assertEqual(m["feature_names"], list(amfdata.FEATURES))
             self.assertEqual(m["threshold"], 0.5)
-            self.assertEqual(m["feature_windows"]["rate_window"], "5m")
-            self.assertEqual(m["normalisation"]["memory_reference_fraction"], 0.5)
+            self.assertEqual(m["schema_version"], 2)
+            # The whole P1 feature spec travels with the model.
+            self.assertEqual(m["feature_windows"], {
+                "rate_window": "5m", "deriv_window": "10m", "subquery_step": "5s",
+                "lookback": "5m", "sample_interval": "5s"})
+            self.assertEqual(m["normalisation"], {"cpu_reference_fraction": 0.5,
+                                                  "memory_reference_fraction": 0.5})
+
+    def test_manifest_records_the_windows_it_is_given(self):
+        clf, _ = fit_synthetic(5, max_iter=5)
+        w = {"rate_window": "1m", "deriv_window": "2m", "subquery_step": "1s",
+             "lookback": "1m", "sample_interval": "1s"}
+        with tempfile.TemporaryDirectory() as d:
+            mp = os.path.join(d, "m.txt")
+            jp = amfexport.manifest_path_for(mp)
+            amfexport.write_model(mp, jp, clf, amfdata.FEATURES, protocol="synthetic", seed=5,
+                                  training_rows=1000, sklearn_version="x", feature_windows=w,
+                                  normalisation={"cpu_reference_fraction": 1.0,
+                                                 "memory_reference_fraction": 1.0})
+            with open(jp) as f:
+                m = json.load(f)
+            self.assertEqual(m["feature_windows"], w)
+            self.assertEqual(m["normalisation"]["cpu_reference_fraction"], 1.0)
+
+    def test_manifest_refuses_a_spec_the_sidecar_cannot_compute(self):
+        p1 = dict(amfexport.FEATURE_WINDOWS)
+        cases = [
+            ("lookback missing", {k: v for k, v in p1.items() if k != "lookback"}, "exactly"),
+            ("unknown window", dict(p1, smoothing="1m"), "exactly"),
+            ("not a duration", dict(p1, rate_window="5 minutes"), "Go duration"),
+            ("zero", dict(p1, subquery_step="0s"), "positive"),
+            ("sub-millisecond", dict(p1, sample_interval="1500us"), "milliseconds"),
+            ("rate not a multiple of the step", dict(p1, rate_window="302s"), "multiple"),
+            ("lookback not a multiple of the step", dict(p1, lookback="7s"), "multiple"),
+            ("deriv shorter than 2 steps", dict(p1, deriv_window="5s"), "2 subquery steps"),
+            ("rate shorter than 2 samples", dict(p1, rate_window="5s"), "2 sample intervals"),
+            ("lookback shorter than a sample", dict(p1, sample_interval="10m", rate_window="20m",
+                                                     deriv_window="20m"), "lookback"),
+            ("longer than a day", dict(p1, rate_window="25h"), "24h"),
+        ]
+        for name, w, msg in cases:
+            with self.subTest(name):
+                with self.assertRaisesRegex(amfexport.ExportError, msg):
+                    amfexport.make_manifest(b"x", amfdata.FEATURES, protocol="t", seed=1,
+                                            training_rows=1, sklearn_version="x",
+                                            feature_windows=w)
+        with self.assertRaisesRegex(amfexport.ExportError, "normalisation"):
+            amfexport.make_manifest(b"x", amfdata.FEATURES, protocol="t", seed=1,
+                                    training_rows=1, sklearn_version="x",
+                                    normalisation={"zscore": True})
+
+    def test_parse_duration_is_gos(self):
+        for s, ns in (("5m", 300 * 10**9), ("1h30m", 5400 * 10**9), ("500ms", 5 * 10**8),
+                      ("1.5s", 15 * 10**8), ("5m0s", 300 * 10**9), ("250us", 250000)):
+            with self.subTest(s):
+                self.assertEqual(amfexport.parse_duration_ns(s), ns)
+        for s in ("", "5", "m", "1d", "-5m", "5 m"):
+            with self.subTest(s):
+                with self.assertRaises(amfexport.ExportError):
+                    amfexport.parse_duration_ns(s)
 
 
 @unittest.skipUnless(os.path.isfile(os.path.join(MODEL_DIR, "default_model.txt")),
@@ -206,6 +264,10 @@ class DefaultModelTest(unittest.TestCase):
         self.assertEqual(man["model_sha256"],
                          amfdata.sha256_file(os.path.join(MODEL_DIR, "default_model.txt")))
         self.assertEqual(man["protocol"], "P1")
+        # `make model` rewrites this manifest with the exporter's P1 spec: the two agree.
+        self.assertEqual(man["schema_version"], amfexport.MANIFEST_SCHEMA_VERSION)
+        self.assertEqual(man["feature_windows"], amfexport.FEATURE_WINDOWS)
+        self.assertEqual(man["normalisation"], amfexport.NORMALISATION_TOD_K8S_OOD)
         self.assertEqual(man["dataset"]["licence"], "CC BY 4.0")
         _, trees = amfexport.parse_lightgbm_text(text)
         with open(os.path.join(MODEL_DIR, "testdata", "parity_default.csv")) as f:

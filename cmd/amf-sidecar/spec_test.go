@@ -1,0 +1,198 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/infer/model"
+)
+
+// writeModel writes the embedded model's trees with its manifest edited
+// (nil: unchanged) as dir/name.txt + dir/name.manifest.json.
+func writeModel(t *testing.T, dir, name string, edit func(man map[string]any)) string {
+	t.Helper()
+	src := filepath.Join("..", "..", "infer", "model")
+	mb, err := os.ReadFile(filepath.Join(src, "default_model.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := os.ReadFile(filepath.Join(src, "default_manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		var man map[string]any
+		if err := json.Unmarshal(jb, &man); err != nil {
+			t.Fatal(err)
+		}
+		edit(man)
+		if jb, err = json.Marshal(man); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, name+".txt")
+	if err := os.WriteFile(path, mb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(model.ManifestPathFor(path), jb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func windowsEdit(rate, deriv, step, lookback, sample string) func(map[string]any) {
+	return func(man map[string]any) {
+		man["feature_windows"] = map[string]any{"rate_window": rate, "deriv_window": deriv,
+			"subquery_step": step, "lookback": lookback, "sample_interval": sample}
+	}
+}
+
+// rampCSV is 20 minutes of raw samples every 5 s with a CPU and memory ramp.
+func rampCSV() string {
+	var b strings.Builder
+	b.WriteString(hdr)
+	for i := 0; i < 240; i++ {
+		t := 1_700_000_000 + 5*i
+		b.WriteString(strings.Join([]string{strconv.Itoa(t), strconv.Itoa(i * i), strconv.Itoa(1_000_000 + 1000*i), "100000000", strconv.Itoa(7 * i), strconv.Itoa(3 * i)}, ","))
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func TestWindowFlagsAgainstTheModel(t *testing.T) {
+	dir := t.TempDir()
+	p1 := writeModel(t, dir, "p1", nil)
+	short := writeModel(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	fast := writeModel(t, dir, "fast", windowsEdit("1m", "2m", "500ms", "30s", "500ms"))
+	old := writeModel(t, dir, "old", func(man map[string]any) {
+		man["schema_version"] = 1
+		delete(man["feature_windows"].(map[string]any), "lookback")
+	})
+	badSpec := writeModel(t, dir, "bad", windowsEdit("5m", "7s", "5s", "5m", "5s"))
+	features := filepath.Join(dir, "features.csv")
+	if err := os.WriteFile(features, []byte("cpu_percent,memory_percent,network_io_bytes_per_sec,disk_io_bytes_per_sec,cpu_growth_rate,memory_growth_rate\n1,2,3,4,5,6\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ramp := rampCSV()
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		mention []string // in stderr
+	}{
+		{"score: no window flags", []string{"score", "--in", features}, 0, nil},
+		{"score: a flag restating the model's window", []string{"score", "--in", features, "--rate-window", "5m", "--step", "5s"}, 0, nil},
+		{"score: a flag contradicting the embedded model", []string{"score", "--in", features, "--rate-window", "1m"}, 2,
+			[]string{"--rate-window 1m, the model's is 5m", "(embedded default) was trained with rate_window 5m, deriv_window 10m, subquery_step 5s, lookback 5m, sample_interval 5s", "drop the window flags"}},
+		{"score: every contradiction listed", []string{"score", "--in", features, "--model", short, "--rate-window", "5m", "--lookback", "5m"}, 2,
+			[]string{"--rate-window 5m, the model's is 1m", "--lookback 5m, the model's is 30s", short}},
+		{"score: an older manifest is used with a warning naming it", []string{"score", "--in", features, "--model", old}, 0,
+			[]string{"warning: manifest " + model.ManifestPathFor(old), "lookback 5m"}},
+		{"score: a spec the engine cannot compute", []string{"score", "--in", features, "--model", badSpec}, 2,
+			[]string{"unsupported feature spec", "deriv_window 7s is not a whole multiple of subquery_step 5s", model.ManifestPathFor(badSpec)}},
+		{"replay: windows from the model", []string{"replay", "--in", "-", "--model", short}, 0, nil},
+		{"replay: a flag contradicting the model", []string{"replay", "--in", "-", "--model", p1, "--deriv-window", "2m"}, 2, []string{"--deriv-window 2m, the model's is 10m"}},
+		{"replay: no model, flags are settings", []string{"replay", "--in", "-", "--deriv-window", "2m"}, 0, nil},
+		{"sample: interval slower than the model's training", []string{"sample", "--pid", "1", "--model", short, "--interval", "2s"}, 2,
+			[]string{"sampling every 2s is slower than the model's sample_interval 1s", "sample every 1s or faster"}},
+		{"run: interval slower than the embedded model's training", []string{"run", "--pid", "1", "--interval", "10s"}, 2,
+			[]string{"sampling every 10s is slower than the model's sample_interval 5s"}},
+		{"run: a flag contradicting the model in use", []string{"run", "--pid", "1", "--model", short, "--step", "5s"}, 2,
+			[]string{"--step 5s, the model's is 1s"}},
+		{"run: window flags for the fallback are checked too", []string{"run", "--pid", "1", "--model", fast, "--rate-window", "1m"}, 2,
+			[]string{"--rate-window 1m, the model's is 5m", "(embedded default)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errs := runCLI(t, ramp, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit code %d, want %d (stderr %q)", code, tt.code, errs)
+			}
+			for _, m := range tt.mention {
+				if !strings.Contains(errs, m) {
+					t.Errorf("stderr %q does not mention %q", errs, m)
+				}
+			}
+		})
+	}
+}
+
+// replay --model computes what the flags of the same windows compute.
+func TestReplayWithAModelUsesItsWindows(t *testing.T) {
+	short := writeModel(t, t.TempDir(), "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	ramp := rampCSV()
+	_, withModel, errs := runCLI(t, ramp, "replay", "--in", "-", "--model", short)
+	_, withFlags, _ := runCLI(t, ramp, "replay", "--in", "-", "--rate-window", "1m", "--deriv-window", "2m", "--step", "1s", "--lookback", "30s")
+	_, withDefaults, _ := runCLI(t, ramp, "replay", "--in", "-")
+	if withModel != withFlags {
+		t.Fatalf("replay --model differs from the same windows given as flags (stderr %q)", errs)
+	}
+	if withModel == withDefaults {
+		t.Fatal("replay --model computed the default windows")
+	}
+}
+
+func TestWindowFlagDefaultsAreTheEmbeddedModels(t *testing.T) {
+	m, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := registerWindowFlags(flag.NewFlagSet("t", flag.ContinueOnError))
+	mw := m.Windows()
+	if w.cfg.RateWindow != mw.Rate || w.cfg.DerivWindow != mw.Deriv || w.cfg.Step != mw.SubqueryStep || w.cfg.Lookback != mw.Lookback {
+		t.Fatalf("flag defaults %+v, embedded model %+v", w.cfg, mw)
+	}
+}
+
+func TestLoadModelForRun(t *testing.T) {
+	dir := t.TempDir()
+	short := writeModel(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	fast := writeModel(t, dir, "fast", windowsEdit("1m", "2m", "500ms", "30s", "500ms"))
+	def, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		path     string
+		interval time.Duration
+		source   string // of the model in use
+		warning  string // "" = none
+		kind     error  // non-nil: refused
+	}{
+		{"embedded model", "", time.Second, def.Source(), "", nil},
+		{"override usable at the interval", short, time.Second, short, "", nil},
+		{"override trained on faster samples falls back", fast, time.Second, def.Source(), "sampling every 1s is slower than the model's sample_interval 500ms", nil},
+		{"override usable at a finer interval", fast, 250 * time.Millisecond, fast, "", nil},
+		{"missing override falls back", filepath.Join(dir, "nope.txt"), time.Second, def.Source(), "nope.txt", nil},
+		{"interval no model can be fed at", "", 10 * time.Second, "", "", model.ErrFeatureSpec},
+		{"fallback that cannot be fed at the interval", filepath.Join(dir, "nope.txt"), 10 * time.Second, "", "", model.ErrFeatureSpec},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, warning, err := loadModel(tt.path, tt.interval)
+			if tt.kind != nil {
+				if !errors.Is(err, tt.kind) || m != nil {
+					t.Fatalf("model %v, error %v; want %v", m, err, tt.kind)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Source() != tt.source {
+				t.Fatalf("running on %s, want %s", m.Source(), tt.source)
+			}
+			if (tt.warning == "") != (warning == "") || !strings.Contains(warning, tt.warning) {
+				t.Fatalf("warning %q, want one saying %q", warning, tt.warning)
+			}
+		})
+	}
+}

@@ -1,0 +1,218 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/infer"
+	"github.com/amf-edge/amf/infer/model"
+)
+
+// modelWith loads the embedded default model's trees with its manifest edited:
+// the same scores, another feature spec.
+func modelWith(t *testing.T, edit func(man map[string]any)) *model.Model {
+	t.Helper()
+	dir := filepath.Join("..", "infer", "model")
+	mb, err := os.ReadFile(filepath.Join(dir, "default_model.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := os.ReadFile(filepath.Join(dir, "default_manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man map[string]any
+	if err := json.Unmarshal(jb, &man); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(mb)
+	man["model_sha256"] = hex.EncodeToString(sum[:])
+	edit(man)
+	if jb, err = json.Marshal(man); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(mb, jb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func setWindows(rate, deriv, step, lookback, sample string) func(map[string]any) {
+	return func(man map[string]any) {
+		man["feature_windows"] = map[string]any{"rate_window": rate, "deriv_window": deriv,
+			"subquery_step": step, "lookback": lookback, "sample_interval": sample}
+	}
+}
+
+// The embedded model's spec is the published pipeline's: the model-less
+// defaults of replay and sample (infer.DefaultConfig) compute what it scores.
+func TestEmbeddedModelSpecIsThePublishedPipeline(t *testing.T) {
+	fc, err := FeatureConfig(defaultModel(t), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc != infer.DefaultConfig() {
+		t.Fatalf("embedded model's pipeline %+v, infer.DefaultConfig %+v", fc, infer.DefaultConfig())
+	}
+}
+
+func TestFeatureConfigComesFromTheManifest(t *testing.T) {
+	short := modelWith(t, setWindows("1m", "2m", "1s", "30s", "1s"))
+	v1 := modelWith(t, func(man map[string]any) { man["schema_version"] = 1; delete(man, "feature_windows") })
+	cases := []struct {
+		name     string
+		m        *model.Model
+		interval time.Duration
+		want     [4]time.Duration // rate, deriv, step, lookback
+		kind     error
+		contains string
+	}{
+		{"P1 model at the default 1 s", defaultModel(t), time.Second, [4]time.Duration{5 * time.Minute, 10 * time.Minute, 5 * time.Second, 5 * time.Minute}, nil, ""},
+		{"P1 model at its training interval", defaultModel(t), 5 * time.Second, [4]time.Duration{5 * time.Minute, 10 * time.Minute, 5 * time.Second, 5 * time.Minute}, nil, ""},
+		{"short-window model gets its own windows", short, 500 * time.Millisecond, [4]time.Duration{time.Minute, 2 * time.Minute, time.Second, 30 * time.Second}, nil, ""},
+		{"older manifest gets the P1 windows", v1, time.Second, [4]time.Duration{5 * time.Minute, 10 * time.Minute, 5 * time.Second, 5 * time.Minute}, nil, ""},
+		{"sampling slower than training", defaultModel(t), 10 * time.Second, [4]time.Duration{}, model.ErrFeatureSpec, "sampling every 10s is slower than the model's sample_interval 5s"},
+		{"sampling slower than a short model's training", short, 2 * time.Second, [4]time.Duration{}, model.ErrFeatureSpec, "sample every 1s or faster"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fc, err := FeatureConfig(c.m, c.interval)
+			if c.kind != nil {
+				if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.contains) || !strings.Contains(err.Error(), c.m.Source()) {
+					t.Fatalf("error %v, want %v naming the model and saying %q", err, c.kind, c.contains)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := [4]time.Duration{fc.RateWindow, fc.DerivWindow, fc.Step, fc.Lookback}; got != c.want {
+				t.Fatalf("windows %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// The manifest rules are the ones that make every feature defined: sampled at
+// the sample interval, a spec at the limits (rate = 2 sample intervals, deriv =
+// 2 steps) yields all six features once its windows have filled.
+func TestSpecAtTheLimitsDefinesEveryFeature(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+	}{
+		{"rate of 2 samples, deriv of 2 steps", setWindows("10s", "10s", "5s", "5s", "5s")},
+		{"sample interval not dividing the step", setWindows("6s", "4s", "2s", "4s", "3s")},
+		{"lookback of one sample interval", setWindows("2s", "2s", "1s", "1s", "1s")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := modelWith(t, c.edit)
+			w := m.Windows()
+			fc, err := FeatureConfig(m, w.SampleInterval)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := infer.NewEngine(fc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := int64(1_700_000_000_123) // not aligned to any step
+			iv := w.SampleInterval.Milliseconds()
+			warm := (w.Rate + w.Deriv + w.SubqueryStep).Milliseconds()
+			for ts := start; ts < start+warm+20*iv; ts += iv {
+				k := float64(ts-start) / 1000
+				if err := e.Add(infer.Sample{T: ts, CPUSeconds: k * 0.5, MemoryBytes: 1e6 + k*k, MemoryLimitBytes: 1e8, NetworkBytes: 10 * k, DiskBytes: 3 * k}); err != nil {
+					t.Fatal(err)
+				}
+				v, err := e.Eval(ts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ts < start+warm {
+					continue
+				}
+				for i, why := range v.Why {
+					if why != infer.Defined {
+						t.Fatalf("at +%d ms %s undefined: %v", ts-start, infer.FeatureNames()[i], why)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestNewRefusesAModelItCannotFeed(t *testing.T) {
+	_, err := New(Config{Source: &loadSource{}, Interval: time.Minute, Model: defaultModel(t)})
+	if !errors.Is(err, model.ErrFeatureSpec) {
+		t.Fatalf("error %v, want ErrFeatureSpec", err)
+	}
+}
+
+// `amf-sidecar run` shows at start the pipeline its scores come from, and what
+// is wrong with an older manifest.
+func TestRunLogsTheFeatureSpecAtStart(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		m       *model.Model
+		want    map[string]any
+		warning string
+	}{
+		{"embedded P1 model", defaultModel(t), map[string]any{"rate_window": "5m", "deriv_window": "10m", "subquery_step": "5s",
+			"lookback": "5m", "trained_sample_interval": "5s", "interval": "1s", "cpu_reference_fraction": 0.5}, ""},
+		{"short-window model", modelWith(t, setWindows("1m", "2m", "1s", "30s", "1s")), map[string]any{"rate_window": "1m",
+			"deriv_window": "2m", "subquery_step": "1s", "lookback": "30s", "trained_sample_interval": "1s"}, ""},
+		{"older manifest", modelWith(t, func(man map[string]any) {
+			man["schema_version"] = 1
+			delete(man["feature_windows"].(map[string]any), "lookback")
+		}), map[string]any{"lookback": "5m"}, "does not state the feature windows lookback"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			sc, err := New(Config{Source: &loadSource{}, Interval: time.Second, Model: c.m, Log: slog.New(slog.NewJSONHandler(&buf, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel() // start, log, stop
+			if err := sc.Run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var spec map[string]any
+			var warned bool
+			for line := range strings.Lines(buf.String()) {
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Fatalf("log line %q: %v", line, err)
+				}
+				if rec["msg"] == "feature pipeline from the model's manifest" {
+					spec = rec
+				}
+				if p, _ := rec["problem"].(string); c.warning != "" && rec["level"] == "WARN" && strings.Contains(p, c.warning) {
+					warned = true
+				}
+			}
+			if spec == nil {
+				t.Fatalf("no feature pipeline line in the log:\n%s", buf.String())
+			}
+			for k, v := range c.want {
+				if spec[k] != v {
+					t.Errorf("logged %s = %v, want %v", k, spec[k], v)
+				}
+			}
+			if c.warning != "" && !warned {
+				t.Errorf("no warning saying %q in the log:\n%s", c.warning, buf.String())
+			}
+		})
+	}
+}

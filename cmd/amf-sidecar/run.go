@@ -52,7 +52,9 @@ func (t *targetFlags) open() (sidecar.Source, func(context.Context) (sidecar.Sou
 		r, err := cgroup.Open(t.cgroupPath)
 		return r, nil, err
 	}
-	var opts []cgroup.Option
+	// The pod's containers share one network namespace, so the sidecar's own
+	// /proc/<pid>/net/dev counts the broker's traffic.
+	opts := []cgroup.Option{cgroup.WithPID(os.Getpid())}
 	if t.cgroupRoot != "" {
 		opts = append(opts, cgroup.WithCgroupRoot(t.cgroupRoot))
 	}

@@ -78,6 +78,7 @@ type Actuator struct {
 	workloads map[podKey]*workload // keyed by the primary Deployment
 	loads     uint64
 	readyCh   chan readiness
+	events    *recorder
 }
 
 type podKey struct{ ns, name string }
@@ -87,10 +88,13 @@ func (k podKey) String() string { return k.ns + "/" + k.name }
 // workload is one Deployment the agent has seen a signal for.
 type workload struct {
 	key     podKey
-	managed bool   // carries a valid policy
-	invalid string // the rejected policy's annotations, warned about once
+	managed bool  // carries a valid policy
+	invalid error // why the policy was rejected: warned about at every signal (one Event series)
 	gate    *Gate
 	written string // the record JSON as last read or written (the CAS value)
+	// unsaved: the Gate moved on without its record (a scale-up went out and
+	// the record write failed); the next step writes it, whatever it changes.
+	unsaved bool
 	uid     string
 	// annotations of the primary when loaded: the policy copied by a role exchange.
 	annotations map[string]string
@@ -108,8 +112,17 @@ type workload struct {
 type readiness struct {
 	primary podKey
 	gen     uint64 // the workload load it belongs to; stale watches are ignored
-	ready   bool
+	status  standbyStatus
 	at      time.Time
+}
+
+// standbyStatus is what the Gate is told of a standby (InStandby).
+type standbyStatus struct{ ready, scaled, drained bool }
+
+func statusOf(d *appsv1.Deployment) standbyStatus {
+	observed := d.Status.ObservedGeneration >= d.Generation
+	scaled := d.Spec.Replicas == nil || *d.Spec.Replicas >= 1 // nil defaults to 1
+	return standbyStatus{ready: deploymentReady(d), scaled: scaled, drained: observed && !scaled && d.Status.Replicas == 0}
 }
 
 // New returns an Actuator; call Run.
@@ -134,6 +147,7 @@ func New(cfg Config) (*Actuator, error) {
 	if a.inst == "" {
 		a.inst = "amf-agent"
 	}
+	a.events = newRecorder(a.cs, a.log, a.now, a.inst, a.dryRun)
 	return a, nil
 }
 
@@ -146,12 +160,19 @@ const unmanagedTTL = 30 * time.Second
 func (a *Actuator) Run(ctx context.Context, in <-chan Signal) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	ectx, stopEvents := context.WithCancel(ctx)
+	eventsDone := make(chan struct{})
+	go func() { defer close(eventsDone); a.events.run(ectx) }()
 	defer func() {
 		for _, w := range a.workloads {
 			if w.stop != nil {
 				w.stop()
 			}
 		}
+		// The Events still queued and the series counts not written yet
+		// are written (briefly) before Run returns.
+		stopEvents()
+		<-eventsDone
 	}()
 	if a.resume {
 		a.resumeAll(ctx)
@@ -171,7 +192,7 @@ func (a *Actuator) Run(ctx context.Context, in <-chan Signal) error {
 			if w == nil || !w.managed || w.gen != r.gen {
 				continue
 			}
-			a.step(ctx, w, StandbyReadiness(r.at, r.ready))
+			a.step(ctx, w, StandbyStatus(r.at, r.status.ready, r.status.scaled, r.status.drained))
 		case <-timer.C:
 			now := a.now()
 			for _, w := range a.workloads {
@@ -193,23 +214,41 @@ func (a *Actuator) Run(ctx context.Context, in <-chan Signal) error {
 	}
 }
 
-// resumeAll loads every Deployment whose switchover record is in progress.
-// Several agents may resume the same record: every write of it is a
-// compare-and-swap and every action is idempotent, so they do not conflict.
+// resumeAll loads every Deployment whose switchover record is in progress,
+// whose hot standby is still to be brought back (Record.Restore), or whose
+// cold standby is scaled up with nothing recorded (an orphaned scale-up, see
+// Gate.orphan). Several agents may resume the same record: every write of it
+// is a compare-and-swap and every action is idempotent, so they do not
+// conflict.
 func (a *Actuator) resumeAll(ctx context.Context) {
 	list, err := a.cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		a.log.Error("switchovers not resumed: deployments not listed", slog.String("error", err.Error()))
 		return
 	}
+	byKey := make(map[podKey]*appsv1.Deployment, len(list.Items))
+	for i := range list.Items {
+		byKey[podKey{list.Items[i].Namespace, list.Items[i].Name}] = &list.Items[i]
+	}
 	for i := range list.Items {
 		d := &list.Items[i]
 		var rec Record
-		if raw := d.Annotations[AnnRecord]; raw == "" || json.Unmarshal([]byte(raw), &rec) != nil || !rec.Active() {
-			continue
+		if raw := d.Annotations[AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) != nil {
+			continue // load would start it from Idle: nothing to resume
 		}
-		a.log.Info("resuming switchover", slog.String("deployment", d.Namespace+"/"+d.Name), slog.String("phase", string(rec.Phase)))
-		a.load(ctx, d)
+		why := string(rec.Phase)
+		if !rec.Active() && !rec.Restore {
+			p, managed, err := ParsePolicy(d.Name, d.Annotations)
+			sb := byKey[podKey{d.Namespace, p.Standby}]
+			if !managed || err != nil || p.Redundancy != Cold || sb == nil || !statusOf(sb).scaled {
+				continue
+			}
+			why = "orphaned standby"
+		}
+		a.log.Info("resuming switchover", slog.String("deployment", d.Namespace+"/"+d.Name), slog.String("phase", why))
+		if w := a.load(ctx, d); w.invalid != nil {
+			a.warnInvalid(w)
+		}
 	}
 }
 
@@ -267,10 +306,21 @@ func (a *Actuator) handleSignal(ctx context.Context, s Signal) {
 		a.log.Warn("deployment not read", slog.String("deployment", s.Namespace+"/"+dep), slog.String("error", err.Error()))
 		return
 	}
+	if w.invalid != nil {
+		a.warnInvalid(w)
+	}
 	if !w.managed || a.workloads[w.key] != w {
 		return // unmanaged, or retired while being loaded (resume)
 	}
 	a.step(ctx, w, Sample(s.At, s.State, s.Probability))
+}
+
+// warnInvalid reports a signal of a workload whose policy is invalid: a
+// Warning Event at every signal, folded into one Event series (count and
+// last time), so it says how long and how often it went unprotected without
+// creating an object per signal.
+func (a *Actuator) warnInvalid(w *workload) {
+	a.emitKey(w, true, "InvalidPolicy", "Invalid", w.invalid.Error())
 }
 
 // owner maps a pod to its Deployment through the controller ownerReferences
@@ -336,18 +386,14 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 		return w
 	}
 	if err != nil {
-		sig := fmt.Sprint(d.Annotations)
-		if old == nil || old.invalid != sig {
-			a.emit(ctx, d, true, "InvalidPolicy", "Invalid", err.Error())
-		}
-		w.invalid = sig
+		w.invalid = err
 		return w
 	}
 	var rec Record
 	w.written = d.Annotations[AnnRecord]
 	if w.written != "" {
 		if err := json.Unmarshal([]byte(w.written), &rec); err != nil {
-			a.emit(ctx, d, true, "InvalidRecord", "Invalid", fmt.Sprintf("%s not readable (%v): starting from Idle", AnnRecord, err))
+			a.emitKey(w, true, "InvalidRecord", "Invalid", fmt.Sprintf("%s not readable (%v): starting from Idle", AnnRecord, err))
 			rec = Record{}
 		}
 	}
@@ -360,9 +406,24 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 			a.log.Warn("switchover record not initialised", slog.String("deployment", k.String()), slog.String("error", err.Error()))
 		}
 	}
+	// The standby as it is now: where its watch starts, and whether a cold
+	// one was left scaled up with nothing recorded. Read here, not from the
+	// watch's stream, so the check never sees a status from before this
+	// agent's own scale-back.
+	sb, err := a.cs.AppsV1().Deployments(k.ns).Get(ctx, p.Standby, metav1.GetOptions{})
+	if err != nil {
+		a.log.Warn("standby not read", slog.String("standby", k.ns+"/"+p.Standby), slog.String("error", err.Error()))
+		sb = nil // the watch reads it again
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
-	go a.watchStandby(wctx, k, w.gen, p.Standby)
+	go a.watchStandby(wctx, k, w.gen, p.Standby, sb)
+	if sb != nil && statusOf(sb).scaled && p.Redundancy == Cold && !rec.Active() {
+		a.step(ctx, w, Orphaned(a.now()))
+		if a.workloads[k] != w {
+			return a.workloads[k] // reloaded: the record had moved
+		}
+	}
 	if acts := w.gate.Resume(); len(acts) > 0 {
 		a.decision(w, "resume", nil)
 		a.do(ctx, w, acts)
@@ -370,8 +431,11 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 	return w
 }
 
-// step feeds one input to w's Gate, persists the record if needed (before
-// acting: write-ahead) and carries out the actions.
+// step feeds one input to w's Gate, persists the record if needed and
+// carries out the actions: after the record is written (write-ahead), but
+// for the standby's scale-up, which goes out at the same time (see early):
+// decision → scale request on the wire is not held up by the record's round
+// trip.
 func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 	t0 := a.now()
 	old := w.gate.Rec
@@ -380,25 +444,78 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 	if in.Kind == InStandby && in.Ready && (old.Phase == PhaseWaitReady || old.Phase == PhaseFailover) && entered != old.Phase {
 		a.m.stages.WithLabelValues("standby_ready").Observe(in.At.Sub(decision).Seconds())
 	}
-	persist := w.gate.Persist(old)
-	if persist {
-		if err := a.writeRecord(ctx, w); err != nil {
-			a.log.Error("switchover record not written: not acting", slog.String("deployment", w.key.String()),
-				slog.String("phase", string(w.gate.Rec.Phase)), slog.String("error", err.Error()))
-			if errors.Is(err, errRecordMoved) {
-				a.reload(ctx, w) // continue from what is recorded there
-				return
-			}
-			// The API is unreachable: forget this step, so the next input
-			// (anomalous samples keep coming) takes it again.
-			w.gate.Rec = old
-			return
+	persist := w.gate.Persist(old) || w.unsaved
+	if !persist {
+		a.do(ctx, w, acts)
+		return
+	}
+	var first []Action // sent while the record is written
+	for _, act := range acts {
+		if early(act) {
+			first = append(first, act)
 		}
 	}
-	a.do(ctx, w, acts)
-	if persist {
-		a.m.steps.WithLabelValues(string(entered)).Observe(a.now().Sub(t0).Seconds())
+	var err error
+	scaledUp := false
+	if len(first) == 0 {
+		err = a.writeRecord(ctx, w)
+	} else {
+		acts = slices.DeleteFunc(slices.Clone(acts), early)
+		// The record is written by another goroutine and the scale-up sent
+		// from this one, already on a CPU: on a busy node, waking a
+		// goroutine can take longer than the request itself. w is not
+		// touched here until the record's goroutine is done.
+		standby := podKey{w.key.ns, w.gate.Policy.Standby}
+		recorded := make(chan error, 1)
+		go func() { recorded <- a.writeRecord(ctx, w) }()
+		errs := make([]error, len(first))
+		for i, act := range first {
+			errs[i] = a.scale(ctx, standby, act.Replicas)
+		}
+		took := a.now().Sub(t0)
+		err = <-recorded
+		for i, act := range first {
+			a.m.action(string(act.Kind), errs[i], a.dryRun, took)
+			a.decision(w, string(act.Kind), errs[i], slog.Int("replicas", int(act.Replicas)), slog.Bool("with_record", true),
+				slog.Duration("took", took))
+			if errs[i] == nil {
+				scaledUp = true
+			} else {
+				// Tried again by do, after the record: it is safe either way.
+				acts = append([]Action{act}, acts...)
+			}
+		}
 	}
+	if err != nil {
+		a.log.Error("switchover record not written", slog.String("deployment", w.key.String()),
+			slog.String("phase", string(w.gate.Rec.Phase)), slog.Bool("standby_scaled_up", scaledUp), slog.String("error", err.Error()))
+		if errors.Is(err, errRecordMoved) {
+			// Continue from what is recorded there. A standby scaled up
+			// meanwhile is found by the load: kept if that record's
+			// switchover uses it, else adopted as an orphan and scaled back.
+			a.reload(ctx, w)
+			return
+		}
+		if scaledUp {
+			// The standby is up and forgetting the step would not take
+			// that back: keep the Gate where it is, as the cluster is, and
+			// write the record with the next step. A stop before then
+			// leaves an orphaned standby, which a restart adopts. What else
+			// the step had to do is its Events (a scale-up never shares a
+			// step with a retirement or a scale-down: writeorder_test
+			// checks).
+			w.unsaved = true
+			a.do(ctx, w, acts)
+			return
+		}
+		// The API is unreachable: forget this step, so the next input
+		// (anomalous samples keep coming) takes it again.
+		w.gate.Rec = old
+		return
+	}
+	w.unsaved = false
+	a.do(ctx, w, acts)
+	a.m.steps.WithLabelValues(string(entered)).Observe(a.now().Sub(t0).Seconds())
 }
 
 // reload re-reads w from the server after its record was changed by someone
@@ -478,8 +595,8 @@ func (a *Actuator) writeRecord(ctx context.Context, w *workload) error {
 // and tries the rest again after retryDelay if the Gate is still in the same
 // phase (new actions supersede it; a restart repeats it from the record).
 //
-// Events go last: they are evidence, and their API round trip must not delay
-// a scale or a retirement (decision → scale request is a target of ≤ 10 ms).
+// Events go last: they are evidence, queued for the recorder's goroutine
+// once the step's cluster actions are done.
 func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
 	w.retry = nil
 	acts = slices.Clone(acts)
@@ -489,9 +606,17 @@ func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
 		var err error
 		switch act.Kind {
 		case ActEvent:
-			a.emitKey(ctx, w, act.Warning, act.Reason, act.Message)
+			a.emitKey(w, act.Warning, act.Reason, "Switchover", act.Message)
 		case ActScaleStandby:
-			err = a.scale(ctx, podKey{w.key.ns, w.gate.Policy.Standby}, act.Replicas)
+			if act.Replicas == 0 {
+				// A standby is scaled back only while the primary is Ready:
+				// never both to 0 by our hand, whatever happened since the
+				// Gate last heard from the primary.
+				err = a.primaryReady(ctx, w)
+			}
+			if err == nil {
+				err = a.scale(ctx, podKey{w.key.ns, w.gate.Policy.Standby}, act.Replicas)
+			}
 		case ActRetirePrimary:
 			decision := w.gate.Rec.Decision
 			if err = a.retire(ctx, w); err == nil && !a.dryRun && !decision.IsZero() {

@@ -14,16 +14,23 @@
 //     Deployment ownerReferences, by lookups cached per pod; no informers, so
 //     the agent neither lists every pod of the cluster into memory nor needs
 //     list/watch on pods), writes the Gate's record to an annotation on the
-//     primary with optimistic concurrency before acting (write-ahead, so an
-//     agent restarted mid-way resumes), scales through the scale subresource,
-//     watches the standby until it is Ready, emits events.k8s.io/v1 Events and
-//     one JSON decision line per step, and patches the amf.io/healthy
-//     readiness-gate condition of pods that declare it.
+//     primary with optimistic concurrency (write-ahead, so an agent
+//     restarted mid-way resumes; see the write order below), scales through
+//     the scale subresource, watches the standby (Ready, scaled up, drained),
+//     emits events.k8s.io/v1 Events and one JSON decision line per step, and
+//     patches the amf.io/healthy readiness-gate condition of pods that
+//     declare it.
 //
 // Policy lives on the primary Deployment as annotations (see ParsePolicy):
 //
 //	amf.io/standby:       <deployment in the same namespace>   (required)
 //	amf.io/redundancy:    cold | hot | none                     (default cold)
+//	                      cold: the standby sits at 0 replicas; the agent
+//	                      scales it 0→1 for a switchover and back after an
+//	                      abort. hot: it runs all along and is never scaled
+//	                      for a switchover; after one, the retired old
+//	                      primary comes back (0→1, a fresh pod, once the
+//	                      retired one is gone) as the new hot standby.
 //	amf.io/threshold:     0.5     probability counted as anomalous
 //	amf.io/debounce:      3       consecutive anomalous samples before deciding
 //	amf.io/reconfirm:     3       anomalous samples after the standby is Ready
@@ -33,17 +40,48 @@
 //	amf.io/abort-delay:   30s     a standby started for an anomaly that cleared is
 //	                              scaled back (cold) after this
 //
-// Invalid policy gives a Warning Event on the Deployment and no action.
+// Invalid policy gives a Warning Event on the Deployment at every signal of
+// its pods (one Event series, see Events below) and no action.
 //
 // Crash safety: the record (phase, standby, decision time, sample counts,
 // last switchover) is written with a compare-and-swap on its previous value
-// before the step's actions run (one JSON patch whose test op is the
-// compare-and-swap; the first write, at load, a get and a patch carrying the
-// resourceVersion read), and each action is idempotent (the scale is one
-// update of the scale subresource without a resourceVersion). A restarted
-// agent resumes a workload on its next signal, or at once for every
-// in-progress record with Config.ResumeOnStart (amf-agent --resume-on-start).
-// A failed action is tried again after 2 s while the phase is unchanged.
+// (one JSON patch whose test op is the compare-and-swap; the first write, at
+// load, a get and a patch carrying the resourceVersion read), and each action
+// is idempotent (the scale is one update of the scale subresource without a
+// resourceVersion). A restarted agent resumes a workload on its next signal,
+// or at once with Config.ResumeOnStart (amf-agent --resume-on-start). A
+// failed action is tried again after 2 s while the phase is unchanged.
+//
+// The write order. A step's record is written before its actions, with one
+// exception: the standby's scale-up of a decision (switchover or failover)
+// is sent while the record is written, so decision → scale request on the
+// wire does not wait for the record's round trip to etcd. The scale-up only
+// adds Ready replicas, so no stop can break the invariant on either side:
+//
+//   - record written, scale-up lost: the record (WaitReady, Failover) makes
+//     the restarted agent send it again.
+//   - scale-up done, record lost (the agent stopped in between, or the
+//     record was refused because another agent changed it): a cold standby
+//     scaled up while its primary records no switchover is an orphan. The
+//     agent that loads the primary (on its next signal, at once with
+//     ResumeOnStart, or on the reload after a refused record) adopts it: a
+//     Warning Event OrphanedStandby and the record Aborted, which keeps the
+//     standby for abort-delay, so an anomaly that persists (debounced again)
+//     switches over to it without scaling it again and a crash fails over to
+//     it at once; otherwise it is scaled back. The same rule catches a stop
+//     between an abort's record (Idle) and its scale-back. It also adopts a
+//     cold standby that someone else scaled up: a cold standby belongs to the
+//     agent (use hot to keep one running). Within one agent, a record write
+//     that fails after the scale-up went out keeps the Gate's step (the
+//     cluster has it) and writes the record with the next step.
+//   - every later step is recorded before it is taken: above all Retiring
+//     before the primary is scaled to 0, so a stop there always resumes the
+//     retirement and the role exchange. A scale back to 0 is also recorded
+//     first, and taken only while the primary is Ready right now.
+//
+// gate_test and writeorder_test check this on every input sequence up to
+// length 6 with a stop at every write point; restart_k8s_test stops a real
+// agent at each of them, the orphan cases included.
 //
 // The trade-off of ResumeOnStart: it needs list on Deployments
 // (RulesWithResume), so the agent can read every Deployment in scope (specs,
@@ -54,8 +92,13 @@
 // until someone restarts the agent with it; every other phase resumes on the
 // primary's next sample.
 //
-// Events are emitted after a step's cluster actions, so their round trip
-// never delays a scale or a retirement.
+// Events are queued after a step's cluster actions and written by a
+// goroutine of their own, so their round trips never hold up the loop that
+// decides for every workload. An identical Event (same object, type, reason,
+// action and note) repeated within 6 minutes creates no new object: it counts
+// in the first one's series (count, lastObservedTime), as client-go's event
+// broadcaster does, written at the first repeat and then at most every 10 s
+// (and when Run ends); this needs patch on events.
 //
 // Evidence: an events.k8s.io/v1 Event per decision (reportingController
 // amf.io/agent), one JSON line per step ("msg":"decision"), and the metrics
@@ -68,7 +111,8 @@
 // The invariant the package keeps: the agent never brings the Ready replicas of
 // primary + standby to zero by its own action. The primary is scaled to zero
 // only after the standby was observed Ready (the Gate only emits RetirePrimary
-// then) and the Actuator re-reads the standby's status right before it does.
+// then) and the Actuator re-reads the standby's status right before it does;
+// a standby is scaled back only while the primary is Ready, read right before.
 //
 // StatefulSets are not supported yet: their pods' owner is the StatefulSet
 // itself, and scaling one to zero has ordering semantics of its own.

@@ -10,9 +10,10 @@ import (
 // Phase is where a primary is in a switchover.
 type Phase string
 
-// The phases. Only Idle and Suspect are left without writing the record first
-// (Suspect is not persisted: after a restart the debounce starts over, which
-// errs towards not acting).
+// The phases. Every phase but Suspect is recorded before its actions are
+// taken, except the standby's scale-up, which goes out while the record is
+// written (see early). Suspect is not persisted: after a restart the
+// debounce starts over, which errs towards not acting.
 const (
 	// Idle: nothing in progress.
 	PhaseIdle Phase = "Idle"
@@ -53,6 +54,11 @@ type Record struct {
 	// FlapGuarded reports that a decision was refused by the flap guard and
 	// warned about once, so the warning is not repeated every sample.
 	FlapGuarded bool `json:"flapGuarded,omitempty"`
+	// Restore reports that the standby is a hot pair's old primary, retired
+	// by the switchover that made this Deployment the primary: it is scaled
+	// back to 1 (a fresh pod, the new hot standby) once its old pods are
+	// gone. Cleared once the standby is seen scaled up.
+	Restore bool `json:"restore,omitempty"`
 }
 
 // Active reports whether a switchover is in progress (the standby may be up).
@@ -75,6 +81,11 @@ const (
 	InStandby
 	// InTick is the passing of time (for hold, deadlines and cool-downs).
 	InTick
+	// InOrphan reports that the driver found the cold standby scaled up while
+	// no switchover is recorded: the scale-up of a decision, which is sent
+	// while its record is written, reached the server and the record did
+	// not (the agent stopped in between, or the write was refused).
+	InOrphan
 )
 
 // Input is one observation fed to a Gate.
@@ -87,6 +98,11 @@ type Input struct {
 	Probability *float64
 	// InStandby: readyReplicas >= 1 at the standby's current generation.
 	Ready bool
+	// InStandby: spec.replicas >= 1.
+	Scaled bool
+	// InStandby: spec.replicas == 0 and no pod of it left, at its current
+	// generation (a retired Deployment whose old pods are gone).
+	Drained bool
 }
 
 // Sample returns an InSample input.
@@ -94,10 +110,19 @@ func Sample(at time.Time, st signal.State, prob *float64) Input {
 	return Input{Kind: InSample, At: at, State: st, Probability: prob}
 }
 
-// StandbyReadiness returns an InStandby input.
+// StandbyReadiness returns an InStandby input of a scaled-up standby that is
+// Ready or not.
 func StandbyReadiness(at time.Time, ready bool) Input {
-	return Input{Kind: InStandby, At: at, Ready: ready}
+	return Input{Kind: InStandby, At: at, Ready: ready, Scaled: true}
 }
+
+// StandbyStatus returns an InStandby input with every observed field.
+func StandbyStatus(at time.Time, ready, scaled, drained bool) Input {
+	return Input{Kind: InStandby, At: at, Ready: ready, Scaled: scaled, Drained: drained}
+}
+
+// Orphaned returns an InOrphan input.
+func Orphaned(at time.Time) Input { return Input{Kind: InOrphan, At: at} }
 
 // Tick returns an InTick input.
 func Tick(at time.Time) Input { return Input{Kind: InTick, At: at} }
@@ -214,7 +239,9 @@ func (g *Gate) Deadline() (time.Time, bool) {
 }
 
 // Step applies one input and returns the actions to take, in order. The
-// driver persists Rec (when Persist says so) before carrying them out.
+// driver persists Rec (when Persist says so) before carrying them out, but
+// for a scale-up of the standby, which it sends while the record is written
+// (see early).
 func (g *Gate) Step(in Input) []Action {
 	if g.Policy.Redundancy == None {
 		return nil
@@ -226,9 +253,20 @@ func (g *Gate) Step(in Input) []Action {
 		return g.standby(in)
 	case InTick:
 		return g.tick(in.At)
+	case InOrphan:
+		return g.orphan(in.At)
 	}
 	return nil
 }
+
+// early reports whether the driver may send act while the step's record is
+// being written instead of after it: only a scale-up of the standby. It adds
+// Ready replicas and removes none, so a stop on either side of the record
+// cannot break the invariant: a lost record leaves a cold standby scaled up
+// with nothing recorded, which a restarted driver reports as InOrphan; a
+// lost scale-up is repeated from its record (WaitReady, Failover) by Resume.
+// Everything else waits for the record: the retirement above all.
+func early(act Action) bool { return act.Kind == ActScaleStandby && act.Replicas >= 1 }
 
 func (g *Gate) sample(in Input) []Action {
 	r := &g.Rec
@@ -356,6 +394,29 @@ func (g *Gate) retire() []Action {
 func (g *Gate) standby(in Input) []Action {
 	r := &g.Rec
 	r.StandbyReady = in.Ready
+	return append(g.restore(in), g.standbyPhase(in)...)
+}
+
+// restore brings a hot pair's retired old primary back as the new hot
+// standby (Record.Restore), once none of its old pods are left: scaling it
+// up earlier could keep the very pod the switchover retired.
+func (g *Gate) restore(in Input) []Action {
+	r := &g.Rec
+	switch {
+	case !r.Restore:
+	case g.cold() || in.Scaled:
+		r.Restore = false // brought back (or no longer to be: a cold standby stays at 0)
+	case in.Drained:
+		// Repeated on each drained observation until it is seen scaled up:
+		// the scale is idempotent, and the flag is cleared only then, so a
+		// restart in between scales it again.
+		return []Action{{Kind: ActScaleStandby, Replicas: 1}}
+	}
+	return nil
+}
+
+func (g *Gate) standbyPhase(in Input) []Action {
+	r := &g.Rec
 	switch r.Phase {
 	case PhaseWaitReady:
 		if in.Ready {
@@ -385,6 +446,20 @@ func (g *Gate) standby(in Input) []Action {
 	return nil
 }
 
+// orphan adopts a cold standby found scaled up with no switchover recorded
+// as the standby of an aborted switchover: kept for AbortDelay, so an anomaly
+// that persists (debounced again) or a crash uses it at once, then scaled
+// back. Not for hot (it runs anyway) nor while a switchover is recorded.
+func (g *Gate) orphan(now time.Time) []Action {
+	r := &g.Rec
+	if !g.cold() || r.Active() {
+		return nil
+	}
+	r.Phase, r.AbortAt, r.Decision, r.Confirmed, r.Failover = PhaseAborted, now.Add(g.Policy.Gates.AbortDelay), time.Time{}, 0, false
+	return []Action{warning("OrphanedStandby", "standby %s is scaled up but no switchover is recorded (a scale-up whose record was lost, or someone else's): keeping it for %v in case the anomaly persists, then scaling it back",
+		r.Standby, g.Policy.Gates.AbortDelay)}
+}
+
 func (g *Gate) tick(now time.Time) []Action {
 	r := &g.Rec
 	switch r.Phase {
@@ -394,7 +469,7 @@ func (g *Gate) tick(now time.Time) []Action {
 		}
 		acts := []Action{warning("StandbyNotReady", "standby %s not Ready within %v of the decision: keeping the primary", r.Standby, g.Policy.Gates.ReadyTimeout)}
 		if g.cold() {
-			acts = append(acts, Action{Kind: ActScaleStandby, Replicas: 0})
+			acts = append(acts, g.scaleBack()...)
 		}
 		r.Phase, r.Decision, r.Anomalous, r.Confirmed, r.Failover = PhaseIdle, time.Time{}, 0, 0, false
 		return acts
@@ -405,9 +480,17 @@ func (g *Gate) tick(now time.Time) []Action {
 			return nil
 		}
 		r.Phase, r.AbortAt, r.Decision, r.Anomalous = PhaseIdle, time.Time{}, time.Time{}, 0
-		return []Action{{Kind: ActScaleStandby, Replicas: 0}}
+		return g.scaleBack()
 	}
 	return nil
+}
+
+// scaleBack scales the cold standby to 0. It is not Ready from now on, until
+// its watch says otherwise: a crash right after must wait for a standby,
+// never retire the primary on a readiness seen before the scale-back.
+func (g *Gate) scaleBack() []Action {
+	g.Rec.StandbyReady = false
+	return []Action{{Kind: ActScaleStandby, Replicas: 0}}
 }
 
 // Retired records that the driver retired the primary at now: the switchover

@@ -36,6 +36,13 @@ func stopping(at time.Time) Input { return Sample(at, signal.Stopping, nil) }
 func ready(at time.Time) Input    { return StandbyReadiness(at, true) }
 func notReady(at time.Time) Input { return StandbyReadiness(at, false) }
 func tick(at time.Time) Input     { return Tick(at) }
+func orphaned(at time.Time) Input { return Orphaned(at) }
+
+// drained: the standby at 0 replicas with no pod left; scaledUp: its
+// replicas raised, not Ready yet; terminating: at 0, a pod still there.
+func drained(at time.Time) Input     { return StandbyStatus(at, false, false, true) }
+func scaledUp(at time.Time) Input    { return StandbyStatus(at, false, true, false) }
+func terminating(at time.Time) Input { return StandbyStatus(at, false, false, false) }
 
 func ptr[T any](v T) *T { return &v }
 
@@ -206,6 +213,49 @@ func TestGate(t *testing.T) {
 		{"the flap guard does not hold back a failover", cold, Record{LastSwitch: time.Unix(1000, 0)}, []step{
 			{sec, gone, []string{"event:Failover", "scale:1"}, PhaseFailover},
 		}},
+		{"an orphaned cold standby is kept for the abort delay, then scaled back", cold, Record{}, []step{
+			{0, anom, nil, PhaseSuspect},
+			{sec, orphaned, []string{"warn:OrphanedStandby"}, PhaseAborted},
+			{sec, healthy, nil, PhaseAborted},
+			{28 * sec, tick, nil, PhaseAborted},
+			{sec, tick, []string{"scale:0"}, PhaseIdle},
+		}},
+		{"an anomaly that persists takes over an orphaned standby without scaling it again", cold, Record{}, []step{
+			{0, orphaned, []string{"warn:OrphanedStandby"}, PhaseAborted},
+			{sec, ready, nil, PhaseAborted},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverDecided"}, PhaseConfirm},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{15 * sec, tick, []string{"event:SwitchoverConfirmed", "retire"}, PhaseRetiring},
+		}},
+		{"a crash fails over to an orphaned standby at once", cold, Record{}, []step{
+			{0, orphaned, []string{"warn:OrphanedStandby"}, PhaseAborted},
+			{sec, gone, []string{"event:Failover"}, PhaseFailover},
+			{sec, ready, []string{"event:StandbyReady", "retire"}, PhaseRetiring},
+		}},
+		{"orphan reports are ignored while a switchover is recorded", cold, Record{Phase: PhaseWaitReady, Decision: time.Unix(1000, 0)}, []step{
+			{0, orphaned, nil, PhaseWaitReady},
+		}},
+		{"a hot standby is never an orphan", hot, Record{}, []step{
+			{0, orphaned, nil, PhaseIdle},
+		}},
+		{"hot switchover: no scale-up, retire after the hold", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverDecided"}, PhaseConfirm},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""}, {sec, anom, nil, PhaseConfirm},
+			{12 * sec, tick, []string{"event:SwitchoverConfirmed", "retire"}, PhaseRetiring},
+		}},
+		{"hot: the retired old primary is scaled back once drained, until seen scaled up", hot, Record{Restore: true}, []step{
+			{0, terminating, nil, PhaseIdle}, // scaled to 0, its pod not gone yet
+			{sec, drained, []string{"scale:1"}, PhaseIdle},
+			{sec, drained, []string{"scale:1"}, PhaseIdle}, // not seen up yet: again (idempotent)
+			{sec, scaledUp, nil, PhaseIdle},
+			{sec, drained, nil, PhaseIdle}, // restored once: a later scale-down is someone's choice
+		}},
+		{"cold never restores its standby", cold, Record{Restore: true}, []step{
+			{0, drained, nil, PhaseIdle},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,7 +283,7 @@ func TestGate(t *testing.T) {
 // sequence of length 6 from a small alphabet: RetirePrimary is only ever
 // emitted while the latest standby observation was Ready.
 func TestGateRetireNeedsReadyStandby(t *testing.T) {
-	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick}
+	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick, orphaned}
 	p := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
 	p.Gates.Hold = 0
 	p.Gates.Debounce, p.Gates.Reconfirm = 1, 1
@@ -330,6 +380,12 @@ func TestGatePersist(t *testing.T) {
 	g.Step(anom(at))
 	if !g.Persist(old) {
 		t.Error("the decision is not persisted before acting")
+	}
+	h := NewGate(Policy{Standby: "b", Redundancy: Hot, Gates: DefaultGates()}, Record{Restore: true})
+	old = h.Rec
+	h.Step(scaledUp(at))
+	if !h.Persist(old) {
+		t.Error("a hot standby seen restored is not recorded: a restart would restore it again")
 	}
 }
 

@@ -441,6 +441,8 @@ func checkRBAC(ctx context.Context, t testing.TB, admin kubernetes.Interface) {
 		{"apps", "deployments", "", "watch", true},
 		{"", "pods", "status", "patch", true},
 		{"events.k8s.io", "events", "", "create", true},
+		{"events.k8s.io", "events", "", "patch", true},
+		{"events.k8s.io", "events", "", "delete", false},
 		{"", "pods", "", "delete", false},
 		{"", "secrets", "", "get", false},
 		{"apps", "deployments", "", "update", false},
@@ -561,9 +563,16 @@ func waitPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, name, w
 
 func waitEvent(ctx context.Context, t testing.TB, cs kubernetes.Interface, regarding, reason string) {
 	t.Helper()
+	waitEventWith(ctx, t, cs, regarding, reason, "", func(*eventsv1.Event) bool { return true })
+}
+
+// waitEventWith waits for an agent's Event regarding a Deployment, with
+// reason, that satisfies cond (described by what).
+func waitEventWith(ctx context.Context, t testing.TB, cs kubernetes.Interface, regarding, reason, what string, cond func(*eventsv1.Event) bool) *eventsv1.Event {
+	t.Helper()
 	lw := cache.NewListWatchFromClient(cs.EventsV1().RESTClient(), "events", testNS, fields.Everything())
-	until(ctx, t, lw, &eventsv1.Event{}, fmt.Sprintf("event %s on %s", reason, regarding), func(e *eventsv1.Event) bool {
-		return e.Regarding.Name == regarding && e.Reason == reason && e.ReportingController == actuate.Controller
+	return until(ctx, t, lw, &eventsv1.Event{}, fmt.Sprintf("event %s on %s %s", reason, regarding, what), func(e *eventsv1.Event) bool {
+		return e.Regarding.Name == regarding && e.Reason == reason && e.ReportingController == actuate.Controller && cond(e)
 	})
 }
 

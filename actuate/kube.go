@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -31,6 +30,26 @@ const (
 // ErrStandbyNotReady is returned when retiring the primary is refused because
 // the standby is not Ready right now (the invariant).
 var ErrStandbyNotReady = errors.New("standby not Ready: primary kept")
+
+// ErrPrimaryNotReady is returned when scaling a standby back is refused
+// because the primary is not Ready right now (the invariant).
+var ErrPrimaryNotReady = errors.New("primary not Ready: standby kept")
+
+// primaryReady checks that w's primary is Ready right now, before its
+// standby is scaled back.
+func (a *Actuator) primaryReady(ctx context.Context, w *workload) error {
+	if a.dryRun {
+		return nil
+	}
+	d, err := a.cs.AppsV1().Deployments(w.key.ns).Get(ctx, w.key.name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get primary %s: %w", w.key, err)
+	}
+	if !deploymentReady(d) {
+		return fmt.Errorf("%w (%s: %d ready, generation %d observed %d)", ErrPrimaryNotReady, w.key, d.Status.ReadyReplicas, d.Generation, d.Status.ObservedGeneration)
+	}
+	return nil
+}
 
 // deploymentReady reports readyReplicas >= 1 at the current generation: a
 // status written for an older spec (before our scale) does not count.
@@ -57,8 +76,11 @@ func (a *Actuator) scale(ctx context.Context, k podKey, replicas int32) error {
 // retire scales the primary to zero once the standby is Ready right now, then
 // exchanges the roles: the standby becomes the primary (with the policy and a
 // record carrying the switchover time for the flap guard) and the old primary
-// its cold standby. Each write is idempotent, so a restart in between repeats
-// the phase (Retiring) safely.
+// its standby: cold, it stays at 0; hot, the new primary's record says
+// Restore, and the new primary's Gate scales it back to 1 once its old pods
+// are gone, so the new hot standby is a fresh pod, not the one just retired.
+// Each write is idempotent, so a restart in between repeats the phase
+// (Retiring) safely.
 func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	p := w.gate.Policy
 	sk := podKey{w.key.ns, p.Standby}
@@ -81,7 +103,7 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	}
 	now := a.now()
 	w.gate.Retired(now)
-	rec, err := json.Marshal(Record{Phase: PhaseIdle, Standby: w.key.name, LastSwitch: now})
+	rec, err := json.Marshal(Record{Phase: PhaseIdle, Standby: w.key.name, LastSwitch: now, Restore: p.Redundancy == Hot})
 	if err != nil {
 		return err
 	}
@@ -108,7 +130,11 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	if err := a.patchAnnotations(ctx, w.key, oldAnn); err != nil {
 		return fmt.Errorf("role exchange, old primary %s: %w", w.key, err)
 	}
-	a.emitKey(ctx, w, false, "RolesExchanged", fmt.Sprintf("%s is now the primary, %s its standby", sk.name, w.key.name))
+	note := fmt.Sprintf("%s is now the primary, %s its cold standby", sk.name, w.key.name)
+	if p.Redundancy == Hot {
+		note = fmt.Sprintf("%s is now the primary; %s, retired, comes back as its hot standby once its old pods are gone", sk.name, w.key.name)
+	}
+	a.emitKey(w, false, "RolesExchanged", "Switchover", note)
 	// The old primary is no longer managed; the new one is loaded on its
 	// next signal (or now, so its standby watch starts at once).
 	if w.stop != nil {
@@ -137,30 +163,31 @@ func (a *Actuator) patchAnnotations(ctx context.Context, k podKey, ann map[strin
 	return err
 }
 
-// watchStandby reports the standby's readiness to Run on every change, from a
-// watch (not polling): a RetryWatcher survives API server restarts and
-// resumes from the last resourceVersion; when that is too old, the loop gets
-// the object again and starts a new watch.
-func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64, standby string) {
+// watchStandby reports the standby's status (Ready, scaled up, drained) to
+// Run on every change, from a watch (not polling), starting from initial when
+// not nil: a RetryWatcher survives API server restarts and resumes from the
+// last resourceVersion; when that is too old, the loop gets the object again
+// and starts a new watch.
+func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64, standby string, initial *appsv1.Deployment) {
 	dc := a.cs.AppsV1().Deployments(primary.ns)
-	last := -1 // -1 unknown, 0 not ready, 1 ready
-	send := func(ready bool) {
-		r := 0
-		if ready {
-			r = 1
-		}
-		if r == last {
+	var last *standbyStatus
+	send := func(st standbyStatus) {
+		if last != nil && *last == st {
 			return
 		}
-		last = r
+		last = &st
 		select {
-		case a.readyCh <- readiness{primary: primary, gen: gen, ready: ready, at: a.now()}:
+		case a.readyCh <- readiness{primary: primary, gen: gen, status: st, at: a.now()}:
 		case <-ctx.Done():
 		}
 	}
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
-		d, err := dc.Get(ctx, standby, metav1.GetOptions{})
+		d, err := initial, error(nil)
+		if d == nil {
+			d, err = dc.Get(ctx, standby, metav1.GetOptions{})
+		}
+		initial = nil
 		if err != nil {
 			a.log.Warn("standby not read", slog.String("standby", primary.ns+"/"+standby), slog.String("error", err.Error()))
 			select { // back-off between failed reads, not a synchronisation
@@ -172,7 +199,7 @@ func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64,
 			}
 		}
 		backoff = 200 * time.Millisecond
-		send(deploymentReady(d))
+		send(statusOf(d))
 		lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = "metadata.name=" + standby
 			return dc.Watch(ctx, o)
@@ -183,51 +210,26 @@ func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64,
 		}
 		for ev := range rw.ResultChan() {
 			if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Deleted {
-				send(deploymentReady(d))
+				send(statusOf(d))
 			} else if ev.Type == watch.Deleted {
-				send(false)
+				send(standbyStatus{})
 			}
 		}
 		rw.Stop()
 	}
 }
 
-// emitKey emits an Event on w's Deployment (regarding it by reference).
-func (a *Actuator) emitKey(ctx context.Context, w *workload, warning bool, reason, note string) {
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.key.ns, Name: w.key.name, UID: types.UID(w.uid)}}
-	a.emit(ctx, d, warning, reason, "Switchover", note)
+// emitKey emits an Event regarding w's Deployment (by reference).
+func (a *Actuator) emitKey(w *workload, warning bool, reason, action, note string) {
+	a.emit(corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: w.key.ns, Name: w.key.name, UID: types.UID(w.uid)},
+		warning, reason, action, note)
 }
 
-// emit creates one events.k8s.io/v1 Event regarding d. Failures are logged:
-// an Event is evidence, never a reason to stop.
-func (a *Actuator) emit(ctx context.Context, d *appsv1.Deployment, warning bool, reason, action, note string) {
-	typ := corev1.EventTypeNormal
-	if warning {
-		typ = corev1.EventTypeWarning
-	}
+// emit records one Event (see recorder), without waiting for the API
+// server. Failures are logged: an Event is evidence, never a reason to stop.
+func (a *Actuator) emit(regarding corev1.ObjectReference, warning bool, reason, action, note string) {
 	a.m.events.WithLabelValues(reason).Inc()
-	a.log.Info("event", slog.String("deployment", d.Namespace+"/"+d.Name), slog.String("type", typ), slog.String("reason", reason), slog.String("note", note))
-	if a.dryRun {
-		return
-	}
-	if len(note) > 1024 {
-		note = note[:1024]
-	}
-	now := a.now()
-	ev := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{GenerateName: d.Name + ".amf-", Namespace: d.Namespace},
-		EventTime:           metav1.NewMicroTime(now),
-		ReportingController: Controller,
-		ReportingInstance:   a.inst,
-		Action:              action,
-		Reason:              reason,
-		Regarding:           corev1.ObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Namespace: d.Namespace, Name: d.Name, UID: d.UID},
-		Note:                note,
-		Type:                typ,
-	}
-	if _, err := a.cs.EventsV1().Events(d.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		a.log.Warn("event not created", slog.String("reason", reason), slog.String("error", err.Error()))
-	}
+	a.events.record(regarding, warning, reason, action, note)
 }
 
 // readinessValue maps a signalled state to the amf.io/healthy condition.

@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"action", "result"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "amf_actuate_decisions_total",
-			Help: "Decisions by reason: SwitchoverDecided, SwitchoverConfirmed, Failover, SwitchoverAborted, StandbyNotReady, FlapGuard, RolesExchanged, InvalidPolicy.",
+			Help: "Decisions by reason: SwitchoverDecided, SwitchoverConfirmed, Failover, SwitchoverAborted, StandbyNotReady, FlapGuard, RolesExchanged, OrphanedStandby, InvalidPolicy (each signal of a workload with one), InvalidRecord.",
 		}, []string{"reason"}),
 		stepTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "amf_actuate_action_seconds",

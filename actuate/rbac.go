@@ -16,7 +16,9 @@ import rbacv1 "k8s.io/api/rbac/v1"
 //   - replicasets get: map a pod to its Deployment.
 //   - pods get: owner and readiness gates of a signalling pod.
 //   - pods/status patch: the amf.io/healthy condition only.
-//   - events.k8s.io events create: evidence of each decision.
+//   - events.k8s.io events create, patch: evidence of each decision; patch
+//     writes the series (count, last time) of a repeated identical Event
+//     instead of creating one object per repeat.
 //
 // Trade-off: Kubernetes RBAC cannot restrict "scale" to Deployments carrying an
 // amf.io policy (resourceNames are static), so a ClusterRole lets the agent
@@ -31,7 +33,7 @@ func Rules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
-		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -19,15 +20,20 @@ import (
 )
 
 // TestSwitchoverResumesAfterAgentStopsAtEachStep stops the agent at every
-// step of a switchover, right after that step's write reached the API server
+// write point of a switchover, right after that write reached the API server
 // and before anything else (the agent's context is cancelled inside its own
 // transport, before it sees the response), then starts a fresh agent
 // (ResumeOnStart, as a ServiceAccount bound to actuate.RulesWithResume()) and
 // checks it completes: the switchover, the failover, or the scale-back of an
-// aborted one. For each, a watcher records every change of the Ready
-// replicas of primary + standby and checks the sum never drops to 0.
+// aborted one. The write order is the Actuator's: the standby's scale-up goes
+// out while the decision's record is written, so the agent is also stopped
+// after both, and after the scale-up with its record lost (dropped before it
+// reached the API server): the orphaned standby that the fresh agent adopts,
+// then uses if the anomaly persists or the primary is gone, or scales back
+// after the abort delay. For each, a watcher records every change of the
+// Ready replicas of primary + standby and checks the sum never drops to 0.
 func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
-	ctx, _, cp, admin := startCluster(t, 100*time.Second)
+	ctx, _, cp, admin := startCluster(t, 240*time.Second)
 	cfg := agentConfig(ctx, t, cp, actuate.RulesWithResume())
 	var w wire
 	w.install(cfg)
@@ -37,9 +43,12 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 	}
 
 	// A pair: primary p (1 replica, cold standby s, hold 1 s, abort delay
-	// 1 s). drive feeds the first agent until it is stopped; the outcome
-	// is a completed switchover unless aborted.
+	// 1 s unless the case says otherwise). drive feeds the first agent until
+	// it is stopped; resume feeds the second (nil: three anomalous samples
+	// once the record is past the standby's wait). The outcome is a completed
+	// switchover unless aborted.
 	type pair struct{ p, s, pod string }
+	type feed func(context.Context, *testing.T, pair, func(signal.State) bool)
 	confirmThenReconfirm := func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
 		for range 3 {
 			if !send(signal.Anomalous) {
@@ -60,33 +69,77 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			}
 		}
 	}
+	crash := func(_ context.Context, _ *testing.T, _ pair, send func(signal.State) bool) { send(signal.Gone) }
+	// abort decides, waits for the standby's scale-up and clears the anomaly.
+	abort := func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
+		decide(ctx, t, pr, send)
+		waitDeployment(ctx, t, admin, pr.s, "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
+		send(signal.Healthy)
+	}
+	waitAdopted := func(ctx context.Context, t *testing.T, pr pair) {
+		waitDeployment(ctx, t, admin, pr.p, "orphaned standby adopted (record Aborted)", func(d *appsv1.Deployment) bool {
+			return recordOf(d).Phase == actuate.PhaseAborted
+		})
+	}
+	scaleUp := func(pr pair) func(wireReq) bool { return scaleTo(pr.s, 1) }
+	const longAbort = "60s" // the adopted standby must still be up when the anomaly is confirmed again
 	tests := []struct {
 		name    string
+		ann     map[string]string
+		drop    func(pair) func(wireReq) bool // writes that never reach the API server
 		stopAt  func(pair) func(wireReq) bool
 		phase   actuate.Phase // recorded when the agent stopped
-		drive   func(context.Context, *testing.T, pair, func(signal.State) bool)
+		drive   feed
+		resume  feed
 		aborted bool
 	}{
-		{"record WaitReady written, standby not scaled yet",
-			func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseWaitReady)) }, actuate.PhaseWaitReady, decide, false},
-		{"standby scaled up, not Ready yet",
-			func(pr pair) func(wireReq) bool { return scaleTo(pr.s, 1) }, actuate.PhaseWaitReady, decide, false},
-		{"record Confirm written, standby Ready",
-			func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseConfirm)) }, actuate.PhaseConfirm, decide, false},
-		{"record Retiring written, primary still up",
-			func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseRetiring)) }, actuate.PhaseRetiring, confirmThenReconfirm, false},
-		{"primary scaled to 0, roles not exchanged yet",
-			func(pr pair) func(wireReq) bool { return scaleTo(pr.p, 0) }, actuate.PhaseRetiring, confirmThenReconfirm, false},
-		{"record Failover written after a crash",
-			func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseFailover)) }, actuate.PhaseFailover,
-			func(_ context.Context, _ *testing.T, _ pair, send func(signal.State) bool) { send(signal.Gone) }, false},
-		{"record Aborted written after the anomaly cleared",
-			func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseAborted)) }, actuate.PhaseAborted,
-			func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
-				decide(ctx, t, pr, send)
-				waitDeployment(ctx, t, admin, pr.s, "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
-				send(signal.Healthy)
-			}, true},
+		{name: "record WaitReady written, the scale-up beside it maybe not",
+			stopAt: func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseWaitReady)) },
+			phase:  actuate.PhaseWaitReady, drive: decide},
+		{name: "standby scaled up and record WaitReady written",
+			stopAt: func(pr pair) func(wireReq) bool {
+				return allOf(scaleTo(pr.s, 1), recordPhase(pr.p, string(actuate.PhaseWaitReady)))
+			},
+			phase: actuate.PhaseWaitReady, drive: decide},
+		{name: "standby scaled up, record WaitReady lost: the orphan is used as the anomaly persists",
+			ann:    map[string]string{actuate.AnnAbortDelay: longAbort},
+			drop:   func(pr pair) func(wireReq) bool { return recordWrite(pr.p, string(actuate.PhaseWaitReady)) },
+			stopAt: scaleUp, phase: actuate.PhaseIdle, drive: decide,
+			resume: func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
+				waitAdopted(ctx, t, pr)
+				confirmThenReconfirm(ctx, t, pr, send)
+			}},
+		{name: "standby scaled up, record WaitReady lost: the orphan is scaled back as the anomaly is gone",
+			drop:   func(pr pair) func(wireReq) bool { return recordWrite(pr.p, string(actuate.PhaseWaitReady)) },
+			stopAt: scaleUp, phase: actuate.PhaseIdle, drive: decide, aborted: true},
+		{name: "record Confirm written, standby Ready",
+			stopAt: func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseConfirm)) },
+			phase:  actuate.PhaseConfirm, drive: decide},
+		{name: "record Retiring written, primary still up",
+			stopAt: func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseRetiring)) },
+			phase:  actuate.PhaseRetiring, drive: confirmThenReconfirm},
+		{name: "primary scaled to 0, roles not exchanged yet",
+			stopAt: func(pr pair) func(wireReq) bool { return scaleTo(pr.p, 0) },
+			phase:  actuate.PhaseRetiring, drive: confirmThenReconfirm},
+		{name: "record Failover written after a crash, the scale-up beside it maybe not",
+			stopAt: func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseFailover)) },
+			phase:  actuate.PhaseFailover, drive: crash},
+		{name: "standby scaled up after a crash, record Failover lost: the orphan takes over the primary still gone",
+			ann:    map[string]string{actuate.AnnAbortDelay: longAbort},
+			drop:   func(pr pair) func(wireReq) bool { return recordWrite(pr.p, string(actuate.PhaseFailover)) },
+			stopAt: scaleUp, phase: actuate.PhaseIdle, drive: crash,
+			resume: func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
+				waitAdopted(ctx, t, pr)
+				send(signal.Gone)
+			}},
+		{name: "record Aborted written after the anomaly cleared",
+			stopAt: func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseAborted)) },
+			phase:  actuate.PhaseAborted, drive: abort, aborted: true},
+		{name: "record Idle written after the abort delay, standby not scaled back yet",
+			stopAt: func(pr pair) func(wireReq) bool {
+				return recordMove(pr.p, string(actuate.PhaseAborted), string(actuate.PhaseIdle))
+			},
+			phase: actuate.PhaseIdle, drive: abort, aborted: true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,16 +149,17 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			ready := readyLog{a: pr.p, b: pr.s}
 			watched := make(chan struct{})
 			go func() { defer close(watched); ready.watch(ctx, t, admin) }()
+			ann := map[string]string{actuate.AnnStandby: pr.s, actuate.AnnHold: "1s", actuate.AnnAbortDelay: "1s"}
+			maps.Copy(ann, tt.ann)
 			mustCreate(t, func() error { return createDeployment(ctx, admin, pr.s, 0, nil) })
-			mustCreate(t, func() error {
-				return createDeployment(ctx, admin, pr.p, 1, map[string]string{
-					actuate.AnnStandby: pr.s, actuate.AnnHold: "1s", actuate.AnnAbortDelay: "1s",
-				})
-			})
+			mustCreate(t, func() error { return createDeployment(ctx, admin, pr.p, 1, ann) })
 			pr.pod = onlyPod(ctx, t, admin, pr.p)
 			waitDeployment(ctx, t, admin, pr.p, "Ready", func(d *appsv1.Deployment) bool { return d.Status.ReadyReplicas == 1 })
 
 			// The first agent, stopped right after the step's write.
+			if tt.drop != nil {
+				w.drop(tt.drop(pr))
+			}
 			ctx1, stop1 := context.WithCancel(ctx)
 			stopped := w.expect(tt.stopAt(pr), stop1)
 			send1, done1 := runActuator(ctx1, t, agentClient, false)
@@ -116,15 +170,19 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 				t.Fatalf("agent stopped in phase %s, want %s", ph, tt.phase)
 			}
 
-			// A fresh agent resumes from the record.
+			// A fresh agent resumes from the record and the replicas.
 			send2, done2 := runActuator(ctx, t, agentClient, true)
 			defer done2()
-			if tt.aborted {
+			send := func(st signal.State) bool { return send2(pr.pod, st) }
+			switch {
+			case tt.aborted:
 				waitDeployment(ctx, t, admin, pr.s, "scaled back to 0", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 0 })
 				waitDeployment(ctx, t, admin, pr.p, "kept, record Idle", func(d *appsv1.Deployment) bool {
 					return *d.Spec.Replicas == 1 && d.Status.ReadyReplicas == 1 && recordOf(d).Phase == actuate.PhaseIdle
 				})
-			} else {
+			case tt.resume != nil:
+				tt.resume(ctx, t, pr, send)
+			default:
 				// Once the record is past the standby's wait, three samples
 				// re-confirm (as a live sidecar would send them; a resumed
 				// Retiring or Failover needs none and ignores them).
@@ -133,8 +191,10 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 					return ph != actuate.PhaseWaitReady && ph != actuate.PhaseFailover
 				})
 				for range 3 {
-					send2(pr.pod, signal.Anomalous)
+					send(signal.Anomalous)
 				}
+			}
+			if !tt.aborted {
 				waitDeployment(ctx, t, admin, pr.p, "retired and standby", func(d *appsv1.Deployment) bool {
 					return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
 				})
@@ -193,14 +253,17 @@ func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, res
 // TestRecordChangedByAnotherAgentIsNotOverwritten: the record is a
 // compare-and-swap. An agent whose debounce is under way while another agent
 // records a completed switchover (Idle, last switch now) does not overwrite
-// it with its own decision: it reloads, continues from that record, and the
-// flap guard then refuses the switchover (Warning Event, standby untouched).
+// it with its own decision: it reloads and continues from that record. The
+// standby's scale-up, sent beside the refused record, is found by the reload
+// as an orphan: adopted (record Aborted, still the other's last switch), the
+// flap guard then refuses the switchover (Warning Event), and the standby is
+// scaled back after the abort delay.
 func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
 	ctx, _, cp, admin := startCluster(t, 60*time.Second)
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{actuate.AnnStandby: "broker-b"})
+		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{actuate.AnnStandby: "broker-b", actuate.AnnAbortDelay: "2s"})
 	})
 	pod := onlyPod(ctx, t, admin, "broker-a")
 	send, done := runActuator(ctx, t, agentClient, false)
@@ -222,17 +285,22 @@ func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
 	}
 	send(pod, signal.Anomalous)
 	send(pod, signal.Anomalous) // the decision: its write is refused, the record reloaded
+	waitEvent(ctx, t, admin, "broker-a", "OrphanedStandby")
+	if rec := record(ctx, t, admin, "broker-a"); rec.Phase != actuate.PhaseAborted || !rec.LastSwitch.Equal(otherRec.LastSwitch) {
+		t.Fatalf("record after the refused decision: %+v, want Aborted continuing %s", rec, other)
+	}
 	for range 3 {
 		send(pod, signal.Anomalous)
 	}
 	waitEvent(ctx, t, admin, "broker-a", "FlapGuard")
+	waitDeployment(ctx, t, admin, "broker-b", "scaled back to 0 after the abort delay", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 0 })
 	done()
-	// The agent's own later write (the flap guard's warning, once) builds on
-	// the other's record instead of replacing it.
+	// The agent's own later writes build on the other's record instead of
+	// replacing it.
 	if rec := record(ctx, t, admin, "broker-a"); rec.Active() || !rec.LastSwitch.Equal(otherRec.LastSwitch) {
 		t.Errorf("record overwritten: %+v, want one continuing %s", rec, other)
 	}
-	if n := replicasOf(ctx, t, admin, "broker-b"); n != 0 {
-		t.Errorf("standby scaled to %d by an agent whose record moved", n)
+	if d := getDeployment(ctx, t, admin, "broker-a"); *d.Spec.Replicas != 1 {
+		t.Errorf("primary scaled to %d", *d.Spec.Replicas)
 	}
 }

@@ -3,6 +3,8 @@ package actuate_test
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -32,6 +34,29 @@ type wireReq struct {
 type wire struct {
 	mu    sync.Mutex
 	waits []*wireWait
+	drops []func(wireReq) bool
+}
+
+// errDropped is what the agent's client gets for a request the test dropped.
+var errDropped = errors.New("dropped by the test before it reached the API server")
+
+// drop makes every request matching (before it is sent: no status) fail
+// without reaching the API server, as if the agent had stopped before it.
+func (w *wire) drop(match func(wireReq) bool) {
+	w.mu.Lock()
+	w.drops = append(w.drops, match)
+	w.mu.Unlock()
+}
+
+func (w *wire) dropped(r wireReq) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range w.drops {
+		if m(r) {
+			return true
+		}
+	}
+	return false
 }
 
 type wireWait struct {
@@ -57,6 +82,9 @@ func (w *wire) install(cfg *rest.Config) {
 			}
 			if len(r.body) > 0 {
 				r.obj, _, _ = scheme.Codecs.UniversalDeserializer().Decode(r.body, nil, nil)
+			}
+			if w.dropped(r) {
+				return nil, errDropped
 			}
 			r.sent = time.Now()
 			resp, err := rt.RoundTrip(req)
@@ -171,8 +199,53 @@ func readyOnWatch(name string) func(wireReq) bool {
 
 // recordPhase matches a successful write of name's switchover record in phase.
 func recordPhase(name string, phase string) func(wireReq) bool {
+	write := recordWrite(name, phase)
+	return func(r wireReq) bool { return write(r) && r.status < 300 }
+}
+
+// recordWrite matches a write of name's switchover record in phase, sent or
+// not (for drop).
+func recordWrite(name string, phase string) func(wireReq) bool {
 	want := []byte(`\"phase\":\"` + phase + `\"`)
 	return func(r wireReq) bool {
-		return r.method == http.MethodPatch && r.path == deploymentPath(name, "") && bytes.Contains(r.body, want) && r.status < 300
+		return r.method == http.MethodPatch && r.path == deploymentPath(name, "") && bytes.Contains(r.body, want)
+	}
+}
+
+// recordMove matches a successful compare-and-swap of name's record (the
+// JSON patch of writeRecord's one-round-trip path) from phase from to to.
+func recordMove(name string, from, to string) func(wireReq) bool {
+	return func(r wireReq) bool {
+		if r.method != http.MethodPatch || r.path != deploymentPath(name, "") || r.status >= 300 {
+			return false
+		}
+		var ops []struct{ Op, Value string }
+		if json.Unmarshal(r.body, &ops) != nil || len(ops) != 2 || ops[0].Op != "test" || ops[1].Op != "replace" {
+			return false
+		}
+		var was, is struct{ Phase string }
+		return json.Unmarshal([]byte(ops[0].Value), &was) == nil && json.Unmarshal([]byte(ops[1].Value), &is) == nil &&
+			was.Phase == from && is.Phase == to
+	}
+}
+
+// allOf matches the request that completes a match of every one of ms, in
+// any order (each request counts for the first unmatched m it matches).
+// Stateful: for one expectation only (wire.observe calls it under its lock).
+func allOf(ms ...func(wireReq) bool) func(wireReq) bool {
+	seen := make([]bool, len(ms))
+	return func(r wireReq) bool {
+		for i, m := range ms {
+			if !seen[i] && m(r) {
+				seen[i] = true
+				break
+			}
+		}
+		for _, s := range seen {
+			if !s {
+				return false
+			}
+		}
+		return true
 	}
 }

@@ -63,7 +63,7 @@ func run(args []string, stderr io.Writer) error {
 		nodeName     = fs.String("node-name", "", "with TokenReview, accept only pods on this `node` (the DaemonSet passes spec.nodeName)")
 		observeOnly  = fs.Bool("observe-only", false, "never act on the cluster: with --actuate, log every decision it would take (\"msg\":\"decision\", \"dry_run\":true) and write nothing")
 		actuation    = fs.Bool("actuate", false, "act on confirmed anomalies and crashes: make-before-break switchover and failover of Deployments carrying amf.io/standby (package actuate); needs the Kubernetes API")
-		resume       = fs.Bool("resume-on-start", false, "with --actuate, list the Deployments once at start and resume every switchover recorded in progress, also one whose primary no longer signals (already scaled to 0). Trade-off: needs list on deployments (actuate.RulesWithResume), i.e. reading every Deployment's spec in scope; without it a switchover resumes on the primary's next signal")
+		resume       = fs.Bool("resume-on-start", false, "with --actuate, list the Deployments once at start and resume every switchover recorded in progress, also one whose primary no longer signals (already scaled to 0), and adopt every cold standby left scaled up with nothing recorded (kept for the abort delay, then scaled back). Trade-off: needs list on deployments (actuate.RulesWithResume), i.e. reading every Deployment's spec in scope; without it a switchover resumes on the primary's next signal")
 		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		maxClients   = fs.Int("max-clients", 256, "most MQTT connections open at once")
 		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")

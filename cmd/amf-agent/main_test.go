@@ -27,70 +27,16 @@ func TestBinaryLogsASignal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "amf-agent")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildAgent(t)
 	const tokA, tokB = "binary-test-token-a-0001", "binary-test-token-b-0002"
-	tokens := filepath.Join(dir, "tokens")
+	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte(tokA+" tod/broker-a\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--token-file", tokens, "--observe-only")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	lines := make(chan map[string]any, 256)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		// Problems are passed on as lines: t must not be used after the test ends.
-		for sc.Scan() {
-			var m map[string]any
-			switch {
-			case json.Unmarshal(sc.Bytes(), &m) != nil:
-				m = map[string]any{"msg": "BAD LINE", "problem": "not JSON", "line": sc.Text()}
-			case strings.Contains(sc.Text(), tokA) || strings.Contains(sc.Text(), tokB):
-				m = map[string]any{"msg": "BAD LINE", "problem": "token in the log", "line": sc.Text()}
-			}
-			lines <- m
-		}
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-
-	// await returns the first line with the message and fields given.
+	proc := startAgent(t, bin, []string{tokA, tokB}, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--token-file", tokens, "--observe-only")
 	await := func(msg string, kv ...string) map[string]any {
 		t.Helper()
-		deadline := time.After(waitFor)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("amf-agent exited before logging %q", msg)
-				}
-				if l["msg"] == "BAD LINE" {
-					t.Errorf("%s: %s", l["problem"], l["line"])
-				}
-				match := l["msg"] == msg
-				for i := 0; match && i+1 < len(kv); i += 2 {
-					match = l[kv[i]] == kv[i+1]
-				}
-				if match {
-					return l
-				}
-			case <-deadline:
-				t.Fatalf("no %q line within %v", msg, waitFor)
-			}
-		}
+		return proc.await(t, msg, kv...)
 	}
 	serving := await("agent serving")
 	addr, _ := serving["mqtt_addr"].(string)
@@ -133,7 +79,7 @@ func TestBinaryLogsASignal(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(tokA+" tod/broker-a\n"+tokB+" tod/broker-b\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := proc.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	if l := await("static token file reloaded"); l["tokens"] != 2.0 {
@@ -142,17 +88,107 @@ func TestBinaryLogsASignal(t *testing.T) {
 	send(connect("tod", "broker-b", tokB), "tod", "broker-b", signal.Healthy)
 	await("transition", "pod", "broker-b", "to", "healthy")
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	proc.stop(t)
+}
+
+// buildAgent builds the amf-agent binary into a temporary folder.
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "amf-agent")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// agentProcess is a running amf-agent binary whose stderr is read as JSON
+// lines.
+type agentProcess struct {
+	cmd    *exec.Cmd
+	lines  chan map[string]any
+	exited chan error
+}
+
+// startAgent starts bin with args. A line that is not JSON, or that
+// contains one of secrets, is reported by await and stop as an error.
+func startAgent(t *testing.T, bin string, secrets []string, args ...string) *agentProcess {
+	t.Helper()
+	p := &agentProcess{cmd: exec.Command(bin, args...), lines: make(chan map[string]any, 256), exited: make(chan error, 1)}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	await("agent stopped")
-	for l := range lines {
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		// Problems are passed on as lines: t must not be used after the test ends.
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				m = map[string]any{"msg": "BAD LINE", "problem": "not JSON", "line": sc.Text()}
+			}
+			for _, s := range secrets {
+				if strings.Contains(sc.Text(), s) {
+					m = map[string]any{"msg": "BAD LINE", "problem": "secret in the log", "line": sc.Text()}
+				}
+			}
+			p.lines <- m
+		}
+		p.exited <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	return p
+}
+
+// await returns the first line with the message and fields given.
+func (p *agentProcess) await(t *testing.T, msg string, kv ...string) map[string]any {
+	t.Helper()
+	deadline := time.After(waitFor)
+	var skipped []string // shown when the line never comes
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("amf-agent exited before logging %q; it logged:\n%s", msg, strings.Join(skipped, "\n"))
+			}
+			if b, err := json.Marshal(l); err == nil {
+				skipped = append(skipped, string(b))
+			}
+			if l["msg"] == "BAD LINE" {
+				t.Errorf("%s: %s", l["problem"], l["line"])
+			}
+			match := l["msg"] == msg
+			for i := 0; match && i+1 < len(kv); i += 2 {
+				match = l[kv[i]] == kv[i+1]
+			}
+			if match {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("no %q line within %v; it logged:\n%s", msg, waitFor, strings.Join(skipped, "\n"))
+		}
+	}
+}
+
+// stop sends SIGTERM and checks the agent logs its stop and exits cleanly.
+func (p *agentProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.await(t, "agent stopped")
+	for l := range p.lines {
 		if l["msg"] == "BAD LINE" {
 			t.Errorf("%s: %s", l["problem"], l["line"])
 		}
 	}
 	select {
-	case err := <-exited:
+	case err := <-p.exited:
 		if err != nil {
 			t.Errorf("amf-agent exited with %v after SIGTERM", err)
 		}

@@ -1,5 +1,6 @@
 // Command amf-lab is AMF's testbed on one machine: benchmarks with real brokers,
-// sidecars and agents on loopback. This file only wires flags to lab packages.
+// sidecars and agents on loopback, and the paper's availability experiment.
+// This package only wires flags to lab packages.
 package main
 
 import (
@@ -20,10 +21,18 @@ import (
 const usage = `amf-lab — AMF's testbed on one machine
 
 Usage:
+  amf-lab demo
+      one AMF run and one reactive run of the paper's experiment at 1/4 length,
+      compared; without root, says why and runs the signal benchmark instead
   amf-lab bench signal [--runs 5] [--keepalive 5s] [--steady 20s] [--keep]
       signal-based detection vs a kubelet-style poller, with real processes
   amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s]
       one real agent under the load of a full node's sidecars
+  amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--scale 0.25] [--out DIR]
+      the paper's availability experiment on a real control plane and a lab node
+      (root, cgroup v1; make k8s first)
+  amf-lab stress --profile SPEC [--scale f]
+      the staged fault's load generator, run inside a container's cgroups
   amf-lab broker --listen 127.0.0.1:1883
       a plain mochi MQTT broker process (used when Mosquitto is not installed)
 `
@@ -41,6 +50,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return benchSignal(ctx, args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "bench" && args[1] == "agent":
 		return benchAgent(ctx, args[2:], stdout, stderr)
+	case len(args) >= 1 && args[0] == "demo":
+		return runDemo(ctx, stdout, stderr)
+	case len(args) >= 1 && args[0] == "experiment":
+		return runExperiment(ctx, args[1:], stdout, stderr)
+	case len(args) >= 1 && args[0] == "stress":
+		if err := runStress(ctx, args[1:], stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "amf-lab stress: %v\n", err)
+			return 1
+		}
+		return 0
 	case len(args) >= 1 && args[0] == "broker":
 		return runBroker(ctx, args[1:], stderr)
 	case len(args) >= 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):

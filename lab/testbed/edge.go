@@ -256,6 +256,9 @@ func (e Edge) adapt(d *appsv1.Deployment, config string, brokerPort, healthPort 
 			}
 		}
 	}
+	// Spelled out so that the lab node, which has no mount namespaces, maps the
+	// projected token's mount path (a flag default would not be rewritten).
+	sidecar.Args = append(sidecar.Args, "--token-file="+inject.TokenDir+"/token")
 	sidecar.Args = append(sidecar.Args, e.SidecarArgs...)
 	for i := range sidecar.Env {
 		if sidecar.Env[i].Name == "AMF_AGENT" && e.AgentAddr != "" {

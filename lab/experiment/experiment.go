@@ -1,0 +1,157 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/amf-edge/amf/lab/bench"
+	"github.com/amf-edge/amf/lab/testbed"
+)
+
+// Mode is what runs beside the broker.
+type Mode string
+
+// Modes; see the package comment.
+const (
+	Reactive Mode = "reactive"
+	Observe  Mode = "observe"
+	AMF      Mode = "amf"
+	Healthy  Mode = "healthy"
+)
+
+// ParseMode checks a --mode value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case Reactive, Observe, AMF, Healthy:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown mode %q: use reactive, observe, amf or healthy", s)
+}
+
+// Config configures Run.
+type Config struct {
+	Modes []Mode // run in this order, sharing one control plane
+	Runs  int    // runs per mode (healthy: one long run)
+	Fault Fault  // default PaperFault
+	// Healthy is the length of a healthy run (default 30 min).
+	Healthy time.Duration
+	// Tail is how long a run goes on after its outage to measure it (default 30 s,
+	// the paper's window per event).
+	Tail   time.Duration
+	Bridge testbed.Bridge // default testbed.DefaultBridge
+	Out    string         // results folder (created)
+	Repo   string         // the repository (manifests/); default: found from the working directory
+	Bin    bench.Binaries
+	// Policy overrides of the agent's gates on the primary (annotations).
+	Policy   map[string]string
+	Log      *slog.Logger
+	Progress io.Writer // one line per step for the person watching
+}
+
+func (c *Config) defaults() error {
+	if len(c.Modes) == 0 {
+		return errors.New("experiment: no mode")
+	}
+	if c.Runs <= 0 {
+		c.Runs = 1
+	}
+	if c.Fault.Stress == 0 {
+		c.Fault = PaperFault
+	}
+	if c.Healthy <= 0 {
+		c.Healthy = 30 * time.Minute
+	}
+	if c.Tail <= 0 {
+		c.Tail = 30 * time.Second
+	}
+	if c.Bridge == (testbed.Bridge{}) {
+		c.Bridge = testbed.DefaultBridge
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Repo == "" {
+		repo, err := testbed.RepoRoot()
+		if err != nil {
+			return err
+		}
+		c.Repo = repo
+	}
+	if c.Out == "" {
+		return errors.New("experiment: no results folder")
+	}
+	if c.Bin.Mosquitto == "" {
+		c.Bin.Mosquitto = testbed.MosquittoPath
+	}
+	for _, p := range []string{c.Bin.Sidecar, c.Bin.Agent, c.Bin.Self, c.Bin.Mosquitto} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("experiment: %w (make build; Mosquitto: apt-get install mosquitto)", err)
+		}
+	}
+	return nil
+}
+
+// CanRun says what this machine lacks to run the experiment: it needs root
+// (cgroups, running containers as their users) and writable cgroup v1 memory
+// and cpu controllers.
+func CanRun() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the lab node runs pods in real cgroups and as their users: run as root")
+	}
+	for _, c := range []string{"memory", "cpu"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, "cgroup.procs")); err != nil {
+			return fmt.Errorf("no cgroup v1 %s controller at /sys/fs/cgroup/%s (the lab node needs cgroup v1): %w", c, c, err)
+		}
+	}
+	return nil
+}
+
+// Run runs the experiment and writes its results (results.json, summary.md,
+// plots) to cfg.Out. It returns the results even when a run failed (that run
+// carries its error).
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if err := CanRun(); err != nil {
+		return nil, fmt.Errorf("experiment: %w", err)
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	res := &Results{Started: time.Now().UTC(), Fault: cfg.Fault, Bridge: cfg.Bridge}
+	env, err := setup(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	for _, m := range cfg.Modes {
+		runs, err := env.mode(ctx, m)
+		res.Runs = append(res.Runs, runs...)
+		if err != nil {
+			res.Error = err.Error()
+			break
+		}
+	}
+	res.Finished = time.Now().UTC()
+	if err := res.write(cfg.Out); err != nil {
+		return res, err
+	}
+	if res.Error != "" {
+		return res, errors.New(res.Error)
+	}
+	return res, nil
+}
+
+func (e *env) progress(format string, args ...any) {
+	fmt.Fprintf(e.cfg.Progress, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,204 @@
+package experiment
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/amf-edge/amf/lab/testbed"
+)
+
+// RunResult is what one run measured. Times are seconds after the fault's
+// onset; nil means it did not happen.
+type RunResult struct {
+	Mode      Mode      `json:"mode"`
+	Index     int       `json:"run"`
+	Namespace string    `json:"namespace"`
+	Onset     time.Time `json:"onset"`
+
+	Detection      *float64 `json:"detection_s"`       // first anomalous signal of the primary
+	Confirmation   *float64 `json:"confirmation_s"`    // the agent's scale-up decision (debounce passed)
+	StandbyReady   *float64 `json:"standby_ready_s"`   // the standby Deployment has a Ready replica
+	PrimaryRetired *float64 `json:"primary_retired_s"` // the agent's retire decision: switchover complete
+	OOM            *float64 `json:"oom_s"`             // the broker container OOM-killed
+
+	OOMKilled bool `json:"oom_killed"`
+	Restarts  int  `json:"restarts"`
+	// JitterMs is the largest gap between messages in the healthy window before
+	// the fault; SOTMs the end-to-end service outage: the largest gap overlapping
+	// the event (the OOM, or the cut-over from standby Ready to Tail after the
+	// retire), SOTAt which.
+	JitterMs   float64 `json:"jitter_ms"`
+	SOTMs      float64 `json:"sot_ms"`
+	SOTAt      string  `json:"sot_at,omitempty"`
+	Gaps       []GapAt `json:"gaps"`       // every gap over the probe's threshold from the baseline on
+	Duplicates int     `json:"duplicates"` // messages the OBU received twice (both edge brokers bridged)
+	Lost       int     `json:"lost"`
+	// Switchovers counts scale-up decisions (healthy mode: false switchovers).
+	Switchovers    int     `json:"switchovers"`
+	MaxProbability float64 `json:"max_probability"`
+	Timeline       []Point `json:"timeline,omitempty"`
+	Error          string  `json:"error,omitempty"`
+}
+
+// GapAt is a gap between messages at the OBU, in seconds after onset.
+type GapAt struct {
+	Start float64 `json:"start_s"`
+	End   float64 `json:"end_s"`
+	Ms    float64 `json:"ms"`
+	// Sent is how many messages the publisher sent during the gap: about one
+	// per 100 ms when the path was down, none when the publisher itself stalled.
+	Sent int `json:"sent"`
+}
+
+// Point is a timeline sample: the primary's anomaly probability (its
+// sidecar's /status) or its memory use in % of the limit.
+type Point struct {
+	T           float64  `json:"t"`
+	Probability *float64 `json:"p,omitempty"`
+	MemoryPct   *float64 `json:"mem_pct,omitempty"`
+}
+
+// Results is the whole experiment.
+type Results struct {
+	Started  time.Time      `json:"started"`
+	Finished time.Time      `json:"finished"`
+	Fault    Fault          `json:"fault"`
+	Bridge   testbed.Bridge `json:"bridge"`
+	Runs     []RunResult    `json:"runs"`
+	Error    string         `json:"error,omitempty"`
+}
+
+// Line is a one-line summary of a run for the progress output.
+func (r RunResult) Line() string {
+	var b strings.Builder
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"detection", r.Detection}, {"confirmation", r.Confirmation}, {"standby Ready", r.StandbyReady}, {"primary retired", r.PrimaryRetired}, {"OOM", r.OOM}} {
+		if f.v != nil {
+			fmt.Fprintf(&b, "%s %+.1f s, ", f.name, *f.v)
+		}
+	}
+	fmt.Fprintf(&b, "restarts %d, E2E SOT %.0f ms", r.Restarts, r.SOTMs)
+	if r.SOTAt != "" {
+		fmt.Fprintf(&b, " (%s)", r.SOTAt)
+	}
+	fmt.Fprintf(&b, ", jitter %.0f ms, duplicates %d", r.JitterMs, r.Duplicates)
+	return b.String()
+}
+
+func (res *Results) write(dir string) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		return err
+	}
+	res.Summary(f)
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return res.plots(dir)
+}
+
+func opt(v *float64, format string) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// Paper's reactive outages per consecutive crash (only the first and the fifth
+// are published).
+var paperReactiveSOT = map[int]string{1: "2.67", 5: "83.31"}
+
+// Summary writes the tables beside the paper's figures (markdown).
+func (res *Results) Summary(w io.Writer) {
+	f := res.Fault
+	fmt.Fprintf(w, "Fault: baseline %v, stress %v (%s, %.0f %% of a core), over the limit %v; bridges keepalive_interval %d s, restart_timeout %d s.\n\n",
+		f.Baseline, f.Stress, f.StressMemory, 100*f.StressCPU, f.Overload, res.Bridge.KeepaliveInterval, res.Bridge.RestartTimeout)
+	by := map[Mode][]RunResult{}
+	for _, r := range res.Runs {
+		by[r.Mode] = append(by[r.Mode], r)
+	}
+	if runs := by[Reactive]; len(runs) > 0 {
+		fmt.Fprintln(w, "Reactive (Kubernetes restart only):")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| run | OOM | OOM at (s) | restarts | E2E SOT (s) | paper E2E SOT (s) |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|")
+		for _, r := range runs {
+			p := paperReactiveSOT[r.Index]
+			if p == "" {
+				p = "–"
+			}
+			fmt.Fprintf(w, "| %d | %s | %s | %d | %.2f | %s |\n", r.Index, yes(r.OOMKilled), opt(r.OOM, "%.1f"), r.Restarts, r.SOTMs/1000, p)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, m := range []Mode{AMF, Observe} {
+		runs := by[m]
+		if len(runs) == 0 {
+			continue
+		}
+		if m == AMF {
+			fmt.Fprintln(w, "AMF (make-before-break switchover; times in s after the fault's onset):")
+		} else {
+			fmt.Fprintln(w, "Observe (the agent detects and logs decisions, never acts):")
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| run | detection | confirmation | standby Ready | switchover complete | OOM | max E2E SOT at cut-over (ms) | duplicates at OBU | healthy jitter (ms) |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+		for _, r := range runs {
+			sot := "–"
+			if r.SOTAt != "" {
+				sot = fmt.Sprintf("%.0f (%s)", r.SOTMs, r.SOTAt)
+			}
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %d | %.0f |\n", r.Index, opt(r.Detection, "%.1f"), opt(r.Confirmation, "%.1f"),
+				opt(r.StandbyReady, "%.1f"), opt(r.PrimaryRetired, "%.1f"), oomCell(r), sot, r.Duplicates, r.JitterMs)
+		}
+		if m == AMF {
+			fmt.Fprintln(w, "| paper | 14 | 18–27 | – | 34–42 | no | ≤ 1050 (two runs < 250) | – | ≈ 1000 |")
+			fmt.Fprintln(w, "| target | – | ≤ 8 | – | ≤ 25 | no | ≤ 250 | – | – |")
+		}
+		fmt.Fprintln(w)
+	}
+	if runs := by[Healthy]; len(runs) > 0 {
+		fmt.Fprintln(w, "Healthy (normal traffic, no fault; the full loop running):")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| run | switchovers (false) | max anomaly probability | largest gap (ms) |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+		for _, r := range runs {
+			fmt.Fprintf(w, "| %d | %d | %.3f | %.0f |\n", r.Index, r.Switchovers, r.MaxProbability, r.JitterMs)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, r := range res.Runs {
+		if r.Error != "" {
+			fmt.Fprintf(w, "%s run %d failed: %s\n", r.Mode, r.Index, r.Error)
+		}
+	}
+}
+
+func oomCell(r RunResult) string {
+	if !r.OOMKilled {
+		return "no"
+	}
+	return "yes, " + opt(r.OOM, "%.1f")
+}

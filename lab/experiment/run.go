@@ -1,0 +1,403 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/lab/node"
+	"github.com/amf-edge/amf/lab/testbed"
+	"github.com/amf-edge/amf/signal"
+)
+
+// record collects what happens during one run, from the agent's log, the lab
+// node's container events and the watches, each with its own timestamp.
+type record struct {
+	ns, primaryPod string
+
+	mu           sync.Mutex
+	standbyReady time.Time
+	ooms         []time.Time
+	restarts     int
+	lines        []testbed.AgentLine
+	memory       []sample
+	scores       []sample
+}
+
+type sample struct {
+	at time.Time
+	v  float64
+}
+
+func (r *record) consumeNode(ch <-chan node.Event) {
+	for ev := range ch {
+		if ev.Namespace != r.ns || ev.Pod != r.primaryPod || ev.Container != testbed.BrokerContainer {
+			continue
+		}
+		r.mu.Lock()
+		switch ev.Type {
+		case node.EventOOMKilled:
+			r.ooms = append(r.ooms, ev.Time)
+		case node.EventRestarted:
+			r.restarts++
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *record) consumeAgent(ch <-chan testbed.AgentLine) {
+	for l := range ch {
+		if l.Namespace == r.ns || l.Deployment == r.ns+"/"+testbed.PrimaryName || l.Deployment == r.ns+"/"+testbed.StandbyName {
+			r.mu.Lock()
+			r.lines = append(r.lines, l)
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *record) setStandbyReady(t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.standbyReady.IsZero() {
+		r.standbyReady = t
+	}
+}
+
+func (r *record) addMemory(t time.Time, v float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.memory = append(r.memory, sample{t, v})
+}
+
+func (r *record) addScore(t time.Time, v float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.scores = append(r.scores, sample{t, v})
+}
+
+// mode runs every run of one mode.
+func (e *env) mode(ctx context.Context, m Mode) ([]RunResult, error) {
+	if m == Reactive {
+		return e.reactive(ctx)
+	}
+	agent, err := e.startAgent(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	defer agent.Stop()
+	runs := e.cfg.Runs
+	if m == Healthy {
+		runs = 1
+	}
+	var out []RunResult
+	for i := 1; i <= runs; i++ {
+		r, err := e.agentRun(ctx, m, i, agent)
+		out = append(out, r)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// agentRun is one run with the sidecar and agent (modes amf, observe, healthy).
+func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent) (res RunResult, err error) {
+	ns := fmt.Sprintf("%s-%d", m, i)
+	res = RunResult{Mode: m, Index: i, Namespace: ns}
+	defer func() {
+		if err != nil {
+			res.Error = err.Error()
+		}
+		if rerr := e.remove(context.WithoutCancel(ctx), ns); rerr != nil && err == nil {
+			err = fmt.Errorf("remove namespace %s: %w", ns, rerr)
+		}
+	}()
+	ed, err := e.edge(ns, agent)
+	if err != nil {
+		return res, err
+	}
+	objs, err := ed.AMF()
+	if err != nil {
+		return res, err
+	}
+	rec := &record{ns: ns}
+	lines, unsub := agent.Subscribe()
+	defer unsub()
+	go rec.consumeAgent(lines)
+
+	e.progress("%s run %d: primary %s with the sidecar, cold standby %s (namespace %s)", m, i, testbed.PrimaryName, testbed.StandbyName, ns)
+	if err := e.apply(ctx, ns, objs); err != nil {
+		return res, err
+	}
+	pod, err := e.waitPodReady(ctx, ns, testbed.PrimaryName, 2*time.Minute)
+	if err != nil {
+		return res, err
+	}
+	rec.primaryPod = pod.Name
+	evs, unsubNode := e.node.Subscribe()
+	defer unsubNode()
+	go rec.consumeNode(evs)
+	if err := e.waitFlow(ctx, time.Minute); err != nil {
+		return res, err
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go e.watchDeploymentReady(runCtx, ns, testbed.StandbyName, rec.setStandbyReady)
+	if cg, err := e.node.ContainerCgroup(ns, pod.Name, testbed.BrokerContainer); err == nil {
+		go sampleMemory(runCtx, cg, rec.addMemory)
+	}
+	go sampleScore(runCtx, fmt.Sprintf("http://127.0.0.1:%d/status", ed.HealthPortA), rec.addScore)
+
+	f := e.cfg.Fault
+	if m == Healthy {
+		e.progress("healthy run: %v of normal traffic, no fault", e.cfg.Healthy)
+		start := time.Now()
+		if err := sleep(ctx, e.cfg.Healthy); err != nil {
+			return res, err
+		}
+		end := time.Now()
+		e.analyse(&res, rec, start, start, end)
+		if g, ok := e.probe.Snapshot().MaxGap(start, end); ok {
+			res.JitterMs = ms(g.Duration())
+		}
+		return res, nil
+	}
+	baseline := time.Now()
+	e.progress("%s run %d: baseline %v", m, i, f.Baseline)
+	if err := sleep(ctx, f.Baseline); err != nil {
+		return res, err
+	}
+	onset, err := e.inject(ctx, ns, pod.Name, fmt.Sprintf("%s-%d", m, i))
+	if err != nil {
+		return res, err
+	}
+	e.progress("%s run %d: fault injected (stress %v, then over the limit for %v)", m, i, f.Stress, f.Overload)
+	if err := sleep(ctx, f.Stress+f.Overload+e.cfg.Tail); err != nil {
+		return res, err
+	}
+	e.analyse(&res, rec, baseline, onset, time.Now())
+	e.progress("%s run %d: %s", m, i, res.Line())
+	return res, nil
+}
+
+// inject starts the staged fault's load inside the broker container's cgroups.
+func (e *env) inject(ctx context.Context, ns, pod, name string) (time.Time, error) {
+	log, err := os.Create(filepath.Join(e.dir, "stress-"+name+".log"))
+	if err != nil {
+		return time.Time{}, err
+	}
+	onset := time.Now()
+	cmd, err := e.node.Exec(ctx, ns, pod, testbed.BrokerContainer,
+		[]string{e.cfg.Bin.Self, "stress", "--profile", e.cfg.Fault.StressProfile()}, log, log)
+	if err != nil {
+		log.Close()
+		return time.Time{}, fmt.Errorf("start the fault in %s/%s: %w", ns, pod, err)
+	}
+	go func() {
+		_ = cmd.Wait() // killed with its container, or at the end of its profile
+		log.Close()
+	}()
+	return onset, nil
+}
+
+// waitFlow waits until the probe's messages go through the path again.
+func (e *env) waitFlow(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := e.probe.WaitReceived(ctx, e.probe.Received()+10); err != nil {
+		return fmt.Errorf("no messages from RDS to OBU through the edge broker within %v: %w", timeout, err)
+	}
+	return nil
+}
+
+// analyse fills res from the record and the probe's recording. Times are
+// seconds after onset.
+func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Time) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	res.Onset = onset
+	since := func(t time.Time) *float64 {
+		if t.IsZero() {
+			return nil
+		}
+		s := t.Sub(onset).Seconds()
+		return &s
+	}
+	primary := rec.ns + "/" + testbed.PrimaryName
+	var detection, confirmation, retired time.Time
+	for _, l := range rec.lines {
+		if l.Time.Before(onset) {
+			continue
+		}
+		switch {
+		case (l.Msg == "signal" || l.Msg == "transition") && l.Pod == rec.primaryPod && l.To == string(signal.Anomalous) && detection.IsZero():
+			detection = l.Time
+		case l.Msg == "decision" && l.Deployment == primary && l.Action == string(actuate.ActScaleStandby) && confirmation.IsZero():
+			confirmation = l.Time
+			res.Switchovers++
+		case l.Msg == "decision" && l.Deployment == primary && l.Action == string(actuate.ActRetirePrimary) && !l.DryRun && retired.IsZero():
+			retired = l.Time
+		}
+	}
+	for _, s := range rec.scores {
+		if s.at.Before(baseline) {
+			continue
+		}
+		p := s.v
+		res.MaxProbability = max(res.MaxProbability, p)
+		res.Timeline = append(res.Timeline, Point{T: s.at.Sub(onset).Seconds(), Probability: &p})
+	}
+	for _, s := range rec.memory {
+		v := s.v
+		res.Timeline = append(res.Timeline, Point{T: s.at.Sub(onset).Seconds(), MemoryPct: &v})
+	}
+	oom := rec.firstOOMLocked(onset)
+	res.Detection, res.Confirmation, res.PrimaryRetired, res.OOM = since(detection), since(confirmation), since(retired), since(oom)
+	if !rec.standbyReady.IsZero() && !rec.standbyReady.Before(onset) {
+		res.StandbyReady = since(rec.standbyReady)
+	}
+	res.OOMKilled = !oom.IsZero()
+	res.Restarts = rec.restarts
+
+	r := e.probe.Snapshot()
+	if g, ok := r.MaxGap(baseline, onset); ok {
+		res.JitterMs = ms(g.Duration())
+	}
+	for _, g := range r.Gaps() {
+		if g.End.After(baseline) && g.Start.Before(end) {
+			sent := 0
+			for _, sd := range r.Sends {
+				if sd.Time.After(g.Start) && sd.Time.Before(g.End) {
+					sent++
+				}
+			}
+			res.Gaps = append(res.Gaps, GapAt{Start: g.Start.Sub(onset).Seconds(), End: g.End.Sub(onset).Seconds(), Ms: ms(g.Duration()), Sent: sent})
+		}
+	}
+	res.Duplicates = r.Duplicates(onset, end)
+	res.Lost = len(r.Lost(onset, end))
+	// The outage is the largest interval between fresh messages around the
+	// event, whatever the probe's 250 ms threshold (a restart on loopback can
+	// be shorter than it).
+	switch {
+	case !oom.IsZero():
+		res.SOTAt = "oom"
+		if g, ok := r.MaxGap(oom, oom.Add(e.cfg.Tail)); ok {
+			res.SOTMs = ms(g.Duration())
+		}
+	case !retired.IsZero():
+		res.SOTAt = "cut-over"
+		from := retired
+		if !rec.standbyReady.IsZero() && rec.standbyReady.Before(from) {
+			from = rec.standbyReady
+		}
+		if g, ok := r.MaxGap(from, retired.Add(e.cfg.Tail)); ok {
+			res.SOTMs = ms(g.Duration())
+		}
+	}
+}
+
+func (r *record) firstOOMLocked(t time.Time) time.Time {
+	for _, o := range r.ooms {
+		if !o.Before(t) {
+			return o
+		}
+	}
+	return time.Time{}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// sleep waits d: the experiment's schedule (phases of the fault), not a
+// synchronisation.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// reactive runs consecutive injections into one plain broker Deployment, as
+// Kubernetes alone handles them: the kernel OOM-kills the container, the lab
+// node restarts it with kubelet's back-off, so each outage is longer.
+func (e *env) reactive(ctx context.Context) (out []RunResult, err error) {
+	const ns = "reactive"
+	defer func() {
+		if rerr := e.remove(context.WithoutCancel(ctx), ns); rerr != nil && err == nil {
+			err = fmt.Errorf("remove namespace %s: %w", ns, rerr)
+		}
+	}()
+	ed, err := e.edge(ns, nil)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := ed.Reactive()
+	if err != nil {
+		return nil, err
+	}
+	e.progress("reactive: %s alone, no sidecar, no agent, no standby (namespace %s)", testbed.PrimaryName, ns)
+	if err := e.apply(ctx, ns, objs); err != nil {
+		return nil, err
+	}
+	f := e.cfg.Fault
+	for i := 1; i <= e.cfg.Runs; i++ {
+		res := RunResult{Mode: Reactive, Index: i, Namespace: ns}
+		err := func() error {
+			// After a crash the container waits out its back-off (up to 5 min).
+			pod, err := e.waitPodReady(ctx, ns, testbed.PrimaryName, 7*time.Minute)
+			if err != nil {
+				return err
+			}
+			if err := e.waitFlow(ctx, 7*time.Minute); err != nil {
+				return err
+			}
+			rec := &record{ns: ns, primaryPod: pod.Name}
+			evs, unsub := e.node.Subscribe()
+			defer unsub()
+			go rec.consumeNode(evs)
+			runCtx, stopRun := context.WithCancel(ctx)
+			defer stopRun()
+			if cg, err := e.node.ContainerCgroup(ns, pod.Name, testbed.BrokerContainer); err == nil {
+				go sampleMemory(runCtx, cg, rec.addMemory)
+			}
+			baseline := time.Now()
+			e.progress("reactive run %d: baseline %v", i, f.Baseline)
+			if err := sleep(ctx, f.Baseline); err != nil {
+				return err
+			}
+			onset, err := e.inject(ctx, ns, pod.Name, fmt.Sprintf("reactive-%d", i))
+			if err != nil {
+				return err
+			}
+			e.progress("reactive run %d: fault injected (stress %v, then over the limit for %v)", i, f.Stress, f.Overload)
+			if err := sleep(ctx, f.Stress+f.Overload); err != nil {
+				return err
+			}
+			// The outage lasts until the restarted broker carries traffic again.
+			if err := e.waitFlow(ctx, 7*time.Minute); err != nil {
+				return err
+			}
+			if err := sleep(ctx, e.cfg.Tail/3); err != nil {
+				return err
+			}
+			e.analyse(&res, rec, baseline, onset, time.Now())
+			e.progress("reactive run %d: %s", i, res.Line())
+			return nil
+		}()
+		if err != nil {
+			res.Error = err.Error()
+			out = append(out, res)
+			return out, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}

@@ -1,0 +1,145 @@
+package experiment
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// waitPodReady waits (watch, not poll) for a pod of Deployment name that is
+// Ready and not being deleted, and returns it.
+func (e *env) waitPodReady(ctx context.Context, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/instance": name}).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel
+			return e.client.CoreV1().Pods(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			return e.client.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	}
+	var ready *corev1.Pod
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || ev.Type == watch.Deleted || p.DeletionTimestamp != nil || !podReady(p) {
+			return false, nil
+		}
+		ready = p
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no Ready pod of %s/%s within %v: %w", ns, name, timeout, err)
+	}
+	return ready, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// watchDeploymentReady reports, once, the time a Deployment first has a Ready
+// replica at its current generation; it ends with ctx.
+func (e *env) watchDeploymentReady(ctx context.Context, ns, name string, at func(time.Time)) {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return e.client.AppsV1().Deployments(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return e.client.AppsV1().Deployments(ns).Watch(ctx, o)
+		},
+	}
+	_, _ = watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		if !ok || d.Status.ObservedGeneration < d.Generation || d.Status.ReadyReplicas < 1 {
+			return false, nil
+		}
+		at(time.Now())
+		return true, nil
+	})
+}
+
+// sampleMemory reads a container's memory usage (cgroup v1) as a percentage of
+// its limit every second until ctx ends or the cgroup goes.
+func sampleMemory(ctx context.Context, cgroup string, add func(time.Time, float64)) {
+	dir := filepath.Join("/sys/fs/cgroup/memory", cgroup)
+	read := func(f string) (float64, error) {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return 0, err
+		}
+		return strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	}
+	limit, err := read("memory.limit_in_bytes")
+	if err != nil || limit <= 0 {
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		usage, err := read("memory.usage_in_bytes")
+		if err != nil {
+			return
+		}
+		add(time.Now(), 100*usage/limit)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sampleScore reads the sidecar's /status (its latest anomaly score) every
+// second until ctx ends: the agent hears only health changes and anomalous
+// samples, the timeline wants the healthy baseline too.
+func sampleScore(ctx context.Context, url string, add func(time.Time, float64)) {
+	hc := &http.Client{Timeout: 500 * time.Millisecond}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil); err == nil {
+			if resp, err := hc.Do(req); err == nil {
+				var st struct {
+					Score *float64 `json:"score"`
+				}
+				if json.NewDecoder(resp.Body).Decode(&st) == nil && st.Score != nil {
+					add(time.Now(), *st.Score)
+				}
+				resp.Body.Close()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -35,6 +35,13 @@ type env struct {
 	rds, obu *testbed.Broker
 	probe    *probe.Probe
 	agentCfg string // the agent's kubeconfig
+	// podDir holds what the pods' users (1883, 65532) must reach: the node's
+	// state (volumes, container logs) and copies of the programs they run.
+	// It is under the system's temporary folder, not the results folder,
+	// whose parents may be private (e.g. /root).
+	podDir    string
+	stress    string // amf-lab, as the fault injector runs it inside the container
+	keepState bool
 }
 
 func setup(ctx context.Context, cfg *Config) (_ *env, err error) {
@@ -55,13 +62,27 @@ func setup(ctx context.Context, cfg *Config) (_ *env, err error) {
 	e.client = e.cp.Client()
 
 	e.progress("starting the lab node %q (pods run as local processes in cgroups)", NodeName)
+	if e.podDir, err = os.MkdirTemp("", "amf-lab-pods-"); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(e.podDir, 0o755); err != nil {
+		return nil, err
+	}
+	sidecar := filepath.Join(e.podDir, "bin", "amf-sidecar")
+	e.stress = filepath.Join(e.podDir, "bin", "amf-lab")
+	if err := copyProgram(cfg.Bin.Sidecar, sidecar); err != nil {
+		return nil, err
+	}
+	if err := copyProgram(cfg.Bin.Self, e.stress); err != nil {
+		return nil, err
+	}
 	e.node, err = node.New(node.Config{
 		Name:     NodeName,
 		Client:   e.client,
-		StateDir: filepath.Join(e.dir, "node"),
+		StateDir: filepath.Join(e.podDir, "state"),
 		Images: map[string]node.Image{
 			"eclipse-mosquitto":            {Entrypoint: []string{cfg.Bin.Mosquitto}, Cmd: []string{"-c", testbed.MosquittoConfigDir + "/mosquitto.conf"}},
-			"ghcr.io/amf-edge/amf-sidecar": {Entrypoint: []string{cfg.Bin.Sidecar}},
+			"ghcr.io/amf-edge/amf-sidecar": {Entrypoint: []string{sidecar}},
 		},
 		Log: cfg.Log.With("component", "lab-node"),
 	})
@@ -116,6 +137,25 @@ func (e *env) close() {
 	if e.cp != nil {
 		e.cp.Stop()
 	}
+	if e.podDir != "" {
+		if e.keepState {
+			e.progress("pod state and container logs kept in %s", e.podDir)
+		} else {
+			os.RemoveAll(e.podDir)
+		}
+	}
+}
+
+// copyProgram copies an executable to dst (mode 0755), creating its folder.
+func copyProgram(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }
 
 // startAgent starts the agent for a mode: acting (amf, healthy) or observing.

@@ -139,6 +139,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		res.Runs = append(res.Runs, runs...)
 		if err != nil {
 			res.Error = err.Error()
+			env.keepState = true
 			break
 		}
 	}

@@ -3,10 +3,10 @@ package experiment
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/lab/node"
@@ -133,7 +133,13 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	if err := e.apply(ctx, ns, objs); err != nil {
 		return res, err
 	}
-	pod, err := e.waitPodReady(ctx, ns, testbed.PrimaryName, 2*time.Minute)
+	// An observing agent never sets the readiness gate, so the pod is never
+	// Ready there: its containers are.
+	cond := corev1.PodReady
+	if m == Observe {
+		cond = corev1.ContainersReady
+	}
+	pod, err := e.waitPod(ctx, ns, testbed.PrimaryName, cond, 2*time.Minute)
 	if err != nil {
 		return res, err
 	}
@@ -186,22 +192,7 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 
 // inject starts the staged fault's load inside the broker container's cgroups.
 func (e *env) inject(ctx context.Context, ns, pod, name string) (time.Time, error) {
-	log, err := os.Create(filepath.Join(e.dir, "stress-"+name+".log"))
-	if err != nil {
-		return time.Time{}, err
-	}
-	onset := time.Now()
-	cmd, err := e.node.Exec(ctx, ns, pod, testbed.BrokerContainer,
-		[]string{e.cfg.Bin.Self, "stress", "--profile", e.cfg.Fault.StressProfile()}, log, log)
-	if err != nil {
-		log.Close()
-		return time.Time{}, fmt.Errorf("start the fault in %s/%s: %w", ns, pod, err)
-	}
-	go func() {
-		_ = cmd.Wait() // killed with its container, or at the end of its profile
-		log.Close()
-	}()
-	return onset, nil
+	return e.injectProfile(ctx, ns, pod, name, e.cfg.Fault.StressProfile())
 }
 
 // waitFlow waits until the probe's messages go through the path again.

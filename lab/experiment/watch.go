@@ -25,6 +25,12 @@ import (
 // waitPodReady waits (watch, not poll) for a pod of Deployment name that is
 // Ready and not being deleted, and returns it.
 func (e *env) waitPodReady(ctx context.Context, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
+	return e.waitPod(ctx, ns, name, corev1.PodReady, timeout)
+}
+
+// waitPod waits (watch, not poll) for a pod of Deployment name whose condition
+// cond is True and that is not being deleted, and returns it.
+func (e *env) waitPod(ctx context.Context, ns, name string, cond corev1.PodConditionType, timeout time.Duration) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/instance": name}).String()
@@ -41,21 +47,21 @@ func (e *env) waitPodReady(ctx context.Context, ns, name string, timeout time.Du
 	var ready *corev1.Pod
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
 		p, ok := ev.Object.(*corev1.Pod)
-		if !ok || ev.Type == watch.Deleted || p.DeletionTimestamp != nil || !podReady(p) {
+		if !ok || ev.Type == watch.Deleted || p.DeletionTimestamp != nil || !podCondition(p, cond) {
 			return false, nil
 		}
 		ready = p
 		return true, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("no Ready pod of %s/%s within %v: %w", ns, name, timeout, err)
+		return nil, fmt.Errorf("no pod of %s/%s with %s within %v: %w", ns, name, cond, timeout, err)
 	}
 	return ready, nil
 }
 
-func podReady(p *corev1.Pod) bool {
+func podCondition(p *corev1.Pod, cond corev1.PodConditionType) bool {
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
+		if c.Type == cond {
 			return c.Status == corev1.ConditionTrue
 		}
 	}

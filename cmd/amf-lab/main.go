@@ -31,6 +31,9 @@ Usage:
   amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--scale 0.25] [--out DIR]
       the paper's availability experiment on a real control plane and a lab node
       (root, cgroup v1; make k8s first)
+  amf-lab corpus --out DIR [--seed 1] [--runs 1] [--families a,b] [--parallel 2] [--list]
+      staged load profiles run in real broker containers, raw counters recorded
+      every second with the time of the failure (the lead-time model's corpus)
   amf-lab stress --profile SPEC [--scale f]
       the staged fault's load generator, run inside a container's cgroups
   amf-lab broker --listen 127.0.0.1:1883
@@ -54,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, stdout, stderr)
 	case len(args) >= 1 && args[0] == "experiment":
 		return runExperiment(ctx, args[1:], stdout, stderr)
+	case len(args) >= 1 && args[0] == "corpus":
+		return runCorpus(ctx, args[1:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "stress":
 		if err := runStress(ctx, args[1:], stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "amf-lab stress: %v\n", err)

@@ -1,9 +1,13 @@
 package experiment
 
 import (
+	"compress/gzip"
 	"context"
+	"encoding/csv"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,35 +44,28 @@ func requireLab(t *testing.T) (bench.Binaries, string) {
 }
 
 // TestScaledExperimentStructure runs one AMF run and one reactive run of the
-// paper's fault at 1/4 length and checks what must hold whatever the timings:
-// AMF retires the primary only after the standby is Ready and no OOM happens;
-// the reactive broker is OOM-killed and restarted.
+// paper's fault at 0.3 of its length (the 15 s hold fits well within its 36 s
+// stress phase), and a short healthy run, and checks what must hold whatever
+// the timings: AMF retires the primary only after the standby is
+// Ready and no OOM happens; the reactive broker is OOM-killed and restarted;
+// the healthy run switches nothing.
 func TestScaledExperimentStructure(t *testing.T) {
 	bins, repo := requireLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	var res *Results
-	// The pods run as their own users (1883, 65532): their state must be
-	// reachable by them, which t.TempDir's 0700 folders are not.
-	out, err := os.MkdirTemp("", "amf-experiment-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(out) })
-	if err := os.Chmod(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	res, err = Run(ctx, Config{
-		Modes: []Mode{AMF, Reactive}, Runs: 1, Fault: PaperFault.Scaled(0.25), Tail: 10 * time.Second,
-		Out: out, Repo: repo, Bin: bins, Progress: testWriter{t},
+	out := t.TempDir()
+	res, err := Run(ctx, Config{
+		Modes: []Mode{AMF, Reactive, Healthy}, Runs: 1, Fault: PaperFault.Scaled(0.3), Tail: 10 * time.Second,
+		Healthy: 45 * time.Second,
+		Out:     out, Repo: repo, Bin: bins, Progress: testWriter{t},
 	})
 	if err != nil {
 		t.Fatalf("experiment: %v", err)
 	}
-	if len(res.Runs) != 2 {
-		t.Fatalf("%d runs, want 2", len(res.Runs))
+	if len(res.Runs) != 3 {
+		t.Fatalf("%d runs, want 3", len(res.Runs))
 	}
-	amf, reactive := res.Runs[0], res.Runs[1]
+	amf, reactive, healthy := res.Runs[0], res.Runs[1], res.Runs[2]
 	t.Logf("amf: %s", amf.Line())
 	t.Logf("reactive: %s", reactive.Line())
 	if amf.OOMKilled {
@@ -91,6 +88,9 @@ func TestScaledExperimentStructure(t *testing.T) {
 	if reactive.Restarts < 1 {
 		t.Errorf("reactive run: %d restarts, want ≥ 1", reactive.Restarts)
 	}
+	if healthy.Switchovers != 0 || healthy.MaxProbability >= 0.5 {
+		t.Errorf("healthy run: %d switchovers, max probability %.3f; want none below the threshold", healthy.Switchovers, healthy.MaxProbability)
+	}
 	for _, f := range []string{"results.json", "summary.md", "sot.svg", "timeline.svg"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("result file %s missing or empty (%v)", f, err)
@@ -103,4 +103,50 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// TestCorpusRecordsTheFailure runs one short "spike" profile (a sudden
+// allocation over the limit) and checks the corpus: the OOM kill is recorded,
+// samples stop at it, and the last samples are labelled as within the horizon.
+func TestCorpusRecordsTheFailure(t *testing.T) {
+	bins, repo := requireLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	out := t.TempDir()
+	runs, err := Corpus(ctx, CorpusConfig{Seed: 3, Families: []string{"spike"}, Scale: 0.3, Parallel: 1,
+		Base: Config{Out: out, Repo: repo, Bin: bins, Progress: testWriter{t}}})
+	if err != nil {
+		t.Fatalf("corpus: %v", err)
+	}
+	if len(runs) != 1 || runs[0].Failure == nil || runs[0].FailureKind != "oom-killed" {
+		t.Fatalf("runs = %+v, want one run ending in an OOM kill", runs)
+	}
+	f, err := os.Open(filepath.Join(out, "corpus.csv.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(zr).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rows[0], CorpusHeader) {
+		t.Fatalf("header %q, want %q", rows[0], CorpusHeader)
+	}
+	rows = rows[1:]
+	if len(rows) < 5 || len(rows) != runs[0].Samples {
+		t.Fatalf("%d rows, run says %d samples; want ≥ 5 and equal", len(rows), runs[0].Samples)
+	}
+	last := rows[len(rows)-1]
+	ttf, err := strconv.ParseFloat(last[9], 64)
+	if err != nil || ttf < 0 || ttf > 2 || last[10] != "1" {
+		t.Errorf("last sample: time to failure %q, label %q; want within 2 s of the kill and labelled 1", last[9], last[10])
+	}
+	if first := rows[0]; first[10] != "1" && first[10] != "0" {
+		t.Errorf("label %q", first[10])
+	}
 }

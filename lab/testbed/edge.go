@@ -77,8 +77,11 @@ type Edge struct {
 	BrokerPortA, BrokerPortB int
 	HealthPortA, HealthPortB int
 	AgentAddr                string // the agent's MQTT listener, host:port
-	SidecarImage             string // default inject.DefaultSidecarImage
-	SidecarArgs              []string
+	// ClientPrefix starts the bridges' client IDs (default "edge"): edge
+	// brokers running at the same time need distinct ones.
+	ClientPrefix string
+	SidecarImage string // default inject.DefaultSidecarImage
+	SidecarArgs  []string
 	// Policy annotations added to the primary (e.g. amf.io/hold).
 	Policy map[string]string
 }
@@ -163,6 +166,9 @@ func (e Edge) check() error {
 }
 
 func (e Edge) configMap(name string, port int, clientID string) *corev1.ConfigMap {
+	if e.ClientPrefix != "" {
+		clientID = e.ClientPrefix + strings.TrimPrefix(clientID, "edge")
+	}
 	conf := EdgeConfig{Listen: "127.0.0.1:" + strconv.Itoa(port), RDS: e.RDS, OBU: e.OBU, ClientID: clientID, Bridge: e.Bridge}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},

@@ -1,0 +1,205 @@
+// Package corpus plans the lab's own training corpus for a lead-time model:
+// seeded families of staged load profiles (package stress) run inside a real
+// broker container by `amf-lab corpus`, some of which end in a real failure
+// (OOM kill) and some of which are heavy but healthy. The families follow the
+// public dataset's injection profile (steady ~80 % CPU + 60 MB, CPU ramp
+// 20→80 %, memory ramp 20→80 MB, 3 × 90 % bursts, 80/20 % oscillation) and add
+// what an operator must be warned about: memory ramps of several slopes and
+// start levels, step allocations and leaks with pauses that cross the limit.
+//
+// Percentages are of the testbed's limits (100 MiB, 500m CPU). Test
+// infrastructure; product code never imports it.
+package corpus
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/amf-edge/amf/lab/stress"
+)
+
+const (
+	mi = int64(1) << 20
+	// limitCPU is the testbed's CPU limit in cores (500m).
+	limitCPU = 0.5
+	// overMemory is where failing profiles aim: well over the 100 MiB limit.
+	overMemory = 160 * mi
+)
+
+// Family is a kind of profile.
+type Family struct {
+	Name string
+	// Failing families cross the memory limit: the run ends in an OOM kill.
+	Failing bool
+	Doc     string
+	gen     func(r *rand.Rand) []stress.Phase
+}
+
+// Families are the profile families, failing ones first.
+var Families = []Family{
+	{"mem-ramp", true, "memory from a start level (10–50 Mi) growing at 0.25–3 Mi/s past the limit", memRamp},
+	{"mem-step", true, "memory in steps of 8–25 Mi every 15–45 s past the limit", memStep},
+	{"leak-pause", true, "a leak of 0.5–2 Mi/s for 10–30 s (≥ 10 Mi), pausing 10–30 s, past the limit", leakPause},
+	{"paper", true, "the paper's fault: ~60 Mi + 80 % CPU for 60–120 s, then 10 Mi/s past the limit", paper},
+	{"spike", true, "a sudden allocation over the limit from a quiet baseline (no warning possible)", spike},
+	{"cpu-ramp", false, "CPU 20 % → 80 % of the limit over 60–180 s, memory 20–40 Mi", cpuRamp},
+	{"cpu-burst", false, "3 bursts at 90 % of the CPU limit, 10–20 s each, 20–40 s apart", cpuBurst},
+	{"cpu-oscillation", false, "CPU alternating 80 % / 20 % of the limit every 10–30 s", cpuOscillation},
+	{"steady-heavy", false, "60–79 % CPU and 50–70 Mi held for 3–5 min", steadyHeavy},
+	{"mem-high-hold", false, "memory ramped to 60–72 Mi and held for 2–4 min", memHighHold},
+	{"idle", false, "traffic only, no load", idle},
+}
+
+// Run is one planned corpus run.
+type Run struct {
+	ID      string // <family>-<n>
+	Family  string
+	Failing bool
+	Seed    uint64
+	Profile stress.Profile
+}
+
+// Plan returns perFamily runs of every family (of the named ones when only is
+// not empty), each with its own seed derived from seed: the same arguments
+// give the same plan.
+func Plan(seed uint64, perFamily int, only ...string) ([]Run, error) {
+	want := map[string]bool{}
+	for _, f := range only {
+		want[f] = true
+	}
+	var runs []Run
+	for fi, f := range Families {
+		if len(only) > 0 && !want[f.Name] {
+			continue
+		}
+		delete(want, f.Name) // what is left names no family
+		for i := 0; i < perFamily; i++ {
+			s := seed*1_000_003 + uint64(fi)*10_007 + uint64(i)
+			r := rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
+			baseline := stress.Phase{Duration: dur(r, 30, 60)}
+			p := stress.Profile{Phases: append([]stress.Phase{baseline}, f.gen(r)...)}
+			if err := p.Validate(); err != nil {
+				return nil, fmt.Errorf("corpus: family %s run %d: %w", f.Name, i, err)
+			}
+			runs = append(runs, Run{ID: fmt.Sprintf("%s-%d", f.Name, i+1), Family: f.Name, Failing: f.Failing, Seed: s, Profile: p})
+		}
+	}
+	for f := range want {
+		return nil, fmt.Errorf("corpus: unknown family %q", f)
+	}
+	return runs, nil
+}
+
+func dur(r *rand.Rand, lo, hi int) time.Duration {
+	return time.Duration(lo+r.IntN(hi-lo+1)) * time.Second
+}
+
+func mib(r *rand.Rand, lo, hi int) int64 { return int64(lo+r.IntN(hi-lo+1)) * mi }
+
+func between(r *rand.Rand, lo, hi float64) float64 { return lo + r.Float64()*(hi-lo) }
+
+// untilOver is how long growing from start at rate takes to reach overMemory,
+// plus a margin for the kill.
+func untilOver(start, rate int64) time.Duration {
+	return (time.Duration(float64(overMemory-start)/float64(rate)*float64(time.Second)) + 20*time.Second).Round(time.Second)
+}
+
+func memRamp(r *rand.Rand) []stress.Phase {
+	start := mib(r, 10, 50)
+	rate := int64(between(r, 0.25, 3) * float64(mi))
+	return []stress.Phase{
+		{Duration: dur(r, 10, 30), Memory: start},
+		{Duration: untilOver(start, rate), Memory: overMemory, Ramp: rate},
+	}
+}
+
+func memStep(r *rand.Rand) []stress.Phase {
+	step, every := mib(r, 8, 25), dur(r, 15, 45)
+	var ps []stress.Phase
+	for m := mib(r, 0, 30) + step; ; m += step {
+		ps = append(ps, stress.Phase{Duration: every, Memory: m})
+		if m > overMemory-40*mi {
+			ps[len(ps)-1].Duration += 20 * time.Second
+			return ps
+		}
+	}
+}
+
+func leakPause(r *rand.Rand) []stress.Phase {
+	rate := int64(between(r, 0.5, 2) * float64(mi))
+	// At least 10 Mi per cycle, so a run crosses the limit within minutes.
+	grow, pause := max(dur(r, 10, 30), time.Duration(10*mi/rate+1)*time.Second), dur(r, 10, 30)
+	var ps []stress.Phase
+	m := mib(r, 5, 30)
+	for m < overMemory-40*mi {
+		m += int64(grow/time.Second) * rate
+		ps = append(ps, stress.Phase{Duration: grow, Memory: m, Ramp: rate}, stress.Phase{Duration: pause, Memory: m})
+	}
+	ps[len(ps)-1].Duration += 20 * time.Second
+	return ps
+}
+
+func paper(r *rand.Rand) []stress.Phase {
+	return []stress.Phase{
+		{Duration: dur(r, 60, 120), Memory: 60 * mi, CPU: 0.8 * limitCPU},
+		{Duration: untilOver(60*mi, 10*mi), Memory: overMemory, Ramp: 10 * mi},
+	}
+}
+
+func spike(r *rand.Rand) []stress.Phase {
+	return []stress.Phase{
+		{Duration: dur(r, 30, 90), Memory: mib(r, 0, 20)},
+		{Duration: 30 * time.Second, Memory: overMemory},
+	}
+}
+
+func cpuRamp(r *rand.Rand) []stress.Phase {
+	m := mib(r, 20, 40)
+	total := dur(r, 60, 180)
+	const steps = 10
+	ps := make([]stress.Phase, 0, steps+1)
+	for i := 0; i <= steps; i++ {
+		cpu := (0.2 + 0.6*float64(i)/steps) * limitCPU
+		ps = append(ps, stress.Phase{Duration: total / steps, Memory: m, CPU: cpu})
+	}
+	return ps
+}
+
+func cpuBurst(r *rand.Rand) []stress.Phase {
+	m := mib(r, 10, 40)
+	var ps []stress.Phase
+	for i := 0; i < 3; i++ {
+		ps = append(ps, stress.Phase{Duration: dur(r, 10, 20), Memory: m, CPU: 0.9 * limitCPU},
+			stress.Phase{Duration: dur(r, 20, 40), Memory: m})
+	}
+	return ps
+}
+
+func cpuOscillation(r *rand.Rand) []stress.Phase {
+	m := mib(r, 10, 40)
+	half := dur(r, 10, 30)
+	var ps []stress.Phase
+	for total := time.Duration(0); total < dur(r, 180, 300); total += 2 * half {
+		ps = append(ps, stress.Phase{Duration: half, Memory: m, CPU: 0.8 * limitCPU},
+			stress.Phase{Duration: half, Memory: m, CPU: 0.2 * limitCPU})
+	}
+	return ps
+}
+
+func steadyHeavy(r *rand.Rand) []stress.Phase {
+	return []stress.Phase{{Duration: dur(r, 180, 300), Memory: mib(r, 50, 70), CPU: between(r, 0.6, 0.79) * limitCPU}}
+}
+
+func memHighHold(r *rand.Rand) []stress.Phase {
+	m := mib(r, 60, 72)
+	rate := int64(between(r, 0.5, 3) * float64(mi))
+	return []stress.Phase{
+		{Duration: (time.Duration(float64(m)/float64(rate)*float64(time.Second)) + time.Second).Round(time.Second), Memory: m, Ramp: rate},
+		{Duration: dur(r, 120, 240), Memory: m},
+	}
+}
+
+func idle(r *rand.Rand) []stress.Phase {
+	return []stress.Phase{{Duration: dur(r, 120, 240)}}
+}

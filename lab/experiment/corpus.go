@@ -102,11 +102,26 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	if err := w.Write(CorpusHeader); err != nil {
 		return nil, err
 	}
+	// The corpus folder is meant to be committed: the control plane's data and
+	// the logs go elsewhere, kept only when a run failed.
+	if cfg.Work == "" {
+		if cfg.Work, err = os.MkdirTemp("", "amf-corpus-work-"); err != nil {
+			return nil, err
+		}
+	}
 	env, err := setup(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer env.close()
+	failed := false
+	defer func() {
+		env.close()
+		if failed {
+			env.progress("control plane data and logs kept in %s", cfg.Work)
+		} else if cc.Base.Work == "" {
+			os.RemoveAll(cfg.Work)
+		}
+	}()
 
 	var (
 		mu   sync.Mutex
@@ -118,10 +133,11 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 		wg.Go(func() {
 			for i := range jobs {
 				r, rows, err := env.corpusRun(ctx, plan[i], cc.Horizon)
+				mu.Lock()
 				if err != nil {
 					r.Error = err.Error()
+					failed, env.keepState = true, true
 				}
-				mu.Lock()
 				out[i] = r
 				for _, row := range rows {
 					_ = w.Write(row)

@@ -45,7 +45,10 @@ type env struct {
 }
 
 func setup(ctx context.Context, cfg *Config) (_ *env, err error) {
-	e := &env{cfg: cfg, dir: filepath.Join(cfg.Out, "work")}
+	e := &env{cfg: cfg, dir: cfg.Work}
+	if e.dir == "" {
+		e.dir = filepath.Join(cfg.Out, "work")
+	}
 	defer func() {
 		if err != nil {
 			e.close()

@@ -46,6 +46,9 @@ type Config struct {
 	Tail   time.Duration
 	Bridge testbed.Bridge // default testbed.DefaultBridge
 	Out    string         // results folder (created)
+	// Work holds the control plane's data and the processes' logs (default
+	// <Out>/work).
+	Work string
 	Repo   string         // the repository (manifests/); default: found from the working directory
 	Bin    bench.Binaries
 	// Policy overrides of the agent's gates on the primary (annotations).

@@ -49,8 +49,8 @@ type Config struct {
 	// Work holds the control plane's data and the processes' logs (default
 	// <Out>/work).
 	Work string
-	Repo   string         // the repository (manifests/); default: found from the working directory
-	Bin    bench.Binaries
+	Repo string // the repository (manifests/); default: found from the working directory
+	Bin  bench.Binaries
 	// Policy overrides of the agent's gates on the primary (annotations).
 	Policy   map[string]string
 	Log      *slog.Logger

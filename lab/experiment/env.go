@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/amf-edge/amf/lab/controlplane"
@@ -217,11 +216,5 @@ func (e *env) remove(ctx context.Context, ns string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := e.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		return len(pods.Items) == 0, nil
-	})
+	return e.waitPodsGone(ctx, ns, 2*time.Minute)
 }

@@ -33,17 +33,7 @@ func (e *env) waitPodReady(ctx context.Context, ns, name string, timeout time.Du
 func (e *env) waitPod(ctx context.Context, ns, name string, cond corev1.PodConditionType, timeout time.Duration) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/instance": name}).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel
-			return e.client.CoreV1().Pods(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel
-			return e.client.CoreV1().Pods(ns).Watch(ctx, o)
-		},
-	}
+	lw := e.podsListWatch(ns, labels.SelectorFromSet(labels.Set{"app.kubernetes.io/instance": name}).String())
 	var ready *corev1.Pod
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
 		p, ok := ev.Object.(*corev1.Pod)
@@ -57,6 +47,37 @@ func (e *env) waitPod(ctx context.Context, ns, name string, cond corev1.PodCondi
 		return nil, fmt.Errorf("no pod of %s/%s with %s within %v: %w", ns, name, cond, timeout, err)
 	}
 	return ready, nil
+}
+
+// podsListWatch lists and watches the pods of ns that match selector (all when
+// it is empty).
+func (e *env) podsListWatch(ns, selector string) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = selector
+			return e.client.CoreV1().Pods(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = selector
+			return e.client.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	}
+}
+
+// waitPodsGone waits (watch, not poll) until ns has no pod left.
+func (e *env) waitPodsGone(ctx context.Context, ns string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	empty := func(store cache.Store) (bool, error) { return len(store.List()) == 0, nil }
+	var store cache.Store
+	_, err := watchtools.UntilWithSync(ctx, e.podsListWatch(ns, ""), &corev1.Pod{}, func(s cache.Store) (bool, error) {
+		store = s
+		return empty(s)
+	}, func(watch.Event) (bool, error) { return empty(store) })
+	if err != nil {
+		return fmt.Errorf("pods of %s still there after %v: %w", ns, timeout, err)
+	}
+	return nil
 }
 
 func podCondition(p *corev1.Pod, cond corev1.PodConditionType) bool {

@@ -105,7 +105,7 @@ func (e Edge) Reactive() (Objects, error) {
 		return Objects{}, err
 	}
 	return Objects{
-		ConfigMaps:  []*corev1.ConfigMap{e.configMap(PrimaryName, e.BrokerPortA, "edge-a")},
+		ConfigMaps:  []*corev1.ConfigMap{e.configMap(PrimaryName, e.BrokerPortA, "a")},
 		Deployments: []*appsv1.Deployment{e.plain(PrimaryName, e.BrokerPortA, nil)},
 	}, nil
 }
@@ -144,7 +144,7 @@ func (e Edge) AMF() (Objects, error) {
 		return Objects{}, err
 	}
 	return Objects{
-		ConfigMaps:  []*corev1.ConfigMap{e.configMap(PrimaryName, e.BrokerPortA, "edge-a"), e.configMap(StandbyName, e.BrokerPortB, "edge-b")},
+		ConfigMaps:  []*corev1.ConfigMap{e.configMap(PrimaryName, e.BrokerPortA, "a"), e.configMap(StandbyName, e.BrokerPortB, "b")},
 		Deployments: []*appsv1.Deployment{primary, standby},
 	}, nil
 }
@@ -165,11 +165,12 @@ func (e Edge) check() error {
 	return nil
 }
 
-func (e Edge) configMap(name string, port int, clientID string) *corev1.ConfigMap {
-	if e.ClientPrefix != "" {
-		clientID = e.ClientPrefix + strings.TrimPrefix(clientID, "edge")
+func (e Edge) configMap(name string, port int, suffix string) *corev1.ConfigMap {
+	prefix := e.ClientPrefix
+	if prefix == "" {
+		prefix = "edge"
 	}
-	conf := EdgeConfig{Listen: "127.0.0.1:" + strconv.Itoa(port), RDS: e.RDS, OBU: e.OBU, ClientID: clientID, Bridge: e.Bridge}
+	conf := EdgeConfig{Listen: "127.0.0.1:" + strconv.Itoa(port), RDS: e.RDS, OBU: e.OBU, ClientID: prefix + "-" + suffix, Bridge: e.Bridge}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.Namespace},

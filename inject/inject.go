@@ -5,7 +5,8 @@
 // Each apps/v1 Deployment of a (multi-document) YAML stream gets:
 //
 //   - the amf-sidecar as a native sidecar (an init container with
-//     restartPolicy Always) running `amf-sidecar run` in pod mode;
+//     restartPolicy Always) running `amf-sidecar run` in pod mode, with
+//     --model when Options.Model is set;
 //   - a projected ServiceAccount token with audience amf-agent at
 //     /var/run/secrets/amf/token, the sidecar's identity towards the agent;
 //   - the host's /sys/fs/cgroup mounted read-only, where the sidecar finds the
@@ -93,6 +94,12 @@ type Options struct {
 	// ProbeMQTT is the sidecar's --probe-mqtt; default tcp://127.0.0.1:<port>
 	// with the broker container's port named "mqtt", else 1883.
 	ProbeMQTT string
+	// Model is the sidecar's --model: the name of a model embedded in the
+	// sidecar image (amf-sidecar --help lists them), or a path inside the
+	// sidecar container of a model file with its manifest beside it, which
+	// the user must mount there (a Result warning says so). Default: none,
+	// the image's default model. The standby's sidecar gets the same.
+	Model string
 }
 
 // Result is what Inject wrote, for a summary on stderr.
@@ -186,6 +193,13 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 				"standby %s shares the ConfigMaps and Secrets of %s: give it its own MQTT client IDs (bridge local_clientid/remote_clientid) before both run at once",
 				standby.Name, dep.Name))
 		}
+	}
+	if isPath(opts.Model) && len(res.Injected) > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf(
+			"the sidecar's model %s is a path: mount the model file and its manifest (%s) into the %s container of %s at that path, or give the name of a model embedded in the sidecar image",
+			// The rule of model.ManifestPathFor, spelled out so that the agent
+			// does not link the model package.
+			opts.Model, strings.TrimSuffix(opts.Model, ".txt")+".manifest.json", SidecarName, strings.Join(append(slices.Clone(res.Injected), res.Standbys...), ", ")))
 	}
 	return out.Bytes(), res, nil
 }
@@ -328,7 +342,7 @@ func injectPod(spec *corev1.PodSpec, opts Options) error {
 	if probe == "" {
 		probe = "tcp://127.0.0.1:" + strconv.Itoa(int(mqttPort(spec.Containers[0])))
 	}
-	sidecar := sidecarContainer(opts.SidecarImage, probe)
+	sidecar := sidecarContainer(opts.SidecarImage, probe, opts.Model)
 	if i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }); i >= 0 {
 		if have := spec.InitContainers[i].Image; repository(have) != repository(opts.SidecarImage) {
 			return fmt.Errorf("init container %q has image %q, not the sidecar (%s): rename it or remove it", SidecarName, have, repository(opts.SidecarImage))
@@ -384,15 +398,24 @@ func repository(image string) string {
 	return image
 }
 
-func sidecarContainer(image, probe string) corev1.Container {
+// isPath says whether a --model value is a path rather than an embedded name
+// (names never hold a slash), to warn that the file must be in the container.
+func isPath(model string) bool { return strings.Contains(model, "/") }
+
+func sidecarContainer(image, probe, model string) corev1.Container {
 	field := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	args := []string{"run", "--host-cgroup-root=" + HostCgroupRoot, "--probe-mqtt=" + probe}
+	if model != "" {
+		// One argument with "=", so that no value can be read as another flag.
+		args = append(args, "--model="+model)
 	}
 	return corev1.Container{
 		Name:          SidecarName,
 		Image:         image,
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-		Args:          []string{"run", "--host-cgroup-root=" + HostCgroupRoot, "--probe-mqtt=" + probe},
+		Args:          args,
 		Env: []corev1.EnvVar{
 			field("POD_UID", "metadata.uid"),
 			field("POD_NAME", "metadata.name"),

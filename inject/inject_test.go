@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ var goldenCases = []struct {
 	{name: "older-sidecar-of-same-repository-is-updated", in: "upgrade", opts: inject.Options{}},
 	{name: "list-is-written-as-its-items", in: "list", opts: inject.Options{Standby: true}},
 	{name: "custom-image-and-probe", in: "mosquitto", opts: inject.Options{SidecarImage: "registry.local/amf-sidecar:dev", ProbeMQTT: "tcp://127.0.0.1:1884"}},
+	{name: "model-name-is-passed-to-both-sidecars", in: "mosquitto", opts: inject.Options{Standby: true, Model: "leadtime"}},
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -145,6 +147,50 @@ func TestInjectRefuses(t *testing.T) {
 			}
 			if out != nil {
 				t.Errorf("wrote output despite the error:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestSidecarModelArgument(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		model    string
+		wantArg  string // "" = no --model
+		wantWarn string // "" = no warning about the model
+	}{
+		{"no model: the image's default", "", "", ""},
+		{"an embedded name", "leadtime", "--model=leadtime", ""},
+		{"a path must be mounted", "/models/m.txt", "--model=/models/m.txt", "mount the model file and its manifest (/models/m.manifest.json) into the amf-sidecar container of mosquitto, mosquitto-standby"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, res, err := inject.Inject(read(t, "mosquitto.in.yaml"), inject.Options{Standby: true, Model: tt.model})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deps := deployments(t, out)
+			if len(deps) != 2 {
+				t.Fatalf("%d Deployments, want the primary and its standby", len(deps))
+			}
+			for _, d := range deps {
+				var models []string
+				for _, a := range d.Spec.Template.Spec.InitContainers[0].Args {
+					if strings.HasPrefix(a, "--model") {
+						models = append(models, a)
+					}
+				}
+				if want := []string{tt.wantArg}; (tt.wantArg == "" && len(models) != 0) || (tt.wantArg != "" && !slices.Equal(models, want)) {
+					t.Errorf("%s: sidecar model arguments %q, want %q", d.Name, models, tt.wantArg)
+				}
+			}
+			var warned []string
+			for _, w := range res.Warnings {
+				if strings.Contains(w, "model") {
+					warned = append(warned, w)
+				}
+			}
+			if (tt.wantWarn == "") != (len(warned) == 0) || (tt.wantWarn != "" && (len(warned) != 1 || !strings.Contains(warned[0], tt.wantWarn))) {
+				t.Errorf("model warnings %q, want one saying %q", warned, tt.wantWarn)
 			}
 		})
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/amf-edge/amf/inject"
 )
 
-const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--standby] [--sidecar-image IMAGE] [--probe-mqtt URL]
+const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--standby] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
 
 Writes the Deployments of FILE (default: standard input; multi-document YAML)
 to standard output with the AMF sidecar injected: native sidecar, projected
@@ -36,6 +36,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.BoolVar(&opts.Standby, "standby", false, "also write each primary's standby Deployment (0 replicas when amf.io/redundancy is cold)")
 	fs.StringVar(&opts.SidecarImage, "sidecar-image", inject.DefaultSidecarImage, "sidecar `image`")
 	fs.StringVar(&opts.ProbeMQTT, "probe-mqtt", "", "sidecar's app-logic probe `URL` (default tcp://127.0.0.1:<the broker's port named mqtt, else 1883>)")
+	fs.StringVar(&opts.Model, "model", "", "sidecar's `model`: the name of a model embedded in the sidecar image (amf-sidecar --help lists them), or a path inside the sidecar container that you mount there (model file, manifest beside it); default: the image's default model")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/lab/bench"
 	"github.com/amf-edge/amf/lab/experiment"
 	"github.com/amf-edge/amf/lab/testbed"
@@ -28,6 +29,8 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	tail := fs.Duration("tail", 30*time.Second, "window after each outage event in which its largest gap is measured")
 	keepalive := fs.Int("keepalive-interval", testbed.DefaultBridge.KeepaliveInterval, "edge bridges' keepalive_interval (s)")
 	restart := fs.Int("restart-timeout", testbed.DefaultBridge.RestartTimeout, "edge bridges' restart_timeout (s)")
+	modelFlag := fs.String("model", "", fmt.Sprintf("sidecars' model (observe, amf, healthy): an embedded model's name (%s) or a model file path, copied with its manifest where the pods can read it; default: the sidecar's default, %s",
+		strings.Join(model.EmbeddedNames(), ", "), model.DefaultName))
 	out := fs.String("out", "", "results folder (default results/<UTC time>; results/latest points to the newest)")
 	verbose := fs.Bool("v", false, "log the lab node and control plane to standard error")
 	if err := fs.Parse(args); err != nil {
@@ -45,6 +48,10 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return 2
 		}
 		ms = append(ms, m)
+	}
+	if err := experiment.CheckModel(*modelFlag); err != nil {
+		fmt.Fprintf(stderr, "amf-lab %v\n", err)
+		return 2
 	}
 	if err := experiment.CanRun(); err != nil {
 		fmt.Fprintf(stderr, "amf-lab experiment: cannot run here: %v\n", err)
@@ -70,7 +77,7 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	res, err := experiment.Run(ctx, experiment.Config{
 		Modes: ms, Runs: *runs, Fault: experiment.PaperFault.Scaled(*scale), Healthy: *healthy, Tail: *tail,
 		Bridge: testbed.Bridge{KeepaliveInterval: *keepalive, RestartTimeout: *restart},
-		Out:    dir, Bin: bins,
+		Out:    dir, Bin: bins, Model: *modelFlag,
 		Log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		Progress: stderr,
 	})

@@ -28,9 +28,10 @@ Usage:
       signal-based detection vs a kubelet-style poller, with real processes
   amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s]
       one real agent under the load of a full node's sidecars
-  amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--scale 0.25] [--out DIR]
+  amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--scale 0.25] [--out DIR] [--model NAME|PATH]
       the paper's availability experiment on a real control plane and a lab node
-      (root, cgroup v1; make k8s first)
+      (root, cgroup v1; make k8s first); --model: the sidecars' model, an
+      embedded name or a model file (default: the sidecar's default)
   amf-lab corpus --out DIR [--seed 1] [--runs 1] [--families a,b] [--parallel 2] [--list]
       staged load profiles run in real broker containers, raw counters recorded
       every second with the time of the failure (the lead-time model's corpus)

@@ -31,23 +31,39 @@ const (
 const usage = `amf-sidecar — per-pod availability sidecar
 
 Usage:
-  amf-sidecar run (--pod-uid UID | --pid N | --cgroup-path P) [--agent tcp://NODE:1884] [--probe-mqtt tcp://127.0.0.1:1883] [--model m.txt]
+  amf-sidecar run (--pod-uid UID | --pid N | --cgroup-path P) [--agent tcp://NODE:1884] [--probe-mqtt tcp://127.0.0.1:1883] [--model NAME|PATH]
       the sidecar: sample, score, serve /healthz /readyz /status /metrics, signal the node agent
-  amf-sidecar sample (--pid N | --cgroup-path P) [--interval 1s] [--model m.txt | window flags]
+  amf-sidecar sample (--pid N | --cgroup-path P) [--interval 1s] [--model NAME|PATH | window flags]
       sample a target every interval; one JSON line per sample (raw values + features)
-  amf-sidecar replay --in samples.csv [--model m.txt | window flags]
+  amf-sidecar replay --in samples.csv [--model NAME|PATH | window flags]
       features from recorded raw samples (CSV in, CSV out), to check them against PromQL
-  amf-sidecar score --in features.csv [--model m.txt]
+  amf-sidecar score --in features.csv [--model NAME|PATH]
       append probability and anomaly (0/1) to rows with the six feature columns
 
-Feature windows come from the model's manifest (the embedded model's unless
+--model takes the name of an embedded model (%s; the default is %s)
+or the path of a model file m.txt with its manifest m.manifest.json beside it.
+An exact embedded name means that model, anything else is a path: ./%[2]s is a
+file called %[2]s.
+
+Feature windows come from the model's manifest (the default model's unless
 --model is given): a model is only valid on features computed with the windows
 it was trained with. The window flags
   --rate-window 5m   --deriv-window 10m   --step 5s   --lookback 5m
 set the windows only for sample and replay without --model (defaults: the
-embedded model's). Wherever a model is in use (run, score, sample/replay with
+default model's). Wherever a model is in use (run, score, sample/replay with
 --model) they may only restate its windows: one that differs is refused.
 `
+
+// usageText is usage with the embedded models' names filled in.
+func usageText() string {
+	return fmt.Sprintf(usage, strings.Join(model.EmbeddedNames(), ", "), model.DefaultName)
+}
+
+// modelHelp starts every --model flag's help: what the flag accepts.
+func modelHelp() string {
+	return fmt.Sprintf("embedded model name (%s; default %s) or model file path (manifest beside it: <file>.manifest.json; ./NAME for a file named like an embedded model)",
+		strings.Join(model.EmbeddedNames(), ", "), model.DefaultName)
+}
 
 type stdio struct {
 	in       io.Reader
@@ -63,7 +79,7 @@ func main() {
 
 func run(ctx context.Context, args []string, io stdio) int {
 	if len(args) == 0 {
-		fmt.Fprint(io.err, usage)
+		fmt.Fprint(io.err, usageText())
 		return exitUsage
 	}
 	cmds := map[string]func(context.Context, []string, stdio) int{
@@ -75,10 +91,10 @@ func run(ctx context.Context, args []string, io stdio) int {
 	cmd, ok := cmds[args[0]]
 	if !ok {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-			fmt.Fprint(io.out, usage)
+			fmt.Fprint(io.out, usageText())
 			return exitOK
 		}
-		fmt.Fprintf(io.err, "amf-sidecar: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(io.err, "amf-sidecar: unknown command %q\n\n%s", args[0], usageText())
 		return exitUsage
 	}
 	return cmd(ctx, args[1:], io)
@@ -94,8 +110,8 @@ func run(ctx context.Context, args []string, io stdio) int {
 // they changed the pipeline, and obeying it would feed the model features it
 // was not trained on. Where no model is in use (sample and replay without
 // --model: raw features, e.g. to check against PromQL) they set the windows;
-// their defaults are the embedded model's, so that by default every command
-// computes the features the default model scores.
+// their defaults are the default embedded model's, so that by default every
+// command computes the features the default model scores.
 type windowFlags struct {
 	cfg infer.Config
 	fs  *flag.FlagSet
@@ -157,17 +173,12 @@ func (w *windowFlags) forModel(m *model.Model, interval time.Duration) (infer.Co
 	return fc, nil
 }
 
-// loadGivenModel loads the model a tool (score, replay, sample) was given,
-// without the sidecar's fallback: the user asked for that model. "" is the
-// embedded one. The model's warnings go to stderr.
-func loadGivenModel(cmd, path string, stderr io.Writer) (*model.Model, error) {
-	var m *model.Model
-	var err error
-	if path == "" {
-		m, err = model.Default()
-	} else {
-		m, err = model.LoadFiles(path)
-	}
+// loadGivenModel loads the model a tool (score, replay, sample) was given, an
+// embedded name or a path (model.LoadNameOrPath), without the sidecar's
+// fallback: the user asked for that model. "" is the default one. The model's
+// warnings go to stderr.
+func loadGivenModel(cmd, nameOrPath string, stderr io.Writer) (*model.Model, error) {
+	m, err := model.LoadNameOrPath(nameOrPath)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +197,7 @@ func newFlagSet(name string, io stdio) *flag.FlagSet {
 func runReplay(_ context.Context, args []string, io stdio) int {
 	fs := newFlagSet("replay", io)
 	in := fs.String("in", "", "raw samples CSV (- for standard input)")
-	modelPath := fs.String("model", "", "compute the features with the windows of this model's manifest (<file>.manifest.json beside it); the output stays on the plain scale, without the model's normalisation")
+	modelPath := fs.String("model", "", modelHelp()+": compute the features with the windows of its manifest; the output stays on the plain scale, without the model's normalisation")
 	windows := registerWindowFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage

@@ -69,7 +69,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	var target targetFlags
 	target.register(fs)
 	interval := fs.Duration("interval", time.Second, intervalHelp)
-	modelPath := fs.String("model", "", "LightGBM text model overriding the embedded one (manifest beside it: <file>.manifest.json); the feature windows come from its manifest. An unusable one (bad file, or a feature spec this build cannot compute at --interval) is refused, and the sidecar runs on the embedded model and says so")
+	modelPath := fs.String("model", "", modelHelp()+" to run on; the feature windows come from its manifest. An unusable one (unknown name, bad file, or a feature spec this build cannot compute at --interval) is refused, and the sidecar runs on the default model and says so")
 	windows := registerWindowFlags(fs)
 	httpAddr := fs.String("http", healthcheck.DefaultAddr, "health endpoint address (/healthz /readyz /status /metrics, POST /signal from loopback); empty disables it")
 	probeMQTT := fs.String("probe-mqtt", "", "app-logic probe: MQTT broker beside the sidecar, e.g. tcp://127.0.0.1:1883")
@@ -168,26 +168,26 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 
 // intervalHelp says why the sampling interval may be shorter than the model's
 // training interval but not longer (model.Windows.CheckInterval).
-const intervalHelp = "time between samples; with a model, at most its manifest's sample_interval (5s for the embedded model). Faster is fine, hence the default: rate and deriv over fixed windows are defined at any finer sampling, and the agent's gates count samples, so they confirm sooner"
+const intervalHelp = "time between samples; with a model, at most its manifest's sample_interval (5s for the default model p1). Faster is fine, hence the default: rate and deriv over fixed windows are defined at any finer sampling, and the agent's gates count samples, so they confirm sooner"
 
-// loadModel returns the model the sidecar runs on: the override when it is
-// usable at this interval, else the embedded one with a warning saying why the
-// override was refused, because a sidecar never crash-loops over its model file.
-// Only a command line that the embedded model cannot satisfy either (an
-// interval slower than its sample_interval) is an error, wrapping
-// model.ErrFeatureSpec.
-func loadModel(path string, interval time.Duration) (*model.Model, string, error) {
-	m, fallbackErr := model.LoadOverride(path)
+// loadModel returns the model the sidecar runs on: the override (an embedded
+// name or a path) when it is usable at this interval, else the default model
+// with a warning saying why the override was refused, because a sidecar never
+// crash-loops over its model. Only a command line that the default model
+// cannot satisfy either (an interval slower than its sample_interval) is an
+// error, wrapping model.ErrFeatureSpec.
+func loadModel(nameOrPath string, interval time.Duration) (*model.Model, string, error) {
+	m, fallbackErr := model.LoadOverride(nameOrPath)
 	if m == nil {
 		return nil, "", fmt.Errorf("no usable model: %w", fallbackErr)
 	}
-	if path != "" && fallbackErr == nil {
+	if nameOrPath != "" && fallbackErr == nil {
 		if _, err := sidecar.FeatureConfig(m, interval); err != nil {
 			def, derr := model.Default()
 			if derr != nil {
 				return nil, "", fmt.Errorf("no usable model: %w", errors.Join(err, derr))
 			}
-			m, fallbackErr = def, fmt.Errorf("model override rejected, running on the embedded default model (sha256 %.12s): %w", def.SHA256(), err)
+			m, fallbackErr = def, model.FallbackError(def, err)
 		}
 	}
 	if _, err := sidecar.FeatureConfig(m, interval); err != nil {

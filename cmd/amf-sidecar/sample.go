@@ -16,7 +16,7 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 	pid := fs.Int("pid", 0, "sample the cgroup of this process")
 	path := fs.String("cgroup-path", "", "sample this cgroup directory")
 	interval := fs.Duration("interval", time.Second, intervalHelp)
-	modelPath := fs.String("model", "", "compute the features with the windows of this model's manifest (<file>.manifest.json beside it), refusing an --interval slower than its sample_interval; plain scale, without its normalisation")
+	modelPath := fs.String("model", "", modelHelp()+": compute the features with the windows of its manifest, refusing an --interval slower than its sample_interval; plain scale, without its normalisation")
 	windows := registerWindowFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage

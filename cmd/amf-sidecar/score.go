@@ -11,7 +11,7 @@ import (
 func runScore(_ context.Context, args []string, io stdio) int {
 	fs := newFlagSet("score", io)
 	in := fs.String("in", "", "features CSV (- for standard input)")
-	modelPath := fs.String("model", "", "LightGBM text model (manifest beside it: <file>.manifest.json); default: the embedded model")
+	modelPath := fs.String("model", "", modelHelp()+" to score with")
 	// The features come ready-made, so the windows are not computed here; given,
 	// they state how the input was computed and are checked against the model.
 	windows := registerWindowFlags(fs)

@@ -90,7 +90,7 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 		{"score: no window flags", []string{"score", "--in", features}, 0, nil},
 		{"score: a flag restating the model's window", []string{"score", "--in", features, "--rate-window", "5m", "--step", "5s"}, 0, nil},
 		{"score: a flag contradicting the embedded model", []string{"score", "--in", features, "--rate-window", "1m"}, 2,
-			[]string{"--rate-window 1m, the model's is 5m", "(embedded default) was trained with rate_window 5m, deriv_window 10m, subquery_step 5s, lookback 5m, sample_interval 5s", "drop the window flags"}},
+			[]string{"--rate-window 1m, the model's is 5m", "(embedded p1) was trained with rate_window 5m, deriv_window 10m, subquery_step 5s, lookback 5m, sample_interval 5s", "drop the window flags"}},
 		{"score: every contradiction listed", []string{"score", "--in", features, "--model", short, "--rate-window", "5m", "--lookback", "5m"}, 2,
 			[]string{"--rate-window 5m, the model's is 1m", "--lookback 5m, the model's is 30s", short}},
 		{"score: an older manifest is used with a warning naming it", []string{"score", "--in", features, "--model", old}, 0,
@@ -107,7 +107,7 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 		{"run: a flag contradicting the model in use", []string{"run", "--pid", "1", "--model", short, "--step", "5s"}, 2,
 			[]string{"--step 5s, the model's is 1s"}},
 		{"run: window flags for the fallback are checked too", []string{"run", "--pid", "1", "--model", fast, "--rate-window", "1m"}, 2,
-			[]string{"--rate-window 1m, the model's is 5m", "(embedded default)"}},
+			[]string{"--rate-window 1m, the model's is 5m", "(embedded p1)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,6 +168,8 @@ func TestLoadModelForRun(t *testing.T) {
 		kind     error  // non-nil: refused
 	}{
 		{"embedded model", "", time.Second, def.Source(), "", nil},
+		{"embedded model by name", "p1", time.Second, def.Source(), "", nil},
+		{"unknown name falls back naming the embedded models", "nosuch", time.Second, def.Source(), "model nosuch: no such model: neither an embedded model (embedded: p1)", nil},
 		{"override usable at the interval", short, time.Second, short, "", nil},
 		{"override trained on faster samples falls back", fast, time.Second, def.Source(), "sampling every 1s is slower than the model's sample_interval 500ms", nil},
 		{"override usable at a finer interval", fast, 250 * time.Millisecond, fast, "", nil},

@@ -7,10 +7,14 @@
 //
 // # Files
 //
-// The default model is embedded (default_model.txt, default_manifest.json;
-// regenerate with `make model`). A model given on the command line is a file
-// NAME.txt whose manifest is NAME.manifest.json in the same folder (see
-// ManifestPathFor); LoadFilePair takes both paths explicitly.
+// Models are embedded by name (EmbeddedNames, Embedded): DefaultName "p1",
+// the paper's P1 model (default_model.txt, default_manifest.json; regenerate
+// with `make model`), is what Default returns. Adding an embedded model is
+// one entry in the registry in embedded.go beside its files. A model given on
+// the command line is an embedded name or else a file NAME.txt whose
+// manifest is NAME.manifest.json in the same folder (LoadNameOrPath,
+// ManifestPathFor); an exact embedded name wins, so "./p1" names a file
+// called p1. LoadFilePair takes both paths explicitly.
 //
 // # Checks
 //
@@ -25,7 +29,8 @@
 // package's own reading of the trees. Every failure is a *LoadError naming
 // the file, what is wrong and what to do; errors.Is works with ErrEmpty,
 // ErrTooLarge, ErrManifest, ErrFeatures, ErrFeatureSpec, ErrChecksum,
-// ErrFormat, ErrLeaves and ErrIO.
+// ErrFormat, ErrLeaves and ErrIO, and ErrNoSuchModel for a name that is
+// neither an embedded model nor a file.
 //
 // # Feature spec
 //
@@ -46,14 +51,14 @@
 //
 // # Override and fallback
 //
-// LoadOverride(path) is for the sidecar's --model flag: when the override is
-// unusable it returns the embedded default model together with the error, so
-// the sidecar keeps running and reports the rejection (log, status, metric)
-// instead of crash-looping.
+// LoadOverride(nameOrPath) is for the sidecar's --model flag: when the
+// override is unusable (a bad file, an unknown name) it returns the embedded
+// default model together with the error, so the sidecar keeps running and
+// reports the rejection (log, status, metric) instead of crash-looping.
 //
 // # Data attribution
 //
-// The embedded default model is derived from the ToD-K8s-OOD dataset by
+// The embedded default model p1 is derived from the ToD-K8s-OOD dataset by
 // Hassaan Siddiqui and Ferhat Khendek, licensed CC BY 4.0
 // (https://github.com/hassaanas/k8s-dataset-tod); its manifest records the
 // dataset's name, authors, licence and file checksums.

@@ -19,11 +19,14 @@ var (
 	ErrChecksum    = errors.New("sha256 mismatch")
 	ErrFormat      = errors.New("invalid or unsupported model text")
 	ErrLeaves      = errors.New("model rejected by the leaves scorer")
+	// ErrNoSuchModel: a name given for a model is neither an embedded
+	// model's nor an existing file.
+	ErrNoSuchModel = errors.New("no such model")
 )
 
 // LoadError describes why a model could not be loaded.
 type LoadError struct {
-	Source string // model file path, "(embedded default)" or "(from bytes)"
+	Source string // model file path, "(embedded NAME)", "(from bytes)", or the unknown name
 	Kind   error  // one of the Err* values above
 	Detail string // what exactly is wrong
 }
@@ -51,6 +54,8 @@ func hint(kind error) string {
 		return fmt.Sprintf("use a model whose manifest states a feature spec this binary computes (windows that are whole multiples of subquery_step, deriv_window >= 2 steps, rate_window >= 2 sample_intervals, lookback >= 1 sample_interval, each <= %s; normalisation fractions in (0, 10]), as infer/train/amftrain.py writes and checks it", FormatDuration(MaxWindow))
 	case ErrChecksum:
 		return "the model file is not the one its manifest describes; copy the model and its manifest together, or re-export both"
+	case ErrNoSuchModel:
+		return "give an embedded model's name, or the path of a model file NAME.txt with NAME.manifest.json beside it (./NAME for a file named like an embedded model)"
 	case ErrLeaves:
 		return "re-export the model with infer/train/amftrain.py; report a bug if this persists"
 	}

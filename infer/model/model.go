@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,16 +16,6 @@ import (
 
 	"github.com/dmitryikh/leaves"
 	"github.com/dmitryikh/leaves/transformation"
-)
-
-//go:embed default_model.txt default_manifest.json
-var embedded embed.FS
-
-// Names of the embedded default files.
-const (
-	defaultModelFile    = "default_model.txt"
-	defaultManifestFile = "default_manifest.json"
-	defaultSource       = "(embedded default)"
 )
 
 // Model is a loaded, validated model. It is immutable and safe for
@@ -101,7 +90,8 @@ func (m *Model) Manifest() Manifest { return m.manifest.clone() }
 // SHA256 is the hex sha256 of the model file.
 func (m *Model) SHA256() string { return m.sha }
 
-// Source is the model's file path, "(embedded default)" or "(from bytes)".
+// Source is the model's file path, "(embedded NAME)" (e.g. "(embedded p1)")
+// or "(from bytes)".
 func (m *Model) Source() string { return m.source }
 
 // NumTrees is the number of trees in the ensemble.
@@ -122,32 +112,6 @@ func (m *Model) CheckFeatureNames(names []string) error {
 // score. See the package documentation for the checks.
 func Load(modelBytes, manifestBytes []byte) (*Model, error) {
 	return load("(from bytes)", "(from bytes)", modelBytes, manifestBytes)
-}
-
-var defaultOnce struct {
-	sync.Once
-	m   *Model
-	err error
-}
-
-// Default returns the embedded default model (loaded once, then shared).
-func Default() (*Model, error) {
-	defaultOnce.Do(func() {
-		defaultOnce.m, defaultOnce.err = loadDefault()
-	})
-	return defaultOnce.m, defaultOnce.err
-}
-
-func loadDefault() (*Model, error) {
-	mb, err := embedded.ReadFile(defaultModelFile)
-	if err != nil {
-		return nil, loadErr(defaultSource, ErrIO, "%v", err)
-	}
-	jb, err := embedded.ReadFile(defaultManifestFile)
-	if err != nil {
-		return nil, loadErr(defaultSource, ErrIO, "%v", err)
-	}
-	return load(defaultSource, defaultManifestFile+" (embedded)", mb, jb)
 }
 
 // ManifestPathFor is the rule for finding a model file's manifest: the
@@ -177,19 +141,17 @@ func LoadFilePair(modelPath, manifestPath string) (*Model, error) {
 	return load(modelPath, manifestPath, mb, jb)
 }
 
-// LoadOverride is for a model given on the command line. With an empty
-// path it returns the embedded default and a nil error. Otherwise it loads
-// the file (LoadFiles). If that fails it returns the embedded default model
-// together with a non-nil error saying why the override was rejected: the
-// caller keeps running on the returned model and must report the error
-// loudly (log, status endpoint, metric). The returned model is nil only if
-// the embedded default itself cannot load (a build defect, caught by this
-// package's tests); the error then carries both failures.
-func LoadOverride(path string) (m *Model, fallbackErr error) {
-	if path == "" {
-		return Default()
-	}
-	m, err := LoadFiles(path)
+// LoadOverride is for a model given on the sidecar's command line: an
+// embedded model's name or a file path, as LoadNameOrPath reads it. With an
+// empty argument it returns the embedded default and a nil error. If the
+// model cannot be loaded it returns the embedded default model together with
+// a non-nil error saying why the override was rejected: the caller keeps
+// running on the returned model and must report the error loudly (log,
+// status endpoint, metric). The returned model is nil only if the embedded
+// default itself cannot load (a build defect, caught by this package's
+// tests); the error then carries both failures.
+func LoadOverride(nameOrPath string) (m *Model, fallbackErr error) {
+	m, err := LoadNameOrPath(nameOrPath)
 	if err == nil {
 		return m, nil
 	}
@@ -197,7 +159,13 @@ func LoadOverride(path string) (m *Model, fallbackErr error) {
 	if derr != nil {
 		return nil, errors.Join(err, derr)
 	}
-	return def, fmt.Errorf("model override rejected, running on the embedded default model (sha256 %.12s): %w", def.SHA256(), err)
+	return def, FallbackError(def, err)
+}
+
+// FallbackError is the error of a rejected override: it names the default
+// model the caller runs on instead and wraps why.
+func FallbackError(def *Model, why error) error {
+	return fmt.Errorf("model override rejected, running on the embedded default model %s (sha256 %.12s): %w", DefaultName, def.SHA256(), why)
 }
 
 func fileErr(src, what string, err error) error {

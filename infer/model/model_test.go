@@ -166,7 +166,7 @@ func TestDefaultModel(t *testing.T) {
 	if n := m.Normalisation(); n.CPUReferenceFraction != 0.5 || n.MemoryReferenceFraction != 0.5 {
 		t.Fatalf("normalisation %+v", n)
 	}
-	if m.Source() != "(embedded default)" || len(m.SHA256()) != 64 || m.NumTrees() < 10 {
+	if m.Source() != "(embedded p1)" || len(m.SHA256()) != 64 || m.NumTrees() < 10 {
 		t.Fatalf("source %q sha %q trees %d", m.Source(), m.SHA256(), m.NumTrees())
 	}
 	// The label of the dataset is cpu >= 80 or memory >= 80: the model must
@@ -440,7 +440,7 @@ func TestLoadFiles(t *testing.T) {
 		if err == nil || m != def {
 			t.Fatalf("m %p err %v: want the default and an error", m, err)
 		}
-		if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "embedded default") || !strings.Contains(err.Error(), "bad.txt") {
+		if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "embedded default model p1") || !strings.Contains(err.Error(), "bad.txt") {
 			t.Fatalf("error %q", err)
 		}
 	})

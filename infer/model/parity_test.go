@@ -110,6 +110,23 @@ func TestParityDefault(t *testing.T) {
 	checkParity(t, m, rows, "parity_default.csv")
 }
 
+// TestParityEmbedded checks every embedded model against its golden.
+func TestParityEmbedded(t *testing.T) {
+	for _, e := range embeddedModels() {
+		t.Run(e.name, func(t *testing.T) {
+			m, err := Embedded(e.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := readGolden(t, filepath.Join("testdata", e.golden))
+			if len(rows) == 0 {
+				t.Fatalf("%s has no rows", e.golden)
+			}
+			checkParity(t, m, rows, e.golden)
+		})
+	}
+}
+
 // TestExporterParity checks models exported from freshly fitted sklearn
 // models (make test-exporter generates them into $AMF_EXPORTER_PARITY_DIR).
 func TestExporterParity(t *testing.T) {

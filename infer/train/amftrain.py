@@ -10,6 +10,7 @@ Run with Debian's interpreter, which is the one that has scikit-learn:
     /usr/bin/python3 infer/train/amftrain.py export --protocol P1 --seed 42 --out m.txt
     /usr/bin/python3 infer/train/amftrain.py test-exporter --out DIR
     /usr/bin/python3 infer/train/amftrain.py label-rule
+    /usr/bin/python3 infer/train/amftrain.py leadtime      # lead-time model from lab/corpus/data
 
 Data: the ToD-K8s-OOD dataset by H. Siddiqui and F. Khendek (CC BY 4.0),
 https://github.com/hassaanas/k8s-dataset-tod . It is not in this repository:
@@ -45,6 +46,7 @@ except ImportError as e:  # pragma: no cover
 
 import amfdata  # noqa: E402
 import amfexport  # noqa: E402
+import amfleadtime  # noqa: E402
 from amfdata import FEATURES, DataError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -702,6 +704,17 @@ def main(argv=None):
     p.add_argument("--seeds", type=seeds_arg, default=[1, 2, 3])
     p.set_defaults(func=cmd_test_exporter)
 
+    p = sub.add_parser("leadtime", help="train and evaluate the lead-time model on the lab corpus")
+    p.add_argument("--corpus", default=None, metavar="DIR",
+                   help="corpus folder holding corpus.csv.gz (default %s)" % amfleadtime.CORPUS_DIR)
+    p.add_argument("--sidecar", default=amfleadtime.SIDECAR,
+                   help="amf-sidecar binary that recomputes the features (make build)")
+    p.add_argument("--out-dir", default=MODEL_DIR)
+    p.add_argument("--report", default=REPORT_DIR)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=lambda a: amfleadtime.run(a, sklearn.__version__, write_golden, crafted_rows))
+
     p = sub.add_parser("label-rule", help="check true_label == cpu>=80 or mem>=80")
     data_opt(p)
     p.set_defaults(func=cmd_label_rule)
@@ -709,7 +722,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         return args.func(args)
-    except (DataError, amfexport.ExportError) as e:
+    except (DataError, amfexport.ExportError, amfleadtime.CorpusError) as e:
         print("amftrain: %s" % e, file=sys.stderr)
         return 2
 

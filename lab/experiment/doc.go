@@ -17,6 +17,10 @@
 //   - healthy: the full loop under normal traffic with no fault, to count false
 //     switchovers.
 //
+// The sidecars run Config.Model (an embedded name, or a model file copied
+// where the pods can read it); each run records it, its sha256 and what the
+// primary's sidecar reported in /status.
+//
 // Results (JSON, a summary table beside the paper's figures, SVG plots) go to a
 // results folder. Test infrastructure; product code never imports it.
 package experiment

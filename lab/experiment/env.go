@@ -40,6 +40,7 @@ type env struct {
 	// whose parents may be private (e.g. /root).
 	podDir    string
 	stress    string // amf-lab, as the fault injector runs it inside the container
+	model     sidecarModel
 	keepState bool
 }
 
@@ -183,7 +184,8 @@ func (e *env) edge(ns string, agent *testbed.Agent) (testbed.Edge, error) {
 		ports[i] = p
 	}
 	ed := testbed.Edge{Namespace: ns, Node: NodeName, RDS: e.rds.Addr, OBU: e.obu.Addr, Bridge: e.cfg.Bridge,
-		BrokerPortA: ports[0], BrokerPortB: ports[1], HealthPortA: ports[2], HealthPortB: ports[3], Policy: e.cfg.Policy}
+		BrokerPortA: ports[0], BrokerPortB: ports[1], HealthPortA: ports[2], HealthPortB: ports[3], Policy: e.cfg.Policy,
+		SidecarModel: e.model.arg}
 	if agent != nil {
 		ed.AgentAddr = agent.Addr
 	}

@@ -52,7 +52,11 @@ type Config struct {
 	Repo string // the repository (manifests/); default: found from the working directory
 	Bin  bench.Binaries
 	// Policy overrides of the agent's gates on the primary (annotations).
-	Policy   map[string]string
+	Policy map[string]string
+	// Model is the sidecars' --model (modes observe, amf, healthy): an
+	// embedded model's name, or a model file path (copied with its manifest
+	// where the pods can read it). Default: the sidecar's default model.
+	Model    string
 	Log      *slog.Logger
 	Progress io.Writer // one line per step for the person watching
 }
@@ -125,6 +129,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	sm, err := resolveModel(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
 	if err := CanRun(); err != nil {
 		return nil, fmt.Errorf("experiment: %w", err)
 	}
@@ -137,6 +145,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, err
 	}
 	defer env.close()
+	if err := sm.stage(env.podDir); err != nil {
+		return nil, err
+	}
+	env.model = sm
 	for _, m := range cfg.Modes {
 		runs, err := env.mode(ctx, m)
 		res.Runs = append(res.Runs, runs...)

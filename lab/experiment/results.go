@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,13 @@ type RunResult struct {
 	Index     int       `json:"run"`
 	Namespace string    `json:"namespace"`
 	Onset     time.Time `json:"onset"`
+	// Model is the sidecars' model (an embedded name, or the model file's
+	// path as given) and ModelSHA256 its sha256; SidecarModel is what the
+	// primary's sidecar reported in /status: source, sha256, and the reason
+	// if it fell back to its default. None in reactive runs (no sidecar).
+	Model        string `json:"model,omitempty"`
+	ModelSHA256  string `json:"model_sha256,omitempty"`
+	SidecarModel string `json:"sidecar_model,omitempty"`
 
 	Detection      *float64 `json:"detection_s"`       // first anomalous signal of the primary
 	Confirmation   *float64 `json:"confirmation_s"`    // the agent's scale-up decision (debounce passed)
@@ -155,6 +163,7 @@ func (res *Results) Summary(w io.Writer) {
 	if runs := by[AMF]; len(runs) > 0 {
 		fmt.Fprintln(w, "AMF (make-before-break switchover; times in s after the fault's onset):")
 		fmt.Fprintln(w)
+		modelLine(w, runs)
 		fmt.Fprintln(w, "| run | detection | confirmation | standby Ready | switchover complete | OOM | max E2E SOT at cut-over (ms) | duplicates at OBU | healthy jitter (ms) |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 		for _, r := range runs {
@@ -172,6 +181,7 @@ func (res *Results) Summary(w io.Writer) {
 	if runs := by[Observe]; len(runs) > 0 {
 		fmt.Fprintln(w, "Observe (the agent decides but never acts; times in s after the fault's onset):")
 		fmt.Fprintln(w)
+		modelLine(w, runs)
 		fmt.Fprintln(w, "| run | detection | confirmation (would scale up) | OOM | lead time: OOM − confirmation (s) | E2E SOT at the OOM (ms) |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|")
 		for _, r := range runs {
@@ -186,6 +196,7 @@ func (res *Results) Summary(w io.Writer) {
 	if runs := by[Healthy]; len(runs) > 0 {
 		fmt.Fprintln(w, "Healthy (normal traffic, no fault; the full loop running):")
 		fmt.Fprintln(w)
+		modelLine(w, runs)
 		fmt.Fprintln(w, "| run | switchovers (false) | max anomaly probability | largest gap (ms) |")
 		fmt.Fprintln(w, "|---|---|---|---|")
 		for _, r := range runs {
@@ -198,6 +209,27 @@ func (res *Results) Summary(w io.Writer) {
 			fmt.Fprintf(w, "%s run %d failed: %s\n", r.Mode, r.Index, r.Error)
 		}
 	}
+}
+
+// modelLine says which model a mode's sidecars ran, and what any sidecar
+// reported otherwise (a fallback to its default, another build's model).
+func modelLine(w io.Writer, runs []RunResult) {
+	var models []string
+	for _, r := range runs {
+		if m := fmt.Sprintf("%s (sha256 %.12s)", r.Model, r.ModelSHA256); r.Model != "" && !slices.Contains(models, m) {
+			models = append(models, m)
+		}
+	}
+	if len(models) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Model: %s.\n", strings.Join(models, ", "))
+	for _, r := range runs {
+		if r.SidecarModel != "" && !strings.Contains(r.SidecarModel, "sha256:"+r.ModelSHA256) {
+			fmt.Fprintf(w, "Run %d: the sidecar reported %s.\n", r.Index, r.SidecarModel)
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 func oomCell(r RunResult) string {

@@ -26,6 +26,7 @@ type record struct {
 	lines        []testbed.AgentLine
 	memory       []sample
 	scores       []sample
+	sidecarModel string // the primary's sidecar's /status "model"
 }
 
 type sample struct {
@@ -79,6 +80,14 @@ func (r *record) addScore(t time.Time, v float64) {
 	r.scores = append(r.scores, sample{t, v})
 }
 
+func (r *record) setSidecarModel(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sidecarModel == "" {
+		r.sidecarModel = s
+	}
+}
+
 // mode runs every run of one mode.
 func (e *env) mode(ctx context.Context, m Mode) ([]RunResult, error) {
 	if m == Reactive {
@@ -107,7 +116,7 @@ func (e *env) mode(ctx context.Context, m Mode) ([]RunResult, error) {
 // agentRun is one run with the sidecar and agent (modes amf, observe, healthy).
 func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent) (res RunResult, err error) {
 	ns := fmt.Sprintf("%s-%d", m, i)
-	res = RunResult{Mode: m, Index: i, Namespace: ns}
+	res = RunResult{Mode: m, Index: i, Namespace: ns, Model: e.model.Name, ModelSHA256: e.model.SHA256}
 	defer func() {
 		if err != nil {
 			res.Error = err.Error()
@@ -156,7 +165,7 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	if cg, err := e.node.ContainerCgroup(ns, pod.Name, testbed.BrokerContainer); err == nil {
 		go sampleMemory(runCtx, cg, rec.addMemory)
 	}
-	go sampleScore(runCtx, fmt.Sprintf("http://127.0.0.1:%d/status", ed.HealthPortA), rec.addScore)
+	go sampleScore(runCtx, fmt.Sprintf("http://127.0.0.1:%d/status", ed.HealthPortA), rec.addScore, rec.setSidecarModel)
 
 	f := e.cfg.Fault
 	if m == Healthy {
@@ -253,6 +262,7 @@ func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Tim
 	}
 	res.OOMKilled = !oom.IsZero()
 	res.Restarts = rec.restarts
+	res.SidecarModel = rec.sidecarModel
 
 	r := e.probe.Snapshot()
 	if g, ok := r.MaxGap(baseline, onset); ok {

@@ -146,8 +146,9 @@ func sampleMemory(ctx context.Context, cgroup string, add func(time.Time, float6
 
 // sampleScore reads the sidecar's /status (its latest anomaly score) every
 // second until ctx ends: the agent hears only health changes and anomalous
-// samples, the timeline wants the healthy baseline too.
-func sampleScore(ctx context.Context, url string, add func(time.Time, float64)) {
+// samples, the timeline wants the healthy baseline too. It also passes on
+// the model the sidecar says it runs (source, sha256, any fallback).
+func sampleScore(ctx context.Context, url string, add func(time.Time, float64), model func(string)) {
 	hc := &http.Client{Timeout: 500 * time.Millisecond}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -156,9 +157,15 @@ func sampleScore(ctx context.Context, url string, add func(time.Time, float64)) 
 			if resp, err := hc.Do(req); err == nil {
 				var st struct {
 					Score *float64 `json:"score"`
+					Model string   `json:"model"`
 				}
-				if json.NewDecoder(resp.Body).Decode(&st) == nil && st.Score != nil {
-					add(time.Now(), *st.Score)
+				if json.NewDecoder(resp.Body).Decode(&st) == nil {
+					if st.Model != "" {
+						model(st.Model)
+					}
+					if st.Score != nil {
+						add(time.Now(), *st.Score)
+					}
 				}
 				resp.Body.Close()
 			}

@@ -81,7 +81,11 @@ type Edge struct {
 	// brokers running at the same time need distinct ones.
 	ClientPrefix string
 	SidecarImage string // default inject.DefaultSidecarImage
-	SidecarArgs  []string
+	// SidecarModel is the sidecars' --model, set by inject (Options.Model):
+	// an embedded model's name, or a path the lab node's pods can read.
+	// Default: the sidecar's default model.
+	SidecarModel string
+	SidecarArgs  []string // appended to the sidecars' arguments
 	// Policy annotations added to the primary (e.g. amf.io/hold).
 	Policy map[string]string
 }
@@ -125,7 +129,7 @@ func (e Edge) AMF() (Objects, error) {
 	if err != nil {
 		return Objects{}, err
 	}
-	out, _, err := inject.Inject(in, inject.Options{Standby: true, SidecarImage: e.SidecarImage})
+	out, _, err := inject.Inject(in, inject.Options{Standby: true, SidecarImage: e.SidecarImage, Model: e.SidecarModel})
 	if err != nil {
 		return Objects{}, fmt.Errorf("inject the edge broker: %w", err)
 	}

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,6 +68,37 @@ func TestEdgeAMFObjectsHaveOwnPortsAndClientIDs(t *testing.T) {
 		if conf := objs.ConfigMaps[i].Data["mosquitto.conf"]; !strings.Contains(conf, "remote_clientid "+want.clientID+"\n") {
 			t.Errorf("%s: configuration lacks client ID %s", objs.ConfigMaps[i].Name, want.clientID)
 		}
+	}
+}
+
+func TestEdgeSidecarsRunTheGivenModel(t *testing.T) {
+	for _, tt := range []struct {
+		name, model string
+		want        []string // the sidecars' --model arguments
+	}{
+		{"default: the sidecar's own", "", nil},
+		{"an embedded name", "leadtime", []string{"--model=leadtime"}},
+		{"a path", "/tmp/amf-lab-pods-1/models/m.txt", []string{"--model=/tmp/amf-lab-pods-1/models/m.txt"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := Edge{Namespace: "run-1", RDS: "127.0.0.1:1901", OBU: "127.0.0.1:1902", Bridge: DefaultBridge,
+				BrokerPortA: 1910, BrokerPortB: 1911, HealthPortA: 1920, HealthPortB: 1921, SidecarModel: tt.model}
+			objs, err := e.AMF()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range objs.Deployments {
+				var got []string
+				for _, a := range d.Spec.Template.Spec.InitContainers[0].Args {
+					if strings.HasPrefix(a, "--model") {
+						got = append(got, a)
+					}
+				}
+				if !slices.Equal(got, tt.want) {
+					t.Errorf("%s: sidecar model arguments %q, want %q", d.Name, got, tt.want)
+				}
+			}
+		})
 	}
 }
 

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/infer/model"
+)
+
+// withoutModel is args without its --model flag and value.
+func withoutModel(args []string) []string {
+	i := slices.Index(args, "--model")
+	if i < 0 {
+		return args
+	}
+	return slices.Delete(slices.Clone(args), i, i+2)
+}
+
+func TestModelFlagTakesAnEmbeddedNameOrAPath(t *testing.T) {
+	dir := t.TempDir()
+	// A model trained on other windows as the file "p1" (no .txt), named like
+	// the default embedded model, and as an ordinary path.
+	short := writeModel(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	for _, f := range []struct{ from, to string }{{short, "p1"}, {model.ManifestPathFor(short), "p1.manifest.json"}} {
+		b, err := os.ReadFile(f.from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.to), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	features := filepath.Join(dir, "features.csv")
+	if err := os.WriteFile(features, []byte("cpu_percent,memory_percent,network_io_bytes_per_sec,disk_io_bytes_per_sec,cpu_growth_rate,memory_growth_rate\n1,2,3,4,5,6\n95,2,3,4,5,6\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	ramp := rampCSV()
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		mention []string // in stderr
+		// sameAsDefault: stdout equals that of the same command without --model.
+		sameAsDefault bool
+	}{
+		{"score: the default model's name", []string{"score", "--in", features, "--model", "p1"}, 0, nil, true},
+		{"score: a name is the embedded model even beside a file of that name", []string{"score", "--in", features, "--model", "p1", "--rate-window", "1m"}, 2,
+			[]string{"(embedded p1) was trained with rate_window 5m"}, false},
+		{"score: ./p1 is the file called p1", []string{"score", "--in", features, "--model", "./p1", "--rate-window", "1m"}, 0, nil, false},
+		{"score: a path", []string{"score", "--in", features, "--model", short}, 0, nil, false},
+		{"score: an unknown name names the embedded models", []string{"score", "--in", features, "--model", "nosuch"}, 2,
+			[]string{"model nosuch: no such model", "embedded: p1"}, false},
+		{"score: a missing path is a file error", []string{"score", "--in", features, "--model", filepath.Join(dir, "nope.txt")}, 2,
+			[]string{"nope.txt", "no such file"}, false},
+		{"replay: the default model's name", []string{"replay", "--in", "-", "--model", "p1"}, 0, nil, true},
+		{"replay: an unknown name names the embedded models", []string{"replay", "--in", "-", "--model", "nosuch"}, 2, []string{"embedded: p1"}, false},
+		{"sample: the file's sample interval, not the embedded model's", []string{"sample", "--pid", "1", "--model", "./p1", "--interval", "2s"}, 2,
+			[]string{"slower than the model's sample_interval 1s"}, false},
+		{"sample: an unknown name names the embedded models", []string{"sample", "--pid", "1", "--model", "nosuch"}, 2, []string{"embedded: p1"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runCLI(t, ramp, tt.args...)
+			if code != tt.code {
+				t.Fatalf("exit code %d, want %d (stderr %q)", code, tt.code, errs)
+			}
+			for _, m := range tt.mention {
+				if !strings.Contains(errs, m) {
+					t.Errorf("stderr %q does not mention %q", errs, m)
+				}
+			}
+			if tt.sameAsDefault {
+				_, want, _ := runCLI(t, ramp, withoutModel(tt.args)...)
+				if out != want || out == "" {
+					t.Errorf("stdout %q, want the default model's %q", out, want)
+				}
+			}
+		})
+	}
+}
+
+// run --model NAME runs the sidecar on that embedded model; an unknown name
+// falls back to the default and says why, naming the embedded models.
+func TestRunWithAModelName(t *testing.T) {
+	tests := []struct {
+		name    string
+		model   string
+		refusal string // "" = the model must be accepted
+	}{
+		{"the default model's name", "p1", ""},
+		{"an unknown name", "nosuch", "neither an embedded model (embedded: p1)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+			defer cancel()
+			var out, errb strings.Builder
+			code := run(ctx, []string{"run", "--pid", strconv.Itoa(os.Getpid()), "--http", "", "--model", tt.model}, stdio{strings.NewReader(""), &out, &errb})
+			errs := errb.String()
+			if strings.Contains(errs, "target:") {
+				t.Skipf("cannot sample this process's cgroup here: %s", errs)
+			}
+			if code != exitOK {
+				t.Fatalf("exit code %d (stderr %s)", code, errs)
+			}
+			if !strings.Contains(errs, `"msg":"sidecar started"`) || !strings.Contains(errs, `"model":"(embedded p1)"`) {
+				t.Errorf("stderr does not say the sidecar started on (embedded p1):\n%s", errs)
+			}
+			refused := strings.Contains(errs, "model override refused")
+			if refused != (tt.refusal != "") || !strings.Contains(errs, tt.refusal) {
+				t.Errorf("refusal logged %v, want one saying %q:\n%s", refused, tt.refusal, errs)
+			}
+		})
+	}
+}

@@ -1,0 +1,598 @@
+"""The lead-time model: predict the failure, not the label.
+
+Trains a HistGradientBoostingClassifier on the lab corpus (``lab/corpus/data``,
+made by ``amf-lab corpus``) to say "this container fails within H seconds", and
+evaluates it the way the agent will use it: per run, the agent decides after
+``debounce`` consecutive samples at or above the threshold, and a switchover
+only beats the failure when that decision comes at least ``gate_lead`` seconds
+before it (the hold before the primary is retired, plus a margin).
+
+Features are recomputed from the corpus's raw counters by the sidecar itself
+(``amf-sidecar replay`` with the candidate windows), so the training features are
+exactly what the sidecar computes at run time. The network and disk features are
+held constant (0) in training: in the lab the network counter is the host's, not
+the broker's, and this kernel's blkio counts nothing, so the trees must not split
+on them (``check_unused`` proves they do not).
+"""
+
+import csv
+import gzip
+import io
+import json
+import math
+import os
+import subprocess
+import tempfile
+import warnings
+
+import numpy as np
+
+import amfexport
+from amfdata import FEATURES, REPO_ROOT
+
+CORPUS_DIR = os.path.join(REPO_ROOT, "lab", "corpus", "data")
+CORPUS_FILE = "corpus.csv.gz"
+SIDECAR = os.path.join(REPO_ROOT, "bin", "amf-sidecar")
+
+# Regime split: the test families are profile shapes the model never sees in
+# training (a leak with pauses, a spike without warning, oscillating CPU, memory
+# held high, idle, MQTT traffic bursts), so the figures say how it does on new
+# kinds of load.
+TRAIN_FAMILIES = ("mem-ramp", "mem-step", "paper", "cpu-ramp", "cpu-burst", "steady-heavy")
+TEST_FAMILIES = ("leak-pause", "spike", "cpu-oscillation", "mem-high-hold", "idle", "traffic-burst")
+
+# Features the model may split on; the other two are held at 0 in training.
+USED = ("cpu_percent", "memory_percent", "cpu_growth_rate", "memory_growth_rate")
+UNUSED_IDX = tuple(i for i, f in enumerate(FEATURES) if f not in USED)
+
+SAMPLE_INTERVAL = "1s"  # amf-lab corpus samples every second
+P1_WINDOWS = {"rate_window": "5m", "deriv_window": "10m", "subquery_step": "5s",
+              "lookback": "5m"}
+# Candidates, from P1's down to a few seconds. The 5-minute rate averages a
+# fault's first minutes away; shorter windows react sooner but see more noise.
+WINDOW_CANDIDATES = (
+    P1_WINDOWS,
+    {"rate_window": "1m", "deriv_window": "2m", "subquery_step": "5s", "lookback": "5m"},
+    {"rate_window": "30s", "deriv_window": "1m", "subquery_step": "1s", "lookback": "5m"},
+    {"rate_window": "15s", "deriv_window": "30s", "subquery_step": "1s", "lookback": "5m"},
+    {"rate_window": "10s", "deriv_window": "20s", "subquery_step": "1s", "lookback": "5m"},
+)
+HORIZONS = (30.0, 60.0, 120.0)
+
+# The agent's gates (actuate.DefaultGates): 3 consecutive anomalous samples
+# decide; the primary is retired 15 s (hold) after the decision. The lab
+# measures decision -> retired at 15.1 s, so a decision helps only when the
+# failure is at least hold + 1 s away.
+DEBOUNCE = 3
+HOLD_S = 15.0
+GATE_LEAD_S = HOLD_S + 1.0
+THRESHOLD = 0.5
+
+
+class CorpusError(Exception):
+    """The corpus is missing or malformed."""
+
+
+class Run:
+    """One corpus run: raw rows in the replay format and its labels' inputs."""
+
+    def __init__(self, run_id, family):
+        self.id = run_id
+        self.family = family
+        self.rows = []          # raw replay columns as text
+        self.t = []             # Unix seconds
+        self.ttf = []           # seconds to failure, nan for runs that did not fail
+        self.since_onset = []
+        self.fault_from_s = 0.0  # seconds after onset when the load begins (the baseline's end)
+
+    @property
+    def fails(self):
+        return len(self.ttf) > 0 and not math.isnan(self.ttf[0])
+
+    @property
+    def failure_time(self):
+        return self.t[0] + self.ttf[0] if self.fails else math.nan
+
+    def in_fault(self):
+        """Samples taken once the profile's load has begun."""
+        return self.since_onset >= self.fault_from_s
+
+    def duration_s(self):
+        return self.t[-1] - self.t[0] if len(self.t) > 1 else 0.0
+
+
+RAW_COLUMNS = ("time", "cpu_seconds_total", "memory_bytes", "memory_limit_bytes",
+               "network_bytes_total", "disk_bytes_total")
+
+
+def load_corpus(folder=None):
+    """Read corpus.csv.gz into runs (in file order). Raises CorpusError."""
+    folder = folder or CORPUS_DIR
+    path = os.path.join(folder, CORPUS_FILE)
+    if not os.path.isfile(path):
+        raise CorpusError("%s not found: the lab corpus is made by `bin/amf-lab corpus "
+                          "--seed 1 --runs 5 --out DIR` (see lab/corpus/DATASHEET.md); "
+                          "pass its folder with --corpus DIR" % path)
+    runs = {}
+    with gzip.open(path, "rt", encoding="ascii", newline="") as f:
+        r = csv.reader(f)
+        header = next(r, None)
+        need = ("run", "family") + RAW_COLUMNS + ("since_onset_s", "time_to_failure_s")
+        if header is None or any(c not in header for c in need):
+            raise CorpusError("%s: header lacks one of %s" % (path, ", ".join(need)))
+        ix = {c: header.index(c) for c in need}
+        for n, rec in enumerate(r, start=2):
+            try:
+                rid = rec[ix["run"]]
+                run = runs.get(rid)
+                if run is None:
+                    run = runs[rid] = Run(rid, rec[ix["family"]])
+                run.rows.append([rec[ix[c]] for c in RAW_COLUMNS])
+                run.t.append(float(rec[ix["time"]]))
+                ttf = rec[ix["time_to_failure_s"]]
+                run.ttf.append(float(ttf) if ttf != "" else math.nan)
+                run.since_onset.append(float(rec[ix["since_onset_s"]]))
+            except (IndexError, ValueError) as e:
+                raise CorpusError("%s line %d: %s" % (path, n, e)) from e
+    if not runs:
+        raise CorpusError("%s has no rows" % path)
+    plan = os.path.join(folder, "runs.json")
+    if os.path.isfile(plan):
+        with open(plan, encoding="utf-8") as f:
+            metas = json.load(f)
+        for meta in metas:
+            if meta.get("id") in runs:
+                runs[meta["id"]].fault_from_s = baseline_s(meta.get("profile", ""))
+    for run in runs.values():
+        run.t = np.asarray(run.t)
+        run.ttf = np.asarray(run.ttf)
+        run.since_onset = np.asarray(run.since_onset)
+    return list(runs.values())
+
+
+def baseline_s(profile):
+    """The length of a profile's leading idle segment ("55s;..." -> 55): the
+    corpus starts every run with one, before the fault's load begins."""
+    first = profile.split(";", 1)[0].strip()
+    if not first or ":" in first:
+        return 0.0
+    total, num, unit = 0.0, "", ""
+    for ch in first + " ":
+        if ch.isdigit() or ch == ".":
+            if unit:
+                total += float(num) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3}[unit]
+                num, unit = "", ""
+            num += ch
+        elif ch.isalpha():
+            unit += ch
+        elif num:
+            total += float(num) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3}[unit]
+            num, unit = "", ""
+    return total
+
+
+def corpus_sha256(folder=None):
+    with open(os.path.join(folder or CORPUS_DIR, CORPUS_FILE), "rb") as f:
+        return amfexport.sha256_bytes(f.read())
+
+
+def replay_features(run, windows, sidecar=SIDECAR):
+    """The six features at each of the run's sample times, computed by
+    `amf-sidecar replay` with the given windows (plain scale), as an (n, 6) array
+    with NaN where a feature is undefined."""
+    if not os.access(sidecar, os.X_OK):
+        raise CorpusError("%s is not an executable: build it with `make build`" % sidecar)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(RAW_COLUMNS)
+    w.writerows(run.rows)
+    cmd = [sidecar, "replay", "--in", "-",
+           "--rate-window", windows["rate_window"], "--deriv-window", windows["deriv_window"],
+           "--step", windows["subquery_step"], "--lookback", windows["lookback"]]
+    p = subprocess.run(cmd, input=buf.getvalue(), capture_output=True, text=True)
+    if p.returncode != 0:
+        raise CorpusError("amf-sidecar replay of run %s failed: %s" % (run.id, p.stderr.strip()))
+    lines = p.stdout.splitlines()
+    hdr = lines[0].split(",")
+    if hdr[1:] != list(FEATURES):
+        raise CorpusError("amf-sidecar replay wrote columns %s, expected time + %s" % (hdr, FEATURES))
+    X = np.array([[float(v) if v != "" else np.nan for v in ln.split(",")[1:]]
+                  for ln in lines[1:]], dtype=np.float64)
+    if len(X) != len(run.t):
+        raise CorpusError("run %s: replay gave %d rows for %d samples" % (run.id, len(X), len(run.t)))
+    return X
+
+
+def model_inputs(X):
+    """Training/scoring inputs: the unused features held at 0."""
+    X = np.array(X, dtype=np.float64, copy=True)
+    for i in UNUSED_IDX:
+        X[:, i] = 0.0
+    return X
+
+
+def labels(run, horizon):
+    """1 where the run's failure comes within horizon seconds."""
+    ttf = run.ttf
+    with np.errstate(invalid="ignore"):
+        return ((ttf >= 0) & (ttf <= horizon)).astype(np.int64)
+
+
+def make_hgbc(seed):
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    return HistGradientBoostingClassifier(random_state=seed)
+
+
+def training_mask(run):
+    """Which samples train: all of a healthy run; of a failing run only those
+    after its load began. Before that, nothing distinguishes it from a healthy
+    run's baseline (a failure nobody has started yet cannot be predicted), so
+    labelling those samples either way would only teach noise."""
+    return run.in_fault() if run.fails else np.ones(len(run.t), dtype=bool)
+
+
+def fit(runs, feats, horizon, seed):
+    X = np.vstack([model_inputs(feats[r.id])[training_mask(r)] for r in runs])
+    y = np.concatenate([labels(r, horizon)[training_mask(r)] for r in runs])
+    clf = make_hgbc(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)
+    return clf, len(y)
+
+
+def decisions(p, t, debounce=DEBOUNCE, threshold=THRESHOLD):
+    """The agent's decisions on one run's probabilities: the time of the
+    debounce-th consecutive sample at or above threshold; after a decision a
+    new one needs the streak to break first (one decision per episode)."""
+    out, streak, fired = [], 0, False
+    for pi, ti in zip(p, t):
+        if pi >= threshold:
+            streak += 1
+            if streak == debounce and not fired:
+                out.append(float(ti))
+                fired = True
+        else:
+            streak, fired = 0, False
+    return out
+
+
+def evaluate_runs(runs, probs, horizon, gate_lead=GATE_LEAD_S):
+    """Event and sample figures of per-run probabilities (dict run id -> array).
+
+    - recall_at_gate: failing runs whose first timely decision (within the
+      horizon of the failure) leaves at least gate_lead seconds;
+    - lead times: failure - that decision, per failing run (None: none in time);
+    - false alarms: decisions in healthy runs, and decisions in failing runs before
+      the load began or more than horizon seconds before the failure; per hour of
+      healthy runs;
+    - event precision: timely decisions / all decisions;
+    - sample precision/recall at the threshold against the horizon labels.
+    """
+    fail_runs = [r for r in runs if r.fails]
+    ok_runs = [r for r in runs if not r.fails]
+    per_run, leads = [], []
+    timely = early = healthy_alarms = 0
+    tp = fp = fn = 0
+    for r in runs:
+        p = probs[r.id]
+        y = labels(r, horizon)
+        yhat = p >= THRESHOLD
+        tp += int(np.sum(yhat & (y == 1)))
+        fp += int(np.sum(yhat & (y == 0)))
+        fn += int(np.sum(~yhat & (y == 1)))
+        ds = decisions(p, r.t)
+        fault_t = r.t[0] - r.since_onset[0] + r.fault_from_s
+        entry = {"run": r.id, "family": r.family, "fails": r.fails, "decisions": len(ds),
+                 "max_probability": float(np.max(p)) if len(p) else 0.0}
+        if r.fails:
+            ft = r.failure_time
+            in_time = [d for d in ds if ft - d <= horizon and d >= fault_t]
+            early += len(ds) - len(in_time)
+            timely += 1 if in_time else 0
+            lead = ft - in_time[0] if in_time else None
+            entry["lead_s"] = None if lead is None else round(lead, 3)
+            leads.append(lead)
+        else:
+            healthy_alarms += len(ds)
+        per_run.append(entry)
+    healthy_h = sum(r.duration_s() for r in ok_runs) / 3600.0
+    got = [x for x in leads if x is not None]
+    n_dec = timely + early + healthy_alarms  # repeats within the horizon are not counted
+    return {
+        "failing_runs": len(fail_runs),
+        "healthy_runs": len(ok_runs),
+        "healthy_hours": round(healthy_h, 4),
+        "recall_at_gate": (sum(1 for x in got if x >= gate_lead) / len(fail_runs)) if fail_runs else None,
+        "detected_before_failure": (len(got) / len(fail_runs)) if fail_runs else None,
+        "lead_s": {"min": min(got) if got else None, "median": float(np.median(got)) if got else None,
+                   "max": max(got) if got else None},
+        "false_alarms": early + healthy_alarms,
+        "false_alarms_healthy": healthy_alarms,
+        "false_alarms_per_hour": (healthy_alarms / healthy_h) if healthy_h > 0 else None,
+        "event_precision": (timely / n_dec) if n_dec else None,
+        "sample_precision": tp / (tp + fp) if tp + fp else None,
+        "sample_recall": tp / (tp + fn) if tp + fn else None,
+        "runs": per_run,
+    }
+
+
+def predict(clf, X):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return clf.predict_proba(model_inputs(X))[:, 1]
+
+
+def check_unused(clf):
+    """The trees never split on the features held constant in training."""
+    for preds in clf._predictors:
+        for pred in preds:
+            for nd in pred.nodes:
+                if not nd["is_leaf"] and int(nd["feature_idx"]) in UNUSED_IDX:
+                    raise AssertionError("a tree splits on %s" % FEATURES[int(nd["feature_idx"])])
+
+
+def window_key(w):
+    return "%s/%s/%s" % (w["rate_window"], w["deriv_window"], w["subquery_step"])
+
+
+def select(cv):
+    """The best candidate of a cross-validation table: most failing runs
+    switched over in time minus false alarms (a missed failure is an outage, a
+    false alarm a needless switchover: both count one), then fewer false alarms,
+    then the longest median lead."""
+    def key(c):
+        s = c["summary"]
+        in_time = round((s["recall_at_gate"] or 0.0) * s["failing_runs"])
+        return (-(in_time - s["false_alarms"]), s["false_alarms"],
+                -(s["lead_s"]["median"] or 0.0))
+    return min(cv, key=key)
+
+
+def cross_validate(runs, feats, windows, horizon, seed):
+    """Leave one training family out: train on the others, score the left-out
+    family's runs, then pool the per-run probabilities over all folds."""
+    fams = sorted({r.family for r in runs})
+    probs = {}
+    for fam in fams:
+        tr = [r for r in runs if r.family != fam]
+        te = [r for r in runs if r.family == fam]
+        clf, _ = fit(tr, feats, horizon, seed)
+        for r in te:
+            probs[r.id] = predict(clf, feats[r.id])
+    return evaluate_runs(runs, probs, horizon)
+
+
+def p1_probabilities(runs, sidecar=SIDECAR):
+    """The embedded P1 model on the corpus, as the sidecar would run it: P1
+    windows, the manifest's normalisation (/0.5), scored by `amf-sidecar score`."""
+    with open(os.path.join(REPO_ROOT, "infer", "model", "default_manifest.json"), encoding="utf-8") as f:
+        man = json.load(f)
+    norm = man["normalisation"]
+    out = {}
+    for r in runs:
+        X = replay_features(r, P1_WINDOWS, sidecar)
+        X[:, 0] /= norm["cpu_reference_fraction"]
+        X[:, 4] /= norm["cpu_reference_fraction"]
+        X[:, 1] /= norm["memory_reference_fraction"]
+        X[:, 5] /= norm["memory_reference_fraction"]
+        with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+            f.write(",".join(FEATURES) + "\n")
+            for row in X:
+                f.write(",".join("" if math.isnan(v) else repr(float(v)) for v in row) + "\n")
+            name = f.name
+        try:
+            p = subprocess.run([sidecar, "score", "--in", name], capture_output=True, text=True)
+        finally:
+            os.unlink(name)
+        if p.returncode != 0:
+            raise CorpusError("amf-sidecar score failed: %s" % p.stderr.strip())
+        rows = list(csv.reader(io.StringIO(p.stdout)))
+        pi = rows[0].index("probability")
+        out[r.id] = np.array([float(x[pi]) for x in rows[1:]])
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the `leadtime` command
+
+def _fmt(x, nd=2):
+    return "–" if x is None else ("%.*f" % (nd, x))
+
+
+def _summary_row(name, s):
+    lead = s["lead_s"]
+    return "| %s | %d/%d | %s | %s / %s / %s | %d | %s | %s | %s / %s |" % (
+        name, round((s["recall_at_gate"] or 0) * s["failing_runs"]), s["failing_runs"],
+        _fmt(s["detected_before_failure"]), _fmt(lead["min"], 1), _fmt(lead["median"], 1),
+        _fmt(lead["max"], 1), s["false_alarms"], _fmt(s["false_alarms_per_hour"], 1),
+        _fmt(s["event_precision"]), _fmt(s["sample_precision"]), _fmt(s["sample_recall"]))
+
+
+SUMMARY_HEAD = ("| model | failing runs switched over in time | detected before failure | "
+                "lead time min / median / max (s) | false alarms | per healthy hour | "
+                "event precision | sample precision / recall |\n|---|---|---|---|---|---|---|---|")
+
+
+def render_report(rep):
+    L = []
+    a = L.append
+    a("# The lead-time model: evaluation on the lab corpus")
+    a("")
+    a("Written by `/usr/bin/python3 infer/train/amftrain.py leadtime` (do not edit by hand).")
+    a("Corpus: `%s` (sha256 %.12s…), %d runs, %d samples: %s." % (
+        rep["corpus"]["path"], rep["corpus"]["sha256"], rep["corpus"]["runs"],
+        rep["corpus"]["samples"], ", ".join("%s %d" % kv for kv in rep["corpus"]["families"].items())))
+    a("")
+    a("**What is predicted.** A sample is labelled 1 when the container fails (OOM kill) "
+      "within the horizon H. **How it is judged.** As the agent acts: a decision is the "
+      "%d-th consecutive sample with probability ≥ %.1f; a failing run counts as switched "
+      "over in time when its first decision within H of the failure comes at least %.0f s "
+      "before it (hold %.0f s + 1 s; the lab measures decision → primary retired at 15.1 s). "
+      "A decision in a healthy run, or more than H before the failure, is a false alarm. "
+      "Network and disk are held at 0 in training (the lab's network counter is the "
+      "host's, blkio counts nothing here), so no tree splits on them." % (
+          DEBOUNCE, THRESHOLD, GATE_LEAD_S, HOLD_S))
+    a("")
+    a("**Regime split.** Train families: %s. Test families (never seen in training or "
+      "selection): %s." % (", ".join(TRAIN_FAMILIES), ", ".join(TEST_FAMILIES)))
+    a("")
+    a("## Choosing windows and horizon (leave-one-family-out on the train families)")
+    a("")
+    a("Each row: HGBC (seed %d) trained on five train families, scored on the sixth, "
+      "pooled over the six folds. Chosen: most runs switched over in time minus false "
+      "alarms (an outage and a needless switchover count one each), then fewer false "
+      "alarms, then the longest median lead. Samples of failing runs taken before their "
+      "load began are left out of training (nothing tells them from a healthy baseline); "
+      "a decision there is a false alarm." % rep["seed"])
+    a("")
+    a("| windows (rate / deriv / step) | H (s) | in time | detected | lead min / median / max (s) | false alarms | per healthy hour |")
+    a("|---|---|---|---|---|---|---|")
+    for c in rep["cross_validation"]:
+        s = c["summary"]
+        mark = " **(chosen)**" if c["windows"] == rep["chosen"]["windows"] and c["horizon_s"] == rep["chosen"]["horizon_s"] else ""
+        a("| %s%s | %.0f | %d/%d | %d/%d | %s / %s / %s | %d | %s |" % (
+            window_key(c["windows"]), mark, c["horizon_s"],
+            round((s["recall_at_gate"] or 0) * s["failing_runs"]), s["failing_runs"],
+            round((s["detected_before_failure"] or 0) * s["failing_runs"]), s["failing_runs"],
+            _fmt(s["lead_s"]["min"], 1), _fmt(s["lead_s"]["median"], 1), _fmt(s["lead_s"]["max"], 1),
+            s["false_alarms"], _fmt(s["false_alarms_per_hour"], 1)))
+    a("")
+    a("## Held-out test families")
+    a("")
+    ch = rep["chosen"]
+    a("Lead-time model: windows %s, H %.0f s, trained on the train families only. P1: the "
+      "embedded paper model as the sidecar runs it (5m/10m/5s, normalisation /0.5)." % (
+          window_key(ch["windows"]), ch["horizon_s"]))
+    a("")
+    a(SUMMARY_HEAD)
+    a(_summary_row("lead-time (test families)", rep["test"]["leadtime"]))
+    a(_summary_row("P1 (test families)", rep["test"]["p1"]))
+    a(_summary_row("P1 (all families)", rep["p1_all"]))
+    a("")
+    a("Per run (test families):")
+    a("")
+    a("| run | fails | lead-time model: lead (s) / decisions / max p | P1: lead (s) / decisions / max p |")
+    a("|---|---|---|---|")
+    p1 = {e["run"]: e for e in rep["test"]["p1"]["runs"]}
+    for e in rep["test"]["leadtime"]["runs"]:
+        q = p1[e["run"]]
+        a("| %s | %s | %s / %d / %.3f | %s / %d / %.3f |" % (
+            e["run"], "yes" if e["fails"] else "no", _fmt(e.get("lead_s"), 1), e["decisions"],
+            e["max_probability"], _fmt(q.get("lead_s"), 1), q["decisions"], q["max_probability"]))
+    a("")
+    a("## The shipped model")
+    a("")
+    sh = rep["shipped"]
+    a("Trained on all %d families (%d samples) with the chosen windows and horizon: "
+      "`infer/model/leadtime_model.txt` (%d trees, sha256 %.12s…) and its manifest; "
+      "parity golden `infer/model/testdata/parity_leadtime.csv`. Its figures on the "
+      "corpus it was trained on (not a test, shown to compare with P1 on the same runs):" % (
+          len(rep["corpus"]["families"]), sh["training_rows"], sh["trees"], sh["sha256"]))
+    a("")
+    a(SUMMARY_HEAD)
+    a(_summary_row("lead-time (shipped, all families)", sh["summary"]))
+    a(_summary_row("P1 (all families)", rep["p1_all"]))
+    a("")
+    return "\n".join(L) + "\n"
+
+
+def run(args, sklearn_version, write_golden, crafted_rows):
+    """amftrain.py leadtime: cross-validate windows x horizons, test on the
+    held-out families, compare with P1, ship the chosen model."""
+    runs = load_corpus(args.corpus)
+    fams = {}
+    for r in runs:
+        fams[r.family] = fams.get(r.family, 0) + 1
+    log = (lambda s: print(s, flush=True)) if args.verbose else (lambda s: None)
+    windows = [dict(w, sample_interval=SAMPLE_INTERVAL) for w in WINDOW_CANDIDATES]
+    feats = {}
+    for w in windows:
+        k = window_key(w)
+        feats[k] = {r.id: replay_features(r, w, args.sidecar) for r in runs}
+        log("features %s: %d runs" % (k, len(runs)))
+    train = [r for r in runs if r.family in TRAIN_FAMILIES]
+    test = [r for r in runs if r.family in TEST_FAMILIES]
+    if not train or not test:
+        raise CorpusError("the corpus needs runs of both train (%s) and test (%s) families"
+                          % (", ".join(TRAIN_FAMILIES), ", ".join(TEST_FAMILIES)))
+    cv = []
+    for w in windows:
+        for h in HORIZONS:
+            s = cross_validate(train, feats[window_key(w)], w, h, args.seed)
+            cv.append({"windows": w, "horizon_s": h, "summary": s})
+            log("cv %s H=%.0f: in time %s, FA/h %s, lead median %s" % (
+                window_key(w), h, s["recall_at_gate"], s["false_alarms_per_hour"], s["lead_s"]["median"]))
+    best = select(cv)
+    w, h = best["windows"], best["horizon_s"]
+    F = feats[window_key(w)]
+    clf, _ = fit(train, F, h, args.seed)
+    lt_test = evaluate_runs(test, {r.id: predict(clf, F[r.id]) for r in test}, h)
+    p1 = p1_probabilities(runs, args.sidecar)
+    p1_test = evaluate_runs(test, {r.id: p1[r.id] for r in test}, h)
+    p1_all = evaluate_runs(runs, p1, h)
+    # The shipped model sees every family.
+    final, n = fit(runs, F, h, args.seed)
+    check_unused(final)
+    shipped = evaluate_runs(runs, {r.id: predict(final, F[r.id]) for r in runs}, h)
+    os.makedirs(args.out_dir, exist_ok=True)
+    mp = os.path.join(args.out_dir, "leadtime_model.txt")
+    jp = os.path.join(args.out_dir, "leadtime_manifest.json")
+    test_rows = sum(len(r.t) for r in test)
+    man = amfexport.write_model(
+        mp, jp, final, FEATURES,
+        protocol="lab-leadtime H=%.0fs" % h, seed=args.seed, training_rows=n,
+        sklearn_version=sklearn_version, feature_windows=w,
+        normalisation={"cpu_reference_fraction": 1.0, "memory_reference_fraction": 1.0},
+        dataset={"name": "AMF lab corpus (lab/corpus/data, see DATASHEET.md)",
+                 "authors": ["the AMF project"],
+                 "url": "lab/corpus/data",
+                 "files_sha256": {CORPUS_FILE: corpus_sha256(args.corpus)}},
+        extra={"validation": {"test_rows": test_rows,
+                              "precision": lt_test["sample_precision"] or 0.0,
+                              "recall": lt_test["sample_recall"] or 0.0,
+                              "threshold": THRESHOLD},
+               "trained_by": "infer/train/amftrain.py leadtime"})
+    # Parity golden: rows of every run as the sidecar computes them (network
+    # included: the model must ignore it), plus crafted NaN / threshold rows.
+    rng = np.random.default_rng(args.seed)
+    allX = np.vstack([F[r.id] for r in runs])
+    src_all = ["%s_t%d" % (r.id, i) for r in runs for i in range(len(r.t))]
+    idx = np.sort(rng.choice(len(allX), size=min(400, len(allX)), replace=False))
+    X = [allX[i] for i in idx]
+    src = [src_all[i] for i in idx]
+    cr, cs = crafted_rows(final, allX[idx], rng)
+    gp = os.path.join(args.out_dir, "testdata", "parity_leadtime.csv")
+    write_golden(gp, final, X + cr, src + cs)
+    rep = {
+        "schema_version": 1,
+        "tool": "infer/train/amftrain.py leadtime",
+        "sklearn_version": sklearn_version,
+        "seed": args.seed,
+        "corpus": {"path": os.path.relpath(os.path.join(args.corpus or CORPUS_DIR, CORPUS_FILE), REPO_ROOT),
+                   "sha256": corpus_sha256(args.corpus), "runs": len(runs),
+                   "samples": int(sum(len(r.t) for r in runs)), "families": fams},
+        "gates": {"debounce": DEBOUNCE, "threshold": THRESHOLD, "hold_s": HOLD_S,
+                  "gate_lead_s": GATE_LEAD_S},
+        "split": {"train": list(TRAIN_FAMILIES), "test": list(TEST_FAMILIES)},
+        "cross_validation": cv,
+        "chosen": {"windows": w, "horizon_s": h},
+        "test": {"leadtime": lt_test, "p1": p1_test},
+        "p1_all": p1_all,
+        "shipped": {"trees": int(final.n_iter_), "training_rows": n, "sha256": man["model_sha256"],
+                    "summary": shipped},
+    }
+    os.makedirs(args.report, exist_ok=True)
+    with open(os.path.join(args.report, "leadtime.json"), "w", encoding="utf-8") as f:
+        json.dump(rep, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(args.report, "leadtime.md"), "w", encoding="utf-8") as f:
+        f.write(render_report(rep))
+    print("leadtime: chose windows %s, H %.0f s; test families: %s in time, %s false alarms/h; "
+          "P1 on them: %s in time, %s false alarms/h" % (
+              window_key(w), h, _fmt(lt_test["recall_at_gate"]), _fmt(lt_test["false_alarms_per_hour"], 1),
+              _fmt(p1_test["recall_at_gate"]), _fmt(p1_test["false_alarms_per_hour"], 1)))
+    print("wrote %s (%d trees, sha256 %s), %s, %s, %s/leadtime.{md,json}" % (
+        os.path.relpath(mp), final.n_iter_, man["model_sha256"], os.path.relpath(jp),
+        os.path.relpath(gp), os.path.relpath(args.report)))
+    return 0

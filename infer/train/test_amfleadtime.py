@@ -1,0 +1,174 @@
+"""Tests of the lead-time model's pipeline (amfleadtime.py).
+
+Pure logic runs everywhere; the end-to-end test needs bin/amf-sidecar (make
+build) and the committed corpus, and skips with the reason otherwise.
+"""
+
+import gzip
+import json
+import math
+import os
+import sys
+import tempfile
+import types
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+import amfexport  # noqa: E402
+import amfleadtime as lt  # noqa: E402
+import amftrain  # noqa: E402
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def read_json(path):
+    return json.loads(read_text(path))
+
+
+def make_run(rid, family, ttf0=None, n=10, fault_from=0.0):
+    r = lt.Run(rid, family)
+    r.t = 1000.0 + np.arange(n, dtype=float)
+    r.since_onset = np.arange(n, dtype=float)
+    r.ttf = (np.full(n, math.nan) if ttf0 is None else ttf0 - np.arange(n, dtype=float))
+    r.fault_from_s = fault_from
+    return r
+
+
+class DecisionTest(unittest.TestCase):
+    def test_decision_is_the_debounce_th_consecutive_anomalous_sample(self):
+        cases = [
+            ("three in a row", [0.9, 0.9, 0.9, 0.1], [2.0]),
+            ("broken streak restarts the count", [0.9, 0.9, 0.1, 0.9, 0.9, 0.9], [5.0]),
+            ("one decision per episode", [0.9] * 8, [2.0]),
+            ("a new episode decides again", [0.9, 0.9, 0.9, 0.1, 0.9, 0.9, 0.9], [2.0, 6.0]),
+            ("threshold is inclusive", [0.5, 0.5, 0.5], [2.0]),
+            ("never three", [0.9, 0.9, 0.4, 0.9, 0.9], []),
+        ]
+        for name, p, want in cases:
+            with self.subTest(name):
+                self.assertEqual(lt.decisions(np.array(p), np.arange(len(p), dtype=float)), want)
+
+
+class LabelTest(unittest.TestCase):
+    def test_label_is_failure_within_the_horizon(self):
+        r = make_run("a", "mem-ramp", ttf0=5.0, n=8)  # ttf 5,4,...,-2
+        self.assertEqual(list(lt.labels(r, 3.0)), [0, 0, 1, 1, 1, 1, 0, 0])
+
+    def test_healthy_runs_are_all_zero(self):
+        self.assertEqual(lt.labels(make_run("h", "idle"), 120.0).sum(), 0)
+
+    def test_failing_runs_train_only_once_their_load_began(self):
+        r = make_run("a", "mem-ramp", ttf0=50.0, n=10, fault_from=4.0)
+        self.assertEqual(list(lt.training_mask(r)), [False] * 4 + [True] * 6)
+        h = make_run("h", "idle", fault_from=4.0)
+        self.assertTrue(lt.training_mask(h).all())
+
+    def test_baseline_is_the_profiles_leading_idle_segment(self):
+        for profile, want in [("55s;25s:mem=19Mi", 55.0), ("1m0s;3m5s", 60.0),
+                              ("1m30.5s;x", 90.5), ("25s:mem=1Mi;10s", 0.0), ("", 0.0)]:
+            with self.subTest(profile):
+                self.assertAlmostEqual(lt.baseline_s(profile), want)
+
+
+class EvaluateTest(unittest.TestCase):
+    def test_figures_follow_the_agents_rules(self):
+        # Failing run: load from t=2, failure at t=1000+30. A decision at t=1004
+        # (3rd anomalous sample) leaves 26 s >= gate. A decision in the baseline
+        # (before the load) is a false alarm.
+        early = make_run("early", "mem-ramp", ttf0=30.0, n=12, fault_from=2.0)
+        late = make_run("late", "mem-ramp", ttf0=12.0, n=12, fault_from=0.0)
+        miss = make_run("miss", "spike", ttf0=11.0, n=11, fault_from=0.0)
+        pre = make_run("pre", "mem-ramp", ttf0=40.0, n=12, fault_from=6.0)
+        ok = make_run("ok", "idle", n=3600)
+        probs = {
+            "early": np.array([0, 0, .9, .9, .9, .9, 0, 0, 0, 0, 0, 0], dtype=float),
+            "late": np.array([0, 0, 0, 0, 0, 0, 0, .9, .9, .9, .9, .9], dtype=float),
+            "miss": np.zeros(11),
+            "pre": np.array([.9, .9, .9, 0, 0, 0, 0, 0, .9, .9, .9, 0], dtype=float),
+            "ok": np.concatenate([np.zeros(3590), np.full(10, .9)]),
+        }
+        s = lt.evaluate_runs([early, late, miss, pre, ok], probs, horizon=120.0)
+        by = {e["run"]: e for e in s["runs"]}
+        self.assertEqual(by["early"]["lead_s"], 26.0)
+        self.assertEqual(by["late"]["lead_s"], 3.0)
+        self.assertIsNone(by["miss"]["lead_s"])
+        self.assertEqual(by["pre"]["lead_s"], 30.0)  # the decision at t=10, not the one at t=2
+        self.assertEqual(s["failing_runs"], 4)
+        self.assertAlmostEqual(s["recall_at_gate"], 2 / 4)  # early and pre
+        self.assertAlmostEqual(s["detected_before_failure"], 3 / 4)
+        self.assertEqual(s["false_alarms"], 2)  # pre's baseline decision + the healthy one
+        self.assertEqual(s["false_alarms_healthy"], 1)
+        self.assertAlmostEqual(s["false_alarms_per_hour"], 1 / (3599 / 3600))
+        self.assertAlmostEqual(s["event_precision"], 3 / 5)
+
+    def test_selection_weighs_an_outage_and_a_false_alarm_alike(self):
+        def cand(name, in_time, fa, med):
+            return {"name": name, "summary": {"recall_at_gate": in_time / 10, "failing_runs": 10,
+                                              "false_alarms": fa, "false_alarms_per_hour": fa,
+                                              "lead_s": {"median": med}}}
+        cv = [cand("recall at any price", 9, 6, 50.0), cand("balanced", 7, 1, 40.0),
+              cand("same score, fewer alarms", 6, 0, 30.0)]
+        self.assertEqual(lt.select(cv)["name"], "same score, fewer alarms")
+        cv.append(cand("better", 8, 1, 10.0))
+        self.assertEqual(lt.select(cv)["name"], "better")
+
+
+class CorpusLoadTest(unittest.TestCase):
+    def test_missing_corpus_says_how_to_make_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaisesRegex(lt.CorpusError, "amf-lab corpus"):
+                lt.load_corpus(d)
+
+    def test_bad_row_names_the_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            with gzip.open(os.path.join(d, lt.CORPUS_FILE), "wt") as f:
+                f.write("run,family,time,cpu_seconds_total,memory_bytes,memory_limit_bytes,"
+                        "network_bytes_total,disk_bytes_total,since_onset_s,time_to_failure_s,label\n")
+                f.write("a,idle,1,0,0,1,0,0,0,,0\n")
+                f.write("a,idle,x,0,0,1,0,0,1,,0\n")
+            with self.assertRaisesRegex(lt.CorpusError, "line 3"):
+                lt.load_corpus(d)
+
+
+SIDECAR_OK = os.access(lt.SIDECAR, os.X_OK)
+CORPUS_OK = os.path.isfile(os.path.join(lt.CORPUS_DIR, lt.CORPUS_FILE))
+
+
+@unittest.skipUnless(SIDECAR_OK and CORPUS_OK,
+                     "needs bin/amf-sidecar (make build) and lab/corpus/data/corpus.csv.gz")
+class EndToEndTest(unittest.TestCase):
+    def test_leadtime_command_ships_a_model_that_ignores_network_and_disk(self):
+        with tempfile.TemporaryDirectory() as d:
+            args = types.SimpleNamespace(corpus=None, sidecar=lt.SIDECAR, out_dir=os.path.join(d, "m"),
+                                         report=os.path.join(d, "r"), seed=42, verbose=False)
+            old = (lt.WINDOW_CANDIDATES, lt.HORIZONS)
+            lt.WINDOW_CANDIDATES, lt.HORIZONS = old[0][:1] + old[0][2:3], (60.0,)
+            try:
+                self.assertEqual(lt.run(args, "test", amftrain.write_golden, amftrain.crafted_rows), 0)
+            finally:
+                lt.WINDOW_CANDIDATES, lt.HORIZONS = old
+            man = read_json(os.path.join(d, "m", "leadtime_manifest.json"))
+            self.assertEqual(man["feature_windows"]["sample_interval"], "1s")
+            self.assertEqual(man["normalisation"], {"cpu_reference_fraction": 1.0,
+                                                    "memory_reference_fraction": 1.0})
+            text = read_text(os.path.join(d, "m", "leadtime_model.txt"))
+            self.assertEqual(man["model_sha256"], amfexport.sha256_bytes(text.encode()))
+            _, trees = amfexport.parse_lightgbm_text(text)
+            for t in trees:
+                for f in t.get("split_feature", []):
+                    self.assertNotIn(f, lt.UNUSED_IDX)
+            rep = read_json(os.path.join(d, "r", "leadtime.json"))
+            self.assertEqual(len(rep["cross_validation"]), 2)
+            self.assertEqual(set(rep["split"]["train"]) & set(rep["split"]["test"]), set())
+            golden = read_text(os.path.join(d, "m", "testdata", "parity_leadtime.csv")).splitlines()
+            self.assertGreater(len(golden), 100)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train model evaluate k8s bench arm64 test-arm64 images lint deps clean
+.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train model leadtime evaluate k8s bench arm64 test-arm64 images lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -44,6 +44,10 @@ test-train: ## Python unit tests of infer/train (dataset tests skip when the dat
 model: ## train the P1 HGBC (seed 42) -> embedded default model + manifest + parity golden
 	$(PYTHON) infer/train/amftrain.py model --data $(DATA)
 	$(GO) test -count=1 -run 'TestParityDefault|TestDefaultModel' ./infer/model/
+
+leadtime: build ## the lead-time model from the lab corpus (lab/corpus/data) -> embedded leadtime model + infer/train/report/leadtime.{md,json}
+	$(PYTHON) infer/train/amftrain.py leadtime
+	$(GO) test -count=1 -run 'TestParityEmbedded|TestEmbedded|TestEveryEmbedded' ./infer/model/
 
 evaluate: ## P0-P2 x HGBC/RF/LR x seeds 42-46 -> infer/train/report/evaluation.{md,json}
 	$(PYTHON) infer/train/amftrain.py evaluate --data $(DATA)

@@ -26,6 +26,7 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	horizon := fs.Duration("horizon", 120*time.Second, "label a sample 1 when the failure comes within this")
 	out := fs.String("out", "", "output folder: corpus.csv.gz, runs.json (required)")
 	list := fs.Bool("list", false, "print the plan and exit")
+	appendRuns := fs.Bool("append", false, "add the runs to the corpus already in --out (refuses run IDs it has, another header or seed)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -40,7 +41,11 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 2
 		}
 		for _, r := range plan {
-			fmt.Fprintf(stdout, "%s\t%v\t%s\n", r.ID, r.Profile.Duration(), r.Profile)
+			fmt.Fprintf(stdout, "%s\t%v\t%s", r.ID, r.Profile.Duration(), r.Profile)
+			if len(r.Traffic) > 0 {
+				fmt.Fprintf(stdout, "\ttraffic %s", r.Traffic)
+			}
+			fmt.Fprintln(stdout)
 		}
 		return 0
 	}
@@ -56,7 +61,7 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
 	res, err := experiment.Corpus(ctx, experiment.CorpusConfig{
-		Seed: *seed, PerFamily: *runs, Families: only, Parallel: *parallel, Horizon: *horizon,
+		Seed: *seed, PerFamily: *runs, Families: only, Parallel: *parallel, Horizon: *horizon, Append: *appendRuns,
 		Base: experiment.Config{Out: *out, Bin: bins, Progress: stderr,
 			Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))},
 	})

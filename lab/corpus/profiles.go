@@ -14,6 +14,7 @@ package corpus
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/amf-edge/amf/lab/stress"
@@ -33,22 +34,32 @@ type Family struct {
 	// Failing families cross the memory limit: the run ends in an OOM kill.
 	Failing bool
 	Doc     string
-	gen     func(r *rand.Rand) []stress.Phase
+	// gen draws the phases after the baseline and any traffic bursts, timed
+	// from the end of the baseline.
+	gen func(r *rand.Rand) ([]stress.Phase, []Burst)
+}
+
+// loadOnly is a family of stress phases without traffic.
+func loadOnly(gen func(r *rand.Rand) []stress.Phase) func(r *rand.Rand) ([]stress.Phase, []Burst) {
+	return func(r *rand.Rand) ([]stress.Phase, []Burst) { return gen(r), nil }
 }
 
 // Families are the profile families, failing ones first.
 var Families = []Family{
-	{"mem-ramp", true, "memory from a start level (10–50 Mi) growing at 0.25–3 Mi/s past the limit", memRamp},
-	{"mem-step", true, "memory in steps of 8–25 Mi every 15–45 s past the limit", memStep},
-	{"leak-pause", true, "a leak of 0.5–2 Mi/s for 10–30 s (≥ 10 Mi), pausing 10–30 s, past the limit", leakPause},
-	{"paper", true, "the paper's fault: ~60 Mi + 80 % CPU for 60–120 s, then 10 Mi/s past the limit", paper},
-	{"spike", true, "a sudden allocation over the limit from a quiet baseline (no warning possible)", spike},
-	{"cpu-ramp", false, "CPU 20 % → 80 % of the limit over 60–180 s, memory 20–40 Mi", cpuRamp},
-	{"cpu-burst", false, "3 bursts at 90 % of the CPU limit, 10–20 s each, 20–40 s apart", cpuBurst},
-	{"cpu-oscillation", false, "CPU alternating 80 % / 20 % of the limit every 10–30 s", cpuOscillation},
-	{"steady-heavy", false, "60–79 % CPU and 50–70 Mi held for 3–5 min", steadyHeavy},
-	{"mem-high-hold", false, "memory ramped to 60–72 Mi and held for 2–4 min", memHighHold},
-	{"idle", false, "traffic only, no load", idle},
+	{"mem-ramp", true, "memory from a start level (10–50 Mi) growing at 0.25–3 Mi/s past the limit", loadOnly(memRamp)},
+	{"mem-step", true, "memory in steps of 8–25 Mi every 15–45 s past the limit", loadOnly(memStep)},
+	{"leak-pause", true, "a leak of 0.5–2 Mi/s for 10–30 s (≥ 10 Mi), pausing 10–30 s, past the limit", loadOnly(leakPause)},
+	{"paper", true, "the paper's fault: ~60 Mi + 80 % CPU for 60–120 s, then 10 Mi/s past the limit", loadOnly(paper)},
+	{"spike", true, "a sudden allocation over the limit from a quiet baseline (no warning possible)", loadOnly(spike)},
+	{"cpu-ramp", false, "CPU 20 % → 80 % of the limit over 60–180 s, memory 20–40 Mi", loadOnly(cpuRamp)},
+	{"cpu-burst", false, "3 bursts at 90 % of the CPU limit, 10–20 s each, 20–40 s apart", loadOnly(cpuBurst)},
+	{"cpu-oscillation", false, "CPU alternating 80 % / 20 % of the limit every 10–30 s", loadOnly(cpuOscillation)},
+	{"steady-heavy", false, "60–79 % CPU and 50–70 Mi held for 3–5 min", loadOnly(steadyHeavy)},
+	{"mem-high-hold", false, "memory ramped to 60–72 Mi and held for 2–4 min", loadOnly(memHighHold)},
+	{"idle", false, "traffic only, no load", loadOnly(idle)},
+	// Appended last: a family's seeds derive from its index, so new families go
+	// at the end and leave every existing family's plan unchanged.
+	{"traffic-burst", false, "3–4 MQTT bursts of 500–3000 msg/s (256 B–4 KiB, QoS 0/1, 0–2 subscribers), 10–30 s each, 20–60 s apart, no load", trafficBurst},
 }
 
 // Run is one planned corpus run.
@@ -58,6 +69,61 @@ type Run struct {
 	Failing bool
 	Seed    uint64
 	Profile stress.Profile
+	// Traffic is the MQTT bursts the runner publishes through the broker,
+	// timed from the onset (the profile's start); the profile's idle phases
+	// cover them, so the profile's length is the run's.
+	Traffic Traffic
+}
+
+// Scale multiplies every phase's and burst's duration and every burst's start
+// by f (see stress.Profile.Scale); rates and sizes are kept.
+func (r Run) Scale(f float64) (Run, error) {
+	p, err := r.Profile.Scale(f)
+	if err != nil {
+		return Run{}, err
+	}
+	r.Profile = p
+	if r.Traffic != nil {
+		t := make(Traffic, len(r.Traffic))
+		for i, b := range r.Traffic {
+			b.Start = time.Duration(float64(b.Start) * f)
+			b.Duration = time.Duration(float64(b.Duration) * f)
+			t[i] = b
+		}
+		r.Traffic = t
+	}
+	return r, nil
+}
+
+// Burst is a spell of MQTT publishing to the edge broker from outside its
+// container, on a topic the broker does not bridge, so only the broker works.
+type Burst struct {
+	Start    time.Duration // from the onset
+	Duration time.Duration
+	Rate     int  // messages per second
+	Size     int  // payload bytes
+	QoS      byte // 0 or 1, publisher and subscribers alike
+	// Subscribers receive every message, so the broker delivers as well as
+	// accepts.
+	Subscribers int
+}
+
+// String is the burst as runs.json and --list show it.
+func (b Burst) String() string {
+	return fmt.Sprintf("at=%v,for=%v,rate=%d/s,size=%s,qos=%d,subs=%d",
+		b.Start, b.Duration, b.Rate, stress.FormatSize(int64(b.Size)), b.QoS, b.Subscribers)
+}
+
+// Traffic is a run's bursts, in order.
+type Traffic []Burst
+
+// String is the bursts separated by ';', empty when there are none.
+func (t Traffic) String() string {
+	parts := make([]string, len(t))
+	for i, b := range t {
+		parts[i] = b.String()
+	}
+	return strings.Join(parts, ";")
 }
 
 // Plan returns perFamily runs of every family (of the named ones when only is
@@ -78,11 +144,16 @@ func Plan(seed uint64, perFamily int, only ...string) ([]Run, error) {
 			s := seed*1_000_003 + uint64(fi)*10_007 + uint64(i)
 			r := rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
 			baseline := stress.Phase{Duration: dur(r, 30, 60)}
-			p := stress.Profile{Phases: append([]stress.Phase{baseline}, f.gen(r)...)}
+			phases, traffic := f.gen(r)
+			p := stress.Profile{Phases: append([]stress.Phase{baseline}, phases...)}
 			if err := p.Validate(); err != nil {
 				return nil, fmt.Errorf("corpus: family %s run %d: %w", f.Name, i, err)
 			}
-			runs = append(runs, Run{ID: fmt.Sprintf("%s-%d", f.Name, i+1), Family: f.Name, Failing: f.Failing, Seed: s, Profile: p})
+			for j := range traffic {
+				traffic[j].Start += baseline.Duration
+			}
+			runs = append(runs, Run{ID: fmt.Sprintf("%s-%d", f.Name, i+1), Family: f.Name, Failing: f.Failing, Seed: s,
+				Profile: p, Traffic: traffic})
 		}
 	}
 	for f := range want {
@@ -202,4 +273,26 @@ func memHighHold(r *rand.Rand) []stress.Phase {
 
 func idle(r *rand.Rand) []stress.Phase {
 	return []stress.Phase{{Duration: dur(r, 120, 240)}}
+}
+
+// trafficBurst publishes 3–4 bursts through an unloaded broker: its own CPU
+// rises with no stress load, which a model must not mistake for a fault.
+// Each burst is an idle phase of its length followed by an idle gap, so the
+// profile's phases show where the bursts are.
+func trafficBurst(r *rand.Rand) ([]stress.Phase, []Burst) {
+	n := 3 + r.IntN(2)
+	var (
+		ps []stress.Phase
+		bs []Burst
+		at time.Duration
+	)
+	for range n {
+		b := Burst{Start: at, Duration: dur(r, 10, 30), Rate: 500 + 100*r.IntN(26), Size: 256 << r.IntN(5),
+			QoS: byte(r.IntN(2)), Subscribers: r.IntN(3)}
+		gap := dur(r, 20, 60) // after the last burst: the broker settling
+		ps = append(ps, stress.Phase{Duration: b.Duration}, stress.Phase{Duration: gap})
+		bs = append(bs, b)
+		at += b.Duration + gap
+	}
+	return ps, bs
 }

@@ -17,7 +17,9 @@ func TestPlanIsReproducibleFromItsSeed(t *testing.T) {
 		t.Fatalf("%d runs, want %d", len(a), 3*len(Families))
 	}
 	same := func(x, y []Run) bool {
-		return slices.EqualFunc(x, y, func(p, q Run) bool { return p.ID == q.ID && p.Profile.String() == q.Profile.String() })
+		return slices.EqualFunc(x, y, func(p, q Run) bool {
+			return p.ID == q.ID && p.Profile.String() == q.Profile.String() && p.Traffic.String() == q.Traffic.String()
+		})
 	}
 	if !same(a, b) {
 		t.Error("the same seed planned different runs")
@@ -50,6 +52,91 @@ func TestFamiliesKeepTheirPromise(t *testing.T) {
 		if d := r.Profile.Duration(); d < time.Minute || d > 15*time.Minute {
 			t.Errorf("%s: %v long", r.ID, d)
 		}
+		checkTraffic(t, r)
+	}
+}
+
+// checkTraffic checks a run's bursts: only healthy runs have them, with no
+// stress load; they follow the baseline, one after the other, and end before
+// the profile does, so the broker's settling is recorded; and they stay
+// within what the broker's 500m and 100 Mi take.
+func checkTraffic(t *testing.T, r Run) {
+	t.Helper()
+	if r.Family != "traffic-burst" {
+		if len(r.Traffic) > 0 {
+			t.Errorf("%s: %d bursts in a family without traffic", r.ID, len(r.Traffic))
+		}
+		return
+	}
+	if r.Failing || len(r.Traffic) < 3 || len(r.Traffic) > 4 {
+		t.Fatalf("%s: failing %v, %d bursts; want a healthy run of 3–4", r.ID, r.Failing, len(r.Traffic))
+	}
+	for _, ph := range r.Profile.Phases {
+		if ph.Memory != 0 || ph.CPU != 0 {
+			t.Errorf("%s: stress phase %v under traffic", r.ID, ph)
+		}
+	}
+	from := r.Profile.Phases[0].Duration // the baseline
+	for i, b := range r.Traffic {
+		if b.Start < from {
+			t.Errorf("%s: burst %d starts at %v, before %v", r.ID, i+1, b.Start, from)
+		}
+		if b.Duration < 10*time.Second || b.Duration > 30*time.Second {
+			t.Errorf("%s: burst %d lasts %v", r.ID, i+1, b.Duration)
+		}
+		// Mosquitto queues at most 1000 QoS 1 messages a subscriber
+		// (max_queued_messages): full queues stay far under the memory limit.
+		if b.Rate < 500 || b.Rate > 3000 || b.Size < 256 || b.Size > 4<<10 || b.QoS > 1 || b.Subscribers > 2 {
+			t.Errorf("%s: burst %d is %v", r.ID, i+1, b)
+		}
+		from = b.Start + b.Duration + 20*time.Second
+	}
+	if end := r.Profile.Duration(); from > end {
+		t.Errorf("%s: the last burst ends %v before the profile, want ≥ 20s", r.ID, end-(from-20*time.Second))
+	}
+}
+
+// Seeds derive from a family's index: families added at the end must leave
+// the plans of the corpus already recorded (lab/corpus/data, seed 1) as they
+// were.
+func TestAddingFamiliesKeepsExistingPlans(t *testing.T) {
+	want := map[string]string{
+		"mem-ramp-1":  "55s;25s:mem=19Mi;1m25s:mem=160Mi,ramp=2279487/s",
+		"cpu-burst-1": "45s;15s:mem=13Mi,cpu=0.45;25s:mem=13Mi;19s:mem=13Mi,cpu=0.45;21s:mem=13Mi;17s:mem=13Mi,cpu=0.45;38s:mem=13Mi",
+		"idle-1":      "41s;3m5s",
+	}
+	runs, err := Plan(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		if w, ok := want[r.ID]; ok && r.Profile.String() != w {
+			t.Errorf("%s: %s, was %s", r.ID, r.Profile, w)
+		}
+	}
+}
+
+func TestScaleShortensBurstsWithThePhases(t *testing.T) {
+	runs, err := Plan(1, 1, "traffic-burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runs[0]
+	half, err := r.Scale(0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if half.Profile.Duration() != r.Profile.Duration()/2 {
+		t.Errorf("profile %v, want %v", half.Profile.Duration(), r.Profile.Duration()/2)
+	}
+	for i, b := range half.Traffic {
+		o := r.Traffic[i]
+		if b.Start != o.Start/2 || b.Duration != o.Duration/2 || b.Rate != o.Rate || b.Size != o.Size {
+			t.Errorf("burst %d: %v scaled to %v", i+1, o, b)
+		}
+	}
+	if r.Traffic[0] == half.Traffic[0] {
+		t.Error("Scale changed the plan it was called on")
 	}
 }
 

@@ -2,19 +2,25 @@ package experiment
 
 import (
 	"bufio"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/amf-edge/amf/lab/corpus"
 	"github.com/amf-edge/amf/lab/node"
@@ -29,9 +35,12 @@ type CorpusConfig struct {
 	Parallel  int      // runs at once (default 2; each is one broker container)
 	// Horizon labels a sample 1 when the failure comes within it (default 120 s).
 	Horizon time.Duration
-	// Scale multiplies every phase's duration (default 1; ramp rates are kept,
-	// so a shortened ramp may stop short of its target).
+	// Scale multiplies every phase's and burst's duration (default 1; ramp
+	// rates are kept, so a shortened ramp may stop short of its target).
 	Scale float64
+	// Append adds the runs to the corpus already in Out instead of writing a
+	// new one; it refuses runs Out already has, another header or seed.
+	Append bool
 	// Base carries Out, Repo, Bin, Log and Progress (its modes are ignored).
 	Base Config
 }
@@ -44,6 +53,10 @@ type CorpusRun struct {
 	Seed    uint64    `json:"seed"`
 	Profile string    `json:"profile"`
 	Onset   time.Time `json:"onset"`
+	// Traffic is the planned MQTT bursts (corpus.Traffic's form), Bursts
+	// what they did.
+	Traffic string        `json:"traffic,omitempty"`
+	Bursts  []BurstRecord `json:"bursts,omitempty"`
 	// Failure is when the container failed (the OOM kill, or its exit), and
 	// FailureKind what it was; none for a healthy run.
 	Failure     *time.Time `json:"failure,omitempty"`
@@ -58,8 +71,25 @@ type CorpusRun struct {
 var CorpusHeader = []string{"run", "family", "time", "cpu_seconds_total", "memory_bytes", "memory_limit_bytes",
 	"network_bytes_total", "disk_bytes_total", "since_onset_s", "time_to_failure_s", "label"}
 
+// BurstRecord is what one traffic burst did.
+type BurstRecord struct {
+	Start     time.Time `json:"start"`
+	End       time.Time `json:"end"`
+	Published int       `json:"published"` // messages the broker took (QoS 1: acknowledged)
+	Delivered int       `json:"delivered"` // receipts, all subscribers together
+}
+
+// Files of a corpus folder.
+const (
+	corpusCSV  = "corpus.csv.gz"
+	corpusRuns = "runs.json"
+	// appendPart holds an appended run's rows (a gzip member without header)
+	// until the runs are merged into the corpus.
+	appendPart = "corpus.csv.gz.append"
+)
+
 // Corpus runs the planned corpus and writes <Out>/corpus.csv.gz (one row per
-// sample, every run) and <Out>/runs.json.
+// sample, every run) and <Out>/runs.json, or adds to them (Append).
 func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	if cc.PerFamily <= 0 {
 		cc.PerFamily = 1
@@ -76,7 +106,7 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	}
 	if cc.Scale > 0 && cc.Scale != 1 {
 		for i := range plan {
-			if plan[i].Profile, err = plan[i].Profile.Scale(cc.Scale); err != nil {
+			if plan[i], err = plan[i].Scale(cc.Scale); err != nil {
 				return nil, err
 			}
 		}
@@ -86,22 +116,29 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
+	// Before the control plane: a refused append must not cost a setup.
+	if cc.Append {
+		if _, err := checkAppend(cfg.Out, cc.Seed, plan); err != nil {
+			return nil, err
+		}
+	}
 	if err := CanRun(); err != nil {
 		return nil, fmt.Errorf("corpus: %w", err)
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.Create(filepath.Join(cfg.Out, "corpus.csv.gz"))
+	rowsPath := filepath.Join(cfg.Out, corpusCSV)
+	if cc.Append {
+		rowsPath = filepath.Join(cfg.Out, appendPart)
+	}
+	w, err := createRows(rowsPath, !cc.Append)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	zw := gzip.NewWriter(f)
-	w := csv.NewWriter(zw)
-	if err := w.Write(CorpusHeader); err != nil {
-		return nil, err
-	}
+	// An early return (no control plane) leaves no stray rows beside a corpus
+	// being appended to.
+	defer w.abort(cc.Append)
 	// The corpus folder is meant to be committed: the control plane's data and
 	// the logs go elsewhere, kept only when a run failed.
 	if cfg.Work == "" {
@@ -139,10 +176,7 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 					failed, env.keepState = true, true
 				}
 				out[i] = r
-				for _, row := range rows {
-					_ = w.Write(row)
-				}
-				w.Flush()
+				w.write(rows)
 				mu.Unlock()
 				env.progress("corpus %d/%d %s: %d samples, failure %s %s", i+1, len(plan), r.ID, r.Samples, r.FailureKind, r.Error)
 			}
@@ -156,25 +190,190 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	}
 	close(jobs)
 	wg.Wait()
-	w.Flush()
-	if err := errors.Join(w.Error(), zw.Close()); err != nil {
+	if err := w.close(); err != nil {
 		return out, err
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
+	if !cc.Append {
+		return out, errors.Join(writeRuns(filepath.Join(cfg.Out, corpusRuns), out), ctx.Err())
+	}
+	// An interrupted append would leave holes in the corpus: its rows stay
+	// aside, and the corpus as it was.
+	if err := ctx.Err(); err != nil {
+		return out, fmt.Errorf("corpus: interrupted, nothing appended (the new rows are in %s): %w", rowsPath, err)
+	}
+	return out, appendCorpus(cfg.Out, cc.Seed, rowsPath, out)
+}
+
+// rowsFile is a gzip-compressed CSV of corpus rows being written.
+type rowsFile struct {
+	f  *os.File
+	zw *gzip.Writer
+	w  *csv.Writer
+}
+
+// createRows creates path, starting with the header when header is set (an
+// appended gzip member has none: the corpus's first member has it).
+func createRows(path string, header bool) (*rowsFile, error) {
+	f, err := os.Create(path)
 	if err != nil {
-		return out, err
+		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Out, "runs.json"), b, 0o644); err != nil {
-		return out, err
+	zw := gzip.NewWriter(f)
+	rf := &rowsFile{f: f, zw: zw, w: csv.NewWriter(zw)}
+	if header {
+		rf.write([][]string{CorpusHeader})
 	}
-	return out, ctx.Err()
+	return rf, nil
+}
+
+// write adds rows; errors surface at close (csv.Writer keeps the first).
+func (rf *rowsFile) write(rows [][]string) {
+	for _, row := range rows {
+		_ = rf.w.Write(row)
+	}
+	rf.w.Flush()
+}
+
+func (rf *rowsFile) close() error {
+	rf.w.Flush()
+	err := errors.Join(rf.w.Error(), rf.zw.Close(), rf.f.Close())
+	rf.f = nil
+	return err
+}
+
+// abort closes the file, and removes it if asked, unless close was called.
+func (rf *rowsFile) abort(remove bool) {
+	if rf.f == nil {
+		return
+	}
+	rf.f.Close()
+	if remove {
+		os.Remove(rf.f.Name())
+	}
+}
+
+func writeRuns(path string, runs []CorpusRun) error {
+	b, err := json.MarshalIndent(runs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// readCorpus reads the runs of the corpus in dir and checks its CSV's header.
+func readCorpus(dir string) ([]CorpusRun, error) {
+	b, err := os.ReadFile(filepath.Join(dir, corpusRuns))
+	if err != nil {
+		return nil, fmt.Errorf("corpus: no corpus to append to: %w", err)
+	}
+	var runs []CorpusRun
+	if err := json.Unmarshal(b, &runs); err != nil {
+		return nil, fmt.Errorf("corpus: %s: %w", filepath.Join(dir, corpusRuns), err)
+	}
+	f, err := os.Open(filepath.Join(dir, corpusCSV))
+	if err != nil {
+		return nil, fmt.Errorf("corpus: no corpus to append to: %w", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("corpus: %s: %w", f.Name(), err)
+	}
+	header, err := csv.NewReader(zr).Read()
+	if err != nil {
+		return nil, fmt.Errorf("corpus: %s: header: %w", f.Name(), err)
+	}
+	if !slices.Equal(header, CorpusHeader) {
+		return nil, fmt.Errorf("corpus: %s has the header %q, this build writes %q: record a new corpus",
+			f.Name(), strings.Join(header, ","), strings.Join(CorpusHeader, ","))
+	}
+	return runs, nil
+}
+
+// checkAppend returns the runs of the corpus in dir if plan can be added to
+// it: same header, none of the plan's run IDs there yet, and the corpus's
+// runs planned from the same seed (else the result is no corpus one
+// invocation would make).
+func checkAppend(dir string, seed uint64, plan []corpus.Run) ([]CorpusRun, error) {
+	have, err := readCorpus(dir)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]CorpusRun, len(have))
+	last := map[string]int{} // per family, the highest run number
+	for _, r := range have {
+		byID[r.ID] = r
+		if n, err := strconv.Atoi(strings.TrimPrefix(r.ID, r.Family+"-")); err == nil {
+			last[r.Family] = max(last[r.Family], n)
+		}
+	}
+	for _, r := range plan {
+		if _, ok := byID[r.ID]; ok {
+			return nil, fmt.Errorf("corpus: run %s is already in %s: append other families or run numbers", r.ID, dir)
+		}
+	}
+	for fam, n := range last {
+		again, err := corpus.Plan(seed, n, fam)
+		if err != nil {
+			continue // a family this build does not plan: nothing to compare
+		}
+		for _, r := range again {
+			if h, ok := byID[r.ID]; ok && h.Seed != r.Seed {
+				return nil, fmt.Errorf("corpus: %s in %s was planned with another --seed than %d", r.ID, dir, seed)
+			}
+		}
+	}
+	return have, nil
+}
+
+// appendCorpus adds the runs and the rows in part (a gzip member without
+// header) to the corpus in dir, checking again that they fit (the corpus may
+// have changed during a long recording), then removes part. runs.json is
+// replaced only once the rows are in, so a failure leaves at worst rows no
+// run lists, never a listed run without rows.
+func appendCorpus(dir string, seed uint64, part string, runs []CorpusRun) error {
+	plan := make([]corpus.Run, len(runs))
+	for i, r := range runs {
+		plan[i] = corpus.Run{ID: r.ID, Family: r.Family, Seed: r.Seed}
+	}
+	have, err := checkAppend(dir, seed, plan)
+	if err != nil {
+		return fmt.Errorf("%w (the new rows are in %s)", err, part)
+	}
+	src, err := os.Open(part)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := filepath.Join(dir, corpusRuns+".tmp")
+	if err := writeRuns(tmp, append(have, runs...)); err != nil {
+		return err
+	}
+	// gzip readers (Go's, gzip -d, Python's) read concatenated members as one
+	// stream, so appending the member appends the rows.
+	dst, err := os.OpenFile(filepath.Join(dir, corpusCSV), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return fmt.Errorf("corpus: append the rows: %w", err)
+	}
+	if err := errors.Join(dst.Sync(), dst.Close()); err != nil {
+		return fmt.Errorf("corpus: append the rows: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, corpusRuns)); err != nil {
+		return err
+	}
+	return os.Remove(part)
 }
 
 // corpusRun runs one profile in a fresh broker Deployment and records the
 // broker container's raw counters every second, as the sidecar samples them
 // (`amf-sidecar sample --pid`), until the container fails or the profile ends.
 func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Duration) (res CorpusRun, rows [][]string, err error) {
-	res = CorpusRun{ID: run.ID, Family: run.Family, Failing: run.Failing, Seed: run.Seed, Profile: run.Profile.String()}
+	res = CorpusRun{ID: run.ID, Family: run.Family, Failing: run.Failing, Seed: run.Seed, Profile: run.Profile.String(),
+		Traffic: run.Traffic.String()}
 	ns := "corpus-" + run.ID
 	defer func() {
 		if rerr := e.remove(context.WithoutCancel(ctx), ns); rerr != nil && err == nil {
@@ -246,6 +445,19 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	if err != nil {
 		return res, nil, err
 	}
+	trafficDone := make(chan error, 1)
+	if len(run.Traffic) > 0 {
+		// From outside the container, as clients reach a broker: only the
+		// broker's own work is charged to its cgroup.
+		url := "tcp://127.0.0.1:" + strconv.Itoa(ed.BrokerPortA)
+		go func() {
+			var terr error
+			res.Bursts, terr = publishTraffic(sctx, url, ns, res.Onset, run.Traffic)
+			trafficDone <- terr
+		}()
+	} else {
+		trafficDone <- nil
+	}
 	select {
 	case ev := <-failed:
 		t := ev.Time
@@ -259,6 +471,11 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 		err = ctx.Err()
 	}
 	stopSampling()
+	// The bursts end before the profile; cut short, they only matter when the
+	// broker was healthy.
+	if terr := <-trafficDone; terr != nil && err == nil && res.Failure == nil && !errors.Is(terr, context.Canceled) {
+		err = fmt.Errorf("traffic: %w", terr)
+	}
 	<-done
 	_ = sampler.Wait()
 	for _, s := range samples {
@@ -333,4 +550,121 @@ func (s sampleLine) row(run corpus.Run, res CorpusRun, horizon time.Duration) []
 	return []string{run.ID, run.Family, strconv.FormatFloat(float64(s.Time.UnixNano())/1e9, 'f', 3, 64),
 		g(s.Raw.CPUSeconds), g(s.Raw.MemoryBytes), g(s.Raw.MemoryLimitBytes), netw, g(s.Raw.DiskBytes),
 		strconv.FormatFloat(s.Time.Sub(res.Onset).Seconds(), 'f', 3, 64), ttf, label}
+}
+
+// publishTraffic plays the bursts against the broker at url, each at onset +
+// its start, and returns what each did.
+func publishTraffic(ctx context.Context, url, clientID string, onset time.Time, traffic corpus.Traffic) ([]BurstRecord, error) {
+	var recs []BurstRecord
+	for i, b := range traffic {
+		if err := sleep(ctx, time.Until(onset.Add(b.Start))); err != nil {
+			return recs, err
+		}
+		rec, err := publishBurst(ctx, url, fmt.Sprintf("%s-burst%d", clientID, i+1), b)
+		recs = append(recs, rec)
+		if err != nil {
+			return recs, fmt.Errorf("burst %d (%v): %w", i+1, b, err)
+		}
+	}
+	return recs, nil
+}
+
+// burstWindow bounds the messages in flight (QoS 1: not yet acknowledged), so
+// a broker slower than the rate paces the publisher instead of the
+// publisher's memory growing.
+const burstWindow = 256
+
+// publishBurst connects the burst's subscribers and a publisher, publishes at
+// the burst's rate for its duration on a topic the broker does not bridge
+// (only set/# and get/# cross), and disconnects them.
+func publishBurst(ctx context.Context, url, id string, b corpus.Burst) (rec BurstRecord, err error) {
+	topic := "corpus/burst/" + id
+	var clients []mqtt.Client
+	defer func() {
+		for _, c := range clients {
+			c.Disconnect(250)
+		}
+	}()
+	connect := func(id string) (mqtt.Client, error) {
+		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID(id).SetCleanSession(true).
+			SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetWriteTimeout(5 * time.Second).
+			SetKeepAlive(30 * time.Second))
+		if err := wait(c.Connect()); err != nil {
+			return nil, fmt.Errorf("connect %s to %s: %w", id, url, err)
+		}
+		clients = append(clients, c)
+		return c, nil
+	}
+	var delivered atomic.Int64
+	for j := range b.Subscribers {
+		c, err := connect(fmt.Sprintf("%s-sub%d", id, j+1))
+		if err != nil {
+			return rec, err
+		}
+		if err := wait(c.Subscribe(topic, b.QoS, func(mqtt.Client, mqtt.Message) { delivered.Add(1) })); err != nil {
+			return rec, fmt.Errorf("subscribe %s: %w", topic, err)
+		}
+	}
+	pub, err := connect(id + "-pub")
+	if err != nil {
+		return rec, err
+	}
+
+	inflight := make(chan mqtt.Token, burstWindow)
+	var (
+		acks   int
+		ackErr error
+		acked  = make(chan struct{})
+	)
+	go func() {
+		defer close(acked)
+		for tok := range inflight {
+			if err := wait(tok); err != nil {
+				ackErr = cmp.Or(ackErr, err)
+			} else {
+				acks++
+			}
+		}
+	}()
+	payload := make([]byte, b.Size) // its content does not matter to the counters
+	rec.Start = time.Now()
+	end := rec.Start.Add(b.Duration)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	sent := 0
+send:
+	for now := rec.Start; now.Before(end); {
+		// Catch up to the rate since the start: ticks are coarse and a busy
+		// broker slows sending down.
+		for due := int(now.Sub(rec.Start).Seconds() * float64(b.Rate)); sent < due && time.Now().Before(end); sent++ {
+			select {
+			case inflight <- pub.Publish(topic, b.QoS, false, payload):
+			case <-ctx.Done():
+				break send
+			}
+		}
+		select {
+		case now = <-tick.C:
+		case <-ctx.Done():
+			break send
+		}
+	}
+	close(inflight)
+	<-acked
+	rec.End, rec.Published = time.Now(), acks
+	// Let the subscribers get what is still on its way.
+	for want := int64(acks * b.Subscribers); delivered.Load() < want && time.Since(rec.End) < 2*time.Second; {
+		time.Sleep(20 * time.Millisecond)
+	}
+	rec.Delivered = int(delivered.Load())
+	return rec, errors.Join(ackErr, ctx.Err())
+}
+
+// wait waits for a paho token, bounded: with auto-reconnect off a lost
+// connection fails the token, the bound is for a broker that stops answering.
+func wait(tok mqtt.Token) error {
+	if !tok.WaitTimeout(30 * time.Second) {
+		return errors.New("no answer from the broker in 30 s")
+	}
+	return tok.Error()
 }

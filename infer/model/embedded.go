@@ -41,6 +41,9 @@ type embeddedModel struct {
 func embeddedModels() []embeddedModel {
 	return []embeddedModel{
 		{name: DefaultName, model: defaultModelFile, manifest: defaultManifestFile, golden: "parity_default.csv"},
+		// Trained on the lab corpus to predict an OOM kill within 120 s
+		// (make leadtime; infer/train/report/leadtime.md).
+		{name: "leadtime", model: "leadtime_model.txt", manifest: "leadtime_manifest.json", golden: "parity_leadtime.csv"},
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -12,40 +11,8 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/infer/model/modeltest"
 )
-
-// writeModel writes the embedded model's trees with its manifest edited
-// (nil: unchanged) as dir/name.txt + dir/name.manifest.json.
-func writeModel(t *testing.T, dir, name string, edit func(man map[string]any)) string {
-	t.Helper()
-	src := filepath.Join("..", "..", "infer", "model")
-	mb, err := os.ReadFile(filepath.Join(src, "default_model.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jb, err := os.ReadFile(filepath.Join(src, "default_manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if edit != nil {
-		var man map[string]any
-		if err := json.Unmarshal(jb, &man); err != nil {
-			t.Fatal(err)
-		}
-		edit(man)
-		if jb, err = json.Marshal(man); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(dir, name+".txt")
-	if err := os.WriteFile(path, mb, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(model.ManifestPathFor(path), jb, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 func windowsEdit(rate, deriv, step, lookback, sample string) func(map[string]any) {
 	return func(man map[string]any) {
@@ -68,14 +35,14 @@ func rampCSV() string {
 
 func TestWindowFlagsAgainstTheModel(t *testing.T) {
 	dir := t.TempDir()
-	p1 := writeModel(t, dir, "p1", nil)
-	short := writeModel(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
-	fast := writeModel(t, dir, "fast", windowsEdit("1m", "2m", "500ms", "30s", "500ms"))
-	old := writeModel(t, dir, "old", func(man map[string]any) {
+	p1 := modeltest.Files(t, dir, "p1", nil)
+	short := modeltest.Files(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	fast := modeltest.Files(t, dir, "fast", windowsEdit("1m", "2m", "500ms", "30s", "500ms"))
+	old := modeltest.Files(t, dir, "old", func(man map[string]any) {
 		man["schema_version"] = 1
 		delete(man["feature_windows"].(map[string]any), "lookback")
 	})
-	badSpec := writeModel(t, dir, "bad", windowsEdit("5m", "7s", "5s", "5m", "5s"))
+	badSpec := modeltest.Files(t, dir, "bad", windowsEdit("5m", "7s", "5s", "5m", "5s"))
 	features := filepath.Join(dir, "features.csv")
 	if err := os.WriteFile(features, []byte("cpu_percent,memory_percent,network_io_bytes_per_sec,disk_io_bytes_per_sec,cpu_growth_rate,memory_growth_rate\n1,2,3,4,5,6\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -126,7 +93,7 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 
 // replay --model computes what the flags of the same windows compute.
 func TestReplayWithAModelUsesItsWindows(t *testing.T) {
-	short := writeModel(t, t.TempDir(), "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	short := modeltest.Files(t, t.TempDir(), "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
 	ramp := rampCSV()
 	_, withModel, errs := runCLI(t, ramp, "replay", "--in", "-", "--model", short)
 	_, withFlags, _ := runCLI(t, ramp, "replay", "--in", "-", "--rate-window", "1m", "--deriv-window", "2m", "--step", "1s", "--lookback", "30s")
@@ -153,8 +120,8 @@ func TestWindowFlagDefaultsAreTheEmbeddedModels(t *testing.T) {
 
 func TestLoadModelForRun(t *testing.T) {
 	dir := t.TempDir()
-	short := writeModel(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
-	fast := writeModel(t, dir, "fast", windowsEdit("1m", "2m", "500ms", "30s", "500ms"))
+	short := modeltest.Files(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	fast := modeltest.Files(t, dir, "fast", windowsEdit("1m", "2m", "500ms", "30s", "500ms"))
 	def, err := model.Default()
 	if err != nil {
 		t.Fatal(err)

@@ -60,15 +60,30 @@ var embeddedLoads = func() map[string]func() (*Model, error) {
 func (e embeddedModel) source() string { return "(embedded " + e.name + ")" }
 
 func (e embeddedModel) load() (*Model, error) {
-	mb, err := embedded.ReadFile(e.model)
+	mb, jb, err := EmbeddedFiles(e.name)
 	if err != nil {
-		return nil, loadErr(e.source(), ErrIO, "%v", err)
-	}
-	jb, err := embedded.ReadFile(e.manifest)
-	if err != nil {
-		return nil, loadErr(e.source(), ErrIO, "%v", err)
+		return nil, err
 	}
 	return load(e.source(), e.manifest+" (embedded)", mb, jb)
+}
+
+// EmbeddedFiles returns the bytes of the embedded model of that name and of
+// its manifest, as `NAME.txt` and `NAME.manifest.json` would hold them (to
+// write one out, or derive a variant).
+func EmbeddedFiles(name string) (modelText, manifest []byte, err error) {
+	for _, e := range embeddedModels() {
+		if e.name != name {
+			continue
+		}
+		if modelText, err = embedded.ReadFile(e.model); err != nil {
+			return nil, nil, loadErr(e.source(), ErrIO, "%v", err)
+		}
+		if manifest, err = embedded.ReadFile(e.manifest); err != nil {
+			return nil, nil, loadErr(e.source(), ErrIO, "%v", err)
+		}
+		return modelText, manifest, nil
+	}
+	return nil, nil, loadErr(name, ErrNoSuchModel, "no embedded model of that name (embedded: %s)", strings.Join(EmbeddedNames(), ", "))
 }
 
 // EmbeddedNames are the names of the embedded models, DefaultName first.

@@ -201,3 +201,22 @@ func TestLoadOverrideByName(t *testing.T) {
 		})
 	}
 }
+
+func TestEmbeddedFilesAreTheBytesTheModelLoadsFrom(t *testing.T) {
+	for _, name := range EmbeddedNames() {
+		mb, jb, err := EmbeddedFiles(name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		m, err := Embedded(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Load(mb, jb); err != nil || got.SHA256() != m.SHA256() {
+			t.Errorf("%s: the files load as %v (err %v), the embedded model is %s", name, got, err, m.SHA256())
+		}
+	}
+	if _, _, err := EmbeddedFiles("nosuch"); !errors.Is(err, ErrNoSuchModel) {
+		t.Errorf("unknown name: error %v, want ErrNoSuchModel", err)
+	}
+}

@@ -2,47 +2,14 @@ package experiment
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/infer/model/modeltest"
 )
-
-// writeModelFiles writes the default model's files as dir/name.txt and its
-// manifest, the manifest edited by edit (nil: unchanged).
-func writeModelFiles(t *testing.T, dir, name string, edit func(map[string]any)) string {
-	t.Helper()
-	src := filepath.Join("..", "..", "infer", "model")
-	mb, err := os.ReadFile(filepath.Join(src, "default_model.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jb, err := os.ReadFile(filepath.Join(src, "default_manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if edit != nil {
-		var man map[string]any
-		if err := json.Unmarshal(jb, &man); err != nil {
-			t.Fatal(err)
-		}
-		edit(man)
-		if jb, err = json.Marshal(man); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(dir, name+".txt")
-	if err := os.WriteFile(path, mb, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(model.ManifestPathFor(path), jb, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // The sidecars' --model: a name passes through, a path is replaced by a copy
 // in the pods' folder, a model the sidecar would refuse stops the experiment
@@ -53,8 +20,8 @@ func TestSidecarModelArgument(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	file := writeModelFiles(t, dir, "m", nil)
-	fast := writeModelFiles(t, dir, "fast", func(man map[string]any) {
+	file := modeltest.Files(t, dir, "m", nil)
+	fast := modeltest.Files(t, dir, "fast", func(man map[string]any) {
 		man["feature_windows"] = map[string]any{"rate_window": "1m", "deriv_window": "2m", "subquery_step": "500ms", "lookback": "30s", "sample_interval": "500ms"}
 	})
 	tests := []struct {

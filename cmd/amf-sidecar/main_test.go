@@ -16,6 +16,20 @@ func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stder
 	return code, out.String(), errb.String()
 }
 
+// wantExit checks a command's exit code and that its stderr mentions each of
+// mention.
+func wantExit(t *testing.T, code int, stderr string, want int, mention ...string) {
+	t.Helper()
+	if code != want {
+		t.Fatalf("exit code %d, want %d (stderr %q)", code, want, stderr)
+	}
+	for _, m := range mention {
+		if !strings.Contains(stderr, m) {
+			t.Errorf("stderr %q does not mention %q", stderr, m)
+		}
+	}
+}
+
 const hdr = "time,cpu_seconds_total,memory_bytes,memory_limit_bytes,network_bytes_total,disk_bytes_total\n"
 
 func TestReplayCommand(t *testing.T) {

@@ -69,14 +69,7 @@ func TestModelFlagTakesAnEmbeddedNameOrAPath(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, out, errs := runCLI(t, ramp, tt.args...)
-			if code != tt.code {
-				t.Fatalf("exit code %d, want %d (stderr %q)", code, tt.code, errs)
-			}
-			for _, m := range tt.mention {
-				if !strings.Contains(errs, m) {
-					t.Errorf("stderr %q does not mention %q", errs, m)
-				}
-			}
+			wantExit(t, code, errs, tt.code, tt.mention...)
 			if tt.sameAsDefault {
 				_, want, _ := runCLI(t, ramp, withoutModel(tt.args)...)
 				if out != want || out == "" {

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -52,16 +51,8 @@ func (e *env) waitPod(ctx context.Context, ns, name string, cond corev1.PodCondi
 // podsListWatch lists and watches the pods of ns that match selector (all when
 // it is empty).
 func (e *env) podsListWatch(ns, selector string) *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = selector
-			return e.client.CoreV1().Pods(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return e.client.CoreV1().Pods(ns).Watch(ctx, o)
-		},
-	}
+	return cache.NewFilteredListWatchFromClient(e.client.CoreV1().RESTClient(), "pods", ns,
+		func(o *metav1.ListOptions) { o.LabelSelector = selector })
 }
 
 // waitPodsGone waits (watch, not poll) until ns has no pod left.
@@ -92,17 +83,7 @@ func podCondition(p *corev1.Pod, cond corev1.PodConditionType) bool {
 // watchDeploymentReady reports, once, the time a Deployment first has a Ready
 // replica at its current generation; it ends with ctx.
 func (e *env) watchDeploymentReady(ctx context.Context, ns, name string, at func(time.Time)) {
-	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return e.client.AppsV1().Deployments(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return e.client.AppsV1().Deployments(ns).Watch(ctx, o)
-		},
-	}
+	lw := cache.NewListWatchFromClient(e.client.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", name))
 	_, _ = watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
 		d, ok := ev.Object.(*appsv1.Deployment)
 		if !ok || d.Status.ObservedGeneration < d.Generation || d.Status.ReadyReplicas < 1 {

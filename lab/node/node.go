@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
@@ -494,18 +493,7 @@ func (n *Node) renewLease(ctx context.Context) {
 // waitReady closes n.ready once the Node is Ready without the not-ready or
 // unreachable taints.
 func (n *Node) waitReady(ctx context.Context) {
-	sel := fields.OneTermEqualSelector("metadata.name", n.cfg.Name).String()
-	nodes := n.cfg.Client.CoreV1().Nodes()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (kruntime.Object, error) {
-			o.FieldSelector = sel
-			return nodes.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return nodes.Watch(ctx, o)
-		},
-	}
+	lw := cache.NewListWatchFromClient(n.cfg.Client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", n.cfg.Name))
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
 		nd, ok := ev.Object.(*corev1.Node)
 		return ok && ev.Type != watch.Deleted && nodeReady(nd), nil

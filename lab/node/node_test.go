@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
@@ -280,17 +279,7 @@ func (e *labEnv) namespace(ctx context.Context, t *testing.T, name string) {
 // waitPod watches the pods matching selector until cond holds for one.
 func (e *labEnv) waitPod(ctx context.Context, t *testing.T, ns, selector, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
-	pods := e.cs.CoreV1().Pods(ns)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (kruntime.Object, error) {
-			o.LabelSelector = selector
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return pods.Watch(ctx, o)
-		},
-	}
+	lw := cache.NewFilteredListWatchFromClient(e.cs.CoreV1().RESTClient(), "pods", ns, func(o *metav1.ListOptions) { o.LabelSelector = selector })
 	var got *corev1.Pod
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
 		p, ok := ev.Object.(*corev1.Pod)
@@ -309,17 +298,7 @@ func (e *labEnv) waitPod(ctx context.Context, t *testing.T, ns, selector, what s
 // waitPodsGone watches until no pod matches selector.
 func (e *labEnv) waitPodsGone(ctx context.Context, t *testing.T, ns, selector string) {
 	t.Helper()
-	pods := e.cs.CoreV1().Pods(ns)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (kruntime.Object, error) {
-			o.LabelSelector = selector
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = selector
-			return pods.Watch(ctx, o)
-		},
-	}
+	lw := cache.NewFilteredListWatchFromClient(e.cs.CoreV1().RESTClient(), "pods", ns, func(o *metav1.ListOptions) { o.LabelSelector = selector })
 	empty := func(store cache.Store) (bool, error) { return len(store.List()) == 0, nil }
 	var store cache.Store
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, func(s cache.Store) (bool, error) {
@@ -723,18 +702,7 @@ func testBroker(ctx context.Context, t *testing.T, e *labEnv) {
 
 func (e *labEnv) waitDeployment(ctx context.Context, t *testing.T, ns, name string, cond func(*appsv1.Deployment) bool) {
 	t.Helper()
-	deps := e.cs.AppsV1().Deployments(ns)
-	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (kruntime.Object, error) {
-			o.FieldSelector = sel
-			return deps.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return deps.Watch(ctx, o)
-		},
-	}
+	lw := cache.NewListWatchFromClient(e.cs.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", name))
 	_, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
 		d, ok := ev.Object.(*appsv1.Deployment)
 		return ok && cond(d), nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,25 +35,33 @@ type wireReq struct {
 type wire struct {
 	mu    sync.Mutex
 	waits []*wireWait
-	drops []func(wireReq) bool
+	drops []*func(wireReq) bool
 }
 
 // errDropped is what the agent's client gets for a request the test dropped.
 var errDropped = errors.New("dropped by the test before it reached the API server")
 
 // drop makes every request matching (before it is sent: no status) fail
-// without reaching the API server, as if the agent had stopped before it.
-func (w *wire) drop(match func(wireReq) bool) {
+// without reaching the API server, as if the agent had stopped before it,
+// until the returned undo is called: the client is shared by the agents of a
+// test, and only the stopped one must lose those writes.
+func (w *wire) drop(match func(wireReq) bool) (undo func()) {
+	m := &match
 	w.mu.Lock()
-	w.drops = append(w.drops, match)
+	w.drops = append(w.drops, m)
 	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		w.drops = slices.DeleteFunc(w.drops, func(d *func(wireReq) bool) bool { return d == m })
+		w.mu.Unlock()
+	}
 }
 
 func (w *wire) dropped(r wireReq) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, m := range w.drops {
-		if m(r) {
+		if (*m)(r) {
 			return true
 		}
 	}

@@ -26,7 +26,8 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	horizon := fs.Duration("horizon", 120*time.Second, "label a sample 1 when the failure comes within this")
 	out := fs.String("out", "", "output folder: corpus.csv.gz, runs.json (required)")
 	list := fs.Bool("list", false, "print the plan and exit")
-	appendRuns := fs.Bool("append", false, "add the runs to the corpus already in --out (refuses run IDs it has, another header or seed)")
+	leadIn := fs.Duration("lead-in", 0, "lengthen every run's quiet baseline by this, so the feature windows are full when the load begins (e.g. 10m for 5m/10m windows)")
+	appendRuns := fs.Bool("append", false, "add the runs to the corpus already in --out (refuses run IDs it has, another header, seed or lead-in)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,6 +42,10 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 2
 		}
 		for _, r := range plan {
+			if r, err = r.LeadIn(*leadIn); err != nil {
+				fmt.Fprintf(stderr, "amf-lab corpus: %v\n", err)
+				return 2
+			}
 			fmt.Fprintf(stdout, "%s\t%v\t%s", r.ID, r.Profile.Duration(), r.Profile)
 			if len(r.Traffic) > 0 {
 				fmt.Fprintf(stdout, "\ttraffic %s", r.Traffic)
@@ -61,7 +66,7 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
 	res, err := experiment.Corpus(ctx, experiment.CorpusConfig{
-		Seed: *seed, PerFamily: *runs, Families: only, Parallel: *parallel, Horizon: *horizon, Append: *appendRuns,
+		Seed: *seed, PerFamily: *runs, Families: only, Parallel: *parallel, Horizon: *horizon, LeadIn: *leadIn, Append: *appendRuns,
 		Base: experiment.Config{Out: *out, Bin: bins, Progress: stderr,
 			Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))},
 	})

@@ -32,7 +32,7 @@ Usage:
       the paper's availability experiment on a real control plane and a lab node
       (root, cgroup v1; make k8s first); --model: the sidecars' model, an
       embedded name or a model file (default: the sidecar's default)
-  amf-lab corpus --out DIR [--seed 1] [--runs 1] [--families a,b] [--parallel 2] [--list]
+  amf-lab corpus --out DIR [--seed 1] [--runs 1] [--families a,b] [--parallel 2] [--lead-in 10m] [--append] [--list]
       staged load profiles run in real broker containers, raw counters recorded
       every second with the time of the failure (the lead-time model's corpus)
   amf-lab stress --profile SPEC [--scale f]

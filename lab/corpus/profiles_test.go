@@ -149,3 +149,53 @@ func TestPlanRefusesUnknownFamilies(t *testing.T) {
 		t.Errorf("Plan(only mem-ramp) = %d runs, %v", len(runs), err)
 	}
 }
+
+func TestLeadInLengthensOnlyTheBaseline(t *testing.T) {
+	runs, err := Plan(1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const d = 10 * time.Minute
+	for _, r := range runs {
+		l, err := r.LeadIn(d)
+		if err != nil {
+			t.Fatalf("%s: %v", r.ID, err)
+		}
+		if got, want := l.Profile.Duration(), r.Profile.Duration()+d; got != want {
+			t.Errorf("%s: %v long with the lead-in, want %v", r.ID, got, want)
+		}
+		if got, want := l.Profile.Phases[0].Duration, r.Profile.Phases[0].Duration+d; got != want {
+			t.Errorf("%s: baseline %v, want %v", r.ID, got, want)
+		}
+		if !slices.Equal(l.Profile.Phases[1:], r.Profile.Phases[1:]) {
+			t.Errorf("%s: the profile after the baseline changed: %s, was %s", r.ID, l.Profile, r.Profile)
+		}
+		for i, b := range l.Traffic {
+			if b.Start != r.Traffic[i].Start+d || b.Duration != r.Traffic[i].Duration {
+				t.Errorf("%s: burst %d %v, was %v", r.ID, i, b, r.Traffic[i])
+			}
+		}
+		checkTraffic(t, l)
+		if r.Profile.Phases[0].Duration == l.Profile.Phases[0].Duration {
+			t.Errorf("%s: the planned run was changed in place", r.ID)
+		}
+	}
+}
+
+func TestLeadInRefusesWhatItCannotLengthen(t *testing.T) {
+	runs, err := Plan(1, 1, "mem-ramp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs[0].LeadIn(-time.Second); err == nil {
+		t.Error("a negative lead-in was accepted")
+	}
+	loaded := runs[0]
+	loaded.Profile.Phases = loaded.Profile.Phases[1:] // starts with the load
+	if _, err := loaded.LeadIn(time.Minute); err == nil {
+		t.Error("a profile without a quiet baseline was lengthened")
+	}
+	if same, err := runs[0].LeadIn(0); err != nil || same.Profile.String() != runs[0].Profile.String() {
+		t.Errorf("lead-in 0 changed the run: %v %v", same.Profile, err)
+	}
+}

@@ -38,8 +38,11 @@ type CorpusConfig struct {
 	// Scale multiplies every phase's and burst's duration (default 1; ramp
 	// rates are kept, so a shortened ramp may stop short of its target).
 	Scale float64
+	// LeadIn lengthens every run's quiet baseline (corpus.Run.LeadIn), so the
+	// feature windows are full when the load begins. Applied after Scale.
+	LeadIn time.Duration
 	// Append adds the runs to the corpus already in Out instead of writing a
-	// new one; it refuses runs Out already has, another header or seed.
+	// new one; it refuses runs Out already has, another header, seed or lead-in.
 	Append bool
 	// Base carries Out, Repo, Bin, Log and Progress (its modes are ignored).
 	Base Config
@@ -47,12 +50,15 @@ type CorpusConfig struct {
 
 // CorpusRun is what one corpus run recorded, for runs.json.
 type CorpusRun struct {
-	ID      string    `json:"id"`
-	Family  string    `json:"family"`
-	Failing bool      `json:"failing_family"`
-	Seed    uint64    `json:"seed"`
-	Profile string    `json:"profile"`
-	Onset   time.Time `json:"onset"`
+	ID      string `json:"id"`
+	Family  string `json:"family"`
+	Failing bool   `json:"failing_family"`
+	Seed    uint64 `json:"seed"`
+	Profile string `json:"profile"`
+	// LeadIn is how much the planned baseline was lengthened (empty: none);
+	// Profile includes it.
+	LeadIn string    `json:"lead_in,omitempty"`
+	Onset  time.Time `json:"onset"`
 	// Traffic is the planned MQTT bursts (corpus.Traffic's form), Bursts
 	// what they did.
 	Traffic string        `json:"traffic,omitempty"`
@@ -111,6 +117,11 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 			}
 		}
 	}
+	for i := range plan {
+		if plan[i], err = plan[i].LeadIn(cc.LeadIn); err != nil {
+			return nil, err
+		}
+	}
 	cfg := cc.Base
 	cfg.Modes = []Mode{Reactive}
 	if err := cfg.defaults(); err != nil {
@@ -118,7 +129,7 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	}
 	// Before the control plane: a refused append must not cost a setup.
 	if cc.Append {
-		if _, err := checkAppend(cfg.Out, cc.Seed, plan); err != nil {
+		if _, err := checkAppend(cfg.Out, cc.Seed, cc.LeadIn, plan); err != nil {
 			return nil, err
 		}
 	}
@@ -170,6 +181,9 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 		wg.Go(func() {
 			for i := range jobs {
 				r, rows, err := env.corpusRun(ctx, plan[i], cc.Horizon)
+				if cc.LeadIn > 0 {
+					r.LeadIn = cc.LeadIn.String()
+				}
 				mu.Lock()
 				if err != nil {
 					r.Error = err.Error()
@@ -201,7 +215,7 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	if err := ctx.Err(); err != nil {
 		return out, fmt.Errorf("corpus: interrupted, nothing appended (the new rows are in %s): %w", rowsPath, err)
 	}
-	return out, appendCorpus(cfg.Out, cc.Seed, rowsPath, out)
+	return out, appendCorpus(cfg.Out, cc.Seed, cc.LeadIn, rowsPath, out)
 }
 
 // rowsFile is a gzip-compressed CSV of corpus rows being written.
@@ -292,12 +306,23 @@ func readCorpus(dir string) ([]CorpusRun, error) {
 
 // checkAppend returns the runs of the corpus in dir if plan can be added to
 // it: same header, none of the plan's run IDs there yet, and the corpus's
-// runs planned from the same seed (else the result is no corpus one
-// invocation would make).
-func checkAppend(dir string, seed uint64, plan []corpus.Run) ([]CorpusRun, error) {
+// runs planned from the same seed with the same lead-in (else the result is
+// no corpus one invocation would make).
+func checkAppend(dir string, seed uint64, leadIn time.Duration, plan []corpus.Run) ([]CorpusRun, error) {
 	have, err := readCorpus(dir)
 	if err != nil {
 		return nil, err
+	}
+	for _, r := range have {
+		var was time.Duration
+		if r.LeadIn != "" {
+			if was, err = time.ParseDuration(r.LeadIn); err != nil {
+				return nil, fmt.Errorf("corpus: %s in %s: lead_in: %w", r.ID, dir, err)
+			}
+		}
+		if was != leadIn {
+			return nil, fmt.Errorf("corpus: %s in %s was recorded with --lead-in %v, not %v: windows would be filled differently across runs", r.ID, dir, was, leadIn)
+		}
 	}
 	byID := make(map[string]CorpusRun, len(have))
 	last := map[string]int{} // per family, the highest run number
@@ -331,12 +356,12 @@ func checkAppend(dir string, seed uint64, plan []corpus.Run) ([]CorpusRun, error
 // have changed during a long recording), then removes part. runs.json is
 // replaced only once the rows are in, so a failure leaves at worst rows no
 // run lists, never a listed run without rows.
-func appendCorpus(dir string, seed uint64, part string, runs []CorpusRun) error {
+func appendCorpus(dir string, seed uint64, leadIn time.Duration, part string, runs []CorpusRun) error {
 	plan := make([]corpus.Run, len(runs))
 	for i, r := range runs {
 		plan[i] = corpus.Run{ID: r.ID, Family: r.Family, Seed: r.Seed}
 	}
-	have, err := checkAppend(dir, seed, plan)
+	have, err := checkAppend(dir, seed, leadIn, plan)
 	if err != nil {
 		return fmt.Errorf("%w (the new rows are in %s)", err, part)
 	}

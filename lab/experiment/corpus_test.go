@@ -86,6 +86,7 @@ func TestAppendCorpus(t *testing.T) {
 		header []string    // the existing corpus's; nil: no corpus there
 		have   []CorpusRun // the existing corpus's runs
 		add    []CorpusRun
+		leadIn time.Duration // of the added runs
 		// refused names what the error must say; empty: the append succeeds.
 		refused string
 	}{
@@ -99,6 +100,10 @@ func TestAppendCorpus(t *testing.T) {
 			add: []CorpusRun{planned(t, 1, "traffic-burst-1")}, refused: "header"},
 		{name: "refuses a corpus planned from another seed", header: CorpusHeader, have: []CorpusRun{planned(t, 2, "mem-ramp-1")},
 			add: []CorpusRun{planned(t, 1, "traffic-burst-1")}, refused: "another --seed"},
+		{name: "adds runs recorded with the corpus's lead-in", header: CorpusHeader, have: withLeadIn(old, "10m0s"), leadIn: 10 * time.Minute,
+			add: withLeadIn([]CorpusRun{planned(t, 1, "traffic-burst-1")}, "10m0s")},
+		{name: "refuses runs with another lead-in than the corpus's", header: CorpusHeader, have: old, leadIn: 10 * time.Minute,
+			add: withLeadIn([]CorpusRun{planned(t, 1, "traffic-burst-1")}, "10m0s"), refused: "--lead-in 0s, not 10m0s"},
 		{name: "refuses a folder without a corpus",
 			add: []CorpusRun{planned(t, 1, "traffic-burst-1")}, refused: "no corpus to append to"},
 	} {
@@ -118,7 +123,7 @@ func TestAppendCorpus(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			err = appendCorpus(dir, 1, part, tc.add)
+			err = appendCorpus(dir, 1, tc.leadIn, part, tc.add)
 
 			if tc.refused != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.refused) {
@@ -199,4 +204,13 @@ func TestPublishBurstKeepsItsRate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withLeadIn returns runs as recorded with --lead-in d.
+func withLeadIn(runs []CorpusRun, d string) []CorpusRun {
+	out := slices.Clone(runs)
+	for i := range out {
+		out[i].LeadIn = d
+	}
+	return out
 }

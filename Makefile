@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train model leadtime evaluate k8s bench arm64 test-arm64 images lint deps clean
+.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train model leadtime window-age evaluate k8s bench arm64 test-arm64 images lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ model: ## train the P1 HGBC (seed 42) -> embedded default model + manifest + par
 leadtime: build ## the lead-time model from the lab corpus (lab/corpus/data) -> embedded leadtime model + infer/train/report/leadtime.{md,json}
 	$(PYTHON) infer/train/amftrain.py leadtime
 	$(GO) test -count=1 -run 'TestParityEmbedded|TestEmbedded|TestEveryEmbedded' ./infer/model/
+
+window-age: build ## P1 and the lead-time models on runs with full windows (lab/corpus/lead-in) vs young ones -> infer/train/report/window-age.{md,json}
+	$(PYTHON) infer/train/amftrain.py window-age
 
 evaluate: ## P0-P2 x HGBC/RF/LR x seeds 42-46 -> infer/train/report/evaluation.{md,json}
 	$(PYTHON) infer/train/amftrain.py evaluate --data $(DATA)

@@ -376,21 +376,27 @@ def p1_probabilities(runs, sidecar=SIDECAR):
         X[:, 4] /= norm["cpu_reference_fraction"]
         X[:, 1] /= norm["memory_reference_fraction"]
         X[:, 5] /= norm["memory_reference_fraction"]
-        with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
-            f.write(",".join(FEATURES) + "\n")
-            for row in X:
-                f.write(",".join("" if math.isnan(v) else repr(float(v)) for v in row) + "\n")
-            name = f.name
-        try:
-            p = subprocess.run([sidecar, "score", "--in", name], capture_output=True, text=True)
-        finally:
-            os.unlink(name)
-        if p.returncode != 0:
-            raise CorpusError("amf-sidecar score failed: %s" % p.stderr.strip())
-        rows = list(csv.reader(io.StringIO(p.stdout)))
-        pi = rows[0].index("probability")
-        out[r.id] = np.array([float(x[pi]) for x in rows[1:]])
+        out[r.id] = score_features(X, sidecar)
     return out
+
+
+def score_features(X, sidecar=SIDECAR, model="p1"):
+    """Probabilities of an embedded model (or a model file) on feature rows,
+    computed by `amf-sidecar score --model model`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(",".join(FEATURES) + "\n")
+        for row in X:
+            f.write(",".join("" if math.isnan(v) else repr(float(v)) for v in row) + "\n")
+        name = f.name
+    try:
+        p = subprocess.run([sidecar, "score", "--model", model, "--in", name], capture_output=True, text=True)
+    finally:
+        os.unlink(name)
+    if p.returncode != 0:
+        raise CorpusError("amf-sidecar score --model %s failed: %s" % (model, p.stderr.strip()))
+    rows = list(csv.reader(io.StringIO(p.stdout)))
+    pi = rows[0].index("probability")
+    return np.array([float(x[pi]) for x in rows[1:]])
 
 
 # ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import amfexport  # noqa: E402
 import amfleadtime as lt  # noqa: E402
 import amftrain  # noqa: E402
+import amfwindowage as wa  # noqa: E402
 
 
 def read_text(path):
@@ -137,6 +138,51 @@ class CorpusLoadTest(unittest.TestCase):
 
 
 SIDECAR_OK = os.access(lt.SIDECAR, os.X_OK)
+class WindowAgeTest(unittest.TestCase):
+    def test_decisions_split_at_the_end_of_the_lead_in(self):
+        # 20 samples, onset at t=1000; lead-in 10 s, load from 12 s; the
+        # failure at 1019 (ttf0 19).
+        cases = [
+            ("an alarm while the windows fill is a lead-in false alarm",
+             [0.9] * 3 + [0.1] * 17, None, {"lead_in": 1, "run": 0, "false": 0}),
+            ("a streak across the split decides where it completes",
+             [0.1] * 8 + [0.9] * 3 + [0.1] * 9, None, {"lead_in": 0, "run": 1, "false": 1}),
+            ("a failing run caught after the load began, in time",
+             [0.1] * 12 + [0.9] * 8, 19.0, {"lead_in": 0, "run": 1, "false": 0, "lead": 5.0, "in_time": False}),
+            ("a decision before the load began is false, not a catch",
+             [0.1] * 9 + [0.9] * 11, 19.0, {"lead_in": 0, "run": 1, "false": 1, "lead": None, "in_time": False}),
+        ]
+        for name, p, ttf0, want in cases:
+            with self.subTest(name):
+                r = make_run("r", "leak-pause" if ttf0 else "idle", ttf0=ttf0, n=20, fault_from=12.0)
+                seg = wa.segments(r, np.array(p), 10.0, 120.0)
+                self.assertEqual(seg["lead_in"]["decisions"], want["lead_in"])
+                self.assertEqual(seg["run"]["decisions"], want["run"])
+                self.assertEqual(seg["run"]["false_decisions"], want["false"])
+                if ttf0 is not None:
+                    self.assertEqual(seg["run"]["lead_s"], want["lead"])
+                    self.assertEqual(seg["run"]["in_time"], want["in_time"])
+
+    def test_in_time_needs_the_gate_lead(self):
+        r = make_run("r", "leak-pause", ttf0=40.0, n=40, fault_from=0.0)
+        seg = wa.segments(r, np.array([0.9] * 40), 0.0, 120.0)
+        self.assertEqual(seg["run"]["lead_s"], 38.0)
+        self.assertTrue(seg["run"]["in_time"])
+
+    def test_a_run_without_lead_in_is_all_run(self):
+        r = make_run("r", "idle", n=6)
+        seg = wa.segments(r, np.array([0.9] * 6), None, 120.0)
+        self.assertEqual(seg["lead_in"], {"decisions": 0, "max_probability": None})
+        self.assertEqual((seg["run"]["decisions"], seg["run"]["false_decisions"]), (1, 1))
+
+    def test_lead_in_is_read_from_runs_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "runs.json"), "w", encoding="utf-8") as f:
+                json.dump([{"id": "idle-1", "lead_in": "10m0s"}, {"id": "idle-2"}], f)
+            got = wa.lead_in_s(d, [lt.Run("idle-1", "idle"), lt.Run("idle-2", "idle")])
+        self.assertEqual(got, {"idle-1": 600.0, "idle-2": 0.0})
+
+
 CORPUS_OK = os.path.isfile(os.path.join(lt.CORPUS_DIR, lt.CORPUS_FILE))
 
 
@@ -168,6 +214,29 @@ class EndToEndTest(unittest.TestCase):
             self.assertEqual(set(rep["split"]["train"]) & set(rep["split"]["test"]), set())
             golden = read_text(os.path.join(d, "m", "testdata", "parity_leadtime.csv")).splitlines()
             self.assertGreater(len(golden), 100)
+
+
+LEAD_IN_OK = os.path.isfile(os.path.join(wa.LEAD_IN_DIR, lt.CORPUS_FILE))
+
+
+@unittest.skipUnless(SIDECAR_OK and CORPUS_OK and LEAD_IN_OK,
+                     "needs bin/amf-sidecar (make build), lab/corpus/data and lab/corpus/lead-in")
+class WindowAgeEndToEndTest(unittest.TestCase):
+    def test_window_age_scores_both_recordings_of_every_lead_in_run(self):
+        with tempfile.TemporaryDirectory() as d:
+            args = types.SimpleNamespace(corpus=None, lead_in=None, sidecar=lt.SIDECAR, report=d, seed=42)
+            self.assertEqual(wa.run(args), 0)
+            rep = read_json(os.path.join(d, "window-age.json"))
+        runs = lt.load_corpus(wa.LEAD_IN_DIR)
+        self.assertEqual(rep["run_ids"], [r.id for r in runs])
+        self.assertEqual(set(rep["lead_in_corpus"]["lead_in"]), {"600s"})
+        for m in rep["models"]:
+            for r in runs:
+                young, full = rep["runs"][m]["young"][r.id], rep["runs"][m]["full"][r.id]
+                # The lead-in is in the full recording only, and scored.
+                self.assertIsNone(young["lead_in"]["max_probability"])
+                self.assertIsNotNone(full["lead_in"]["max_probability"])
+                self.assertEqual(young["fails"], full["fails"])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,225 @@
+"""Young windows: the models on runs whose feature windows are full.
+
+Every run of the lab corpus (``lab/corpus/data``) starts 30–60 s before its
+load, so the 5-minute rate and the 10-minute deriv are never full in it: the
+lead-time model is trained and tested on young windows only, while a sidecar
+that has run for a while computes full ones. ``amf-lab corpus --lead-in 10m``
+records the same seeded runs with ten more minutes of quiet broker first
+(``lab/corpus/lead-in``). This command scores both recordings of each run, as
+the agent would act on them, with
+
+- the P1 model and the shipped lead-time model (embedded, scored by
+  ``amf-sidecar score`` on features from ``amf-sidecar replay`` with each
+  model's manifest windows and normalisation), and
+- the lead-time model trained on the train families only (the held-out model
+  of the lead-time report; the lead-in runs are of test families),
+
+and reports, per run: decisions while the lead-in fills the windows (a quiet
+broker: every one is a false alarm), and from the end of the lead-in on (the
+planned run itself) beside the same run recorded without the lead-in.
+"""
+
+import json
+import os
+
+import numpy as np
+
+import amfleadtime as lt
+from amfdata import REPO_ROOT
+
+LEAD_IN_DIR = os.path.join(REPO_ROOT, "lab", "corpus", "lead-in")
+MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json"}
+
+
+def embedded_probabilities(runs, name, sidecar=lt.SIDECAR):
+    """An embedded model on the runs as the sidecar runs it: features replayed
+    with its manifest's windows, its normalisation, scored by `amf-sidecar score
+    --model name` (dict run id -> probabilities)."""
+    with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
+        man = json.load(f)
+    fw = man["feature_windows"]
+    windows = {k: fw[k] for k in ("rate_window", "deriv_window", "subquery_step", "lookback")}
+    norm = man["normalisation"]
+    out = {}
+    for r in runs:
+        X = lt.replay_features(r, windows, sidecar)
+        X[:, 0] /= norm["cpu_reference_fraction"]
+        X[:, 4] /= norm["cpu_reference_fraction"]
+        X[:, 1] /= norm["memory_reference_fraction"]
+        X[:, 5] /= norm["memory_reference_fraction"]
+        out[r.id] = lt.score_features(X, sidecar, model=name)
+    return out
+
+
+def segments(run, probs, lead_in_s, horizon):
+    """One run's decisions split at the end of its lead-in (lead_in_s seconds
+    after the onset; None for a run recorded without one).
+
+    Returns a dict: lead_in (decisions and max p before that point: all false
+    alarms), and run (after it): decisions, max p and, for a failing run, the
+    lead of the first decision within the horizon of the failure and after the
+    load began (None: none), and the false decisions (the others)."""
+    t, so, p = run.t, run.since_onset, probs
+    ds = lt.decisions(p, t)
+    # A run without a lead-in is all run, also the samples before its onset.
+    split_t = -np.inf if lead_in_s is None else t[0] - so[0] + lead_in_s
+    before = [d for d in ds if d < split_t]
+    after = [d for d in ds if d >= split_t]
+    pre, post = p[t < split_t], p[t >= split_t]
+    seg = {"lead_in": {"decisions": len(before), "max_probability": float(np.max(pre)) if len(pre) else None},
+           "run": {"decisions": len(after), "max_probability": float(np.max(post)) if len(post) else None}}
+    if run.fails:
+        fault_t = t[0] - so[0] + run.fault_from_s
+        ft = run.failure_time
+        timely = [d for d in after if ft - d <= horizon and d >= fault_t]
+        seg["run"]["lead_s"] = round(float(ft - timely[0]), 3) if timely else None
+        seg["run"]["in_time"] = bool(timely and ft - timely[0] >= lt.GATE_LEAD_S)
+        seg["run"]["false_decisions"] = len(after) - len(timely)
+    else:
+        seg["run"]["false_decisions"] = len(after)
+    return seg
+
+
+def lead_in_s(folder, runs):
+    """Each run's lead-in in seconds, from runs.json's lead_in (0 when absent)."""
+    path = os.path.join(folder, "runs.json")
+    with open(path, encoding="utf-8") as f:
+        metas = json.load(f)
+    out = {r.id: 0.0 for r in runs}
+    for m in metas:
+        if m.get("id") in out and m.get("lead_in"):
+            out[m["id"]] = lt.baseline_s(m["lead_in"])
+    return out
+
+
+def summarise(entries):
+    """Totals over runs of one model on one recording."""
+    fails = [e for e in entries if e["fails"]]
+    ok = [e for e in entries if not e["fails"]]
+    return {
+        "failing_runs": len(fails),
+        "in_time": sum(1 for e in fails if e["run"]["in_time"]),
+        "lead_s": sorted(e["run"]["lead_s"] for e in fails if e["run"]["lead_s"] is not None),
+        "healthy_runs": len(ok),
+        "false_alarms_lead_in": sum(e["lead_in"]["decisions"] for e in entries),
+        "false_alarms_run": sum(e["run"]["false_decisions"] for e in entries),
+        "false_alarms_run_healthy": sum(e["run"]["false_decisions"] for e in ok),
+    }
+
+
+def _f(x, nd=1):
+    return "–" if x is None else "%.*f" % (nd, x)
+
+
+def render(rep):
+    L = []
+    a = L.append
+    a("# Young windows: the models on runs with full feature windows")
+    a("")
+    a("Written by `/usr/bin/python3 infer/train/amftrain.py window-age` (do not edit by hand).")
+    a("Lead-in corpus: `%s` (sha256 %.12s…), %d runs, each recorded with %s of quiet broker "
+      "before its planned baseline; compared with the same runs (same seeds) in `%s`." % (
+          rep["lead_in_corpus"]["path"], rep["lead_in_corpus"]["sha256"], rep["lead_in_corpus"]["runs"],
+          ", ".join(sorted(set(rep["lead_in_corpus"]["lead_in"]))), rep["corpus"]["path"]))
+    a("")
+    a("Decisions as the agent makes them (%d consecutive samples ≥ %.1f). **During the lead-in** "
+      "the broker is idle while its 5m/10m windows fill: every decision is a false alarm. "
+      "**Run** is the planned run (baseline, then load), which the main corpus holds with young "
+      "windows and the lead-in corpus with full ones. A failing run is in time when its first "
+      "decision within %.0f s of the OOM kill, after the load began, leaves ≥ %.0f s." % (
+          lt.DEBOUNCE, lt.THRESHOLD, rep["horizon_s"], lt.GATE_LEAD_S))
+    a("")
+    a("| model | recording | failing runs in time | lead (s) | false alarms during the lead-in | false alarms in the run (healthy runs) |")
+    a("|---|---|---|---|---|---|")
+    for m in rep["models"]:
+        for rec in ("young", "full"):
+            s = rep["summary"][m][rec]
+            a("| %s | %s | %d/%d | %s | %s | %d (%d) |" % (
+                m, "without lead-in (young windows)" if rec == "young" else "with lead-in (full windows)",
+                s["in_time"], s["failing_runs"], ", ".join(_f(x) for x in s["lead_s"]) or "–",
+                "–" if rec == "young" else str(s["false_alarms_lead_in"]),
+                s["false_alarms_run"], s["false_alarms_run_healthy"]))
+    a("")
+    a("Per run: decisions in the run / max probability (lead s when a failing run is caught in "
+      "time); with the lead-in, decisions during it first.")
+    a("")
+    a("| run | fails | " + " | ".join("%s young | %s full" % (m, m) for m in rep["models"]) + " |")
+    a("|---|---|" + "---|---|" * len(rep["models"]))
+    for rid in rep["run_ids"]:
+        cells = []
+        fails = None
+        for m in rep["models"]:
+            for rec in ("young", "full"):
+                e = rep["runs"][m][rec][rid]
+                fails = e["fails"]
+                c = "%d / %.3f" % (e["run"]["decisions"], e["run"]["max_probability"] or 0.0)
+                if e["fails"] and e["run"]["lead_s"] is not None:
+                    c += " (%s s)" % _f(e["run"]["lead_s"])
+                if rec == "full":
+                    c = "%d, %s" % (e["lead_in"]["decisions"], c)
+                cells.append(c)
+        a("| %s | %s | %s |" % (rid, "yes" if fails else "no", " | ".join(cells)))
+    a("")
+    return "\n".join(L) + "\n"
+
+
+def run(args):
+    """amftrain.py window-age: score both recordings of the lead-in corpus's runs."""
+    full = lt.load_corpus(args.lead_in)
+    li = lead_in_s(args.lead_in or LEAD_IN_DIR, full)
+    if not any(li.values()):
+        raise lt.CorpusError("%s: no run was recorded with a lead-in (runs.json lead_in); record it "
+                             "with `bin/amf-lab corpus --lead-in 10m ...`" % (args.lead_in or LEAD_IN_DIR))
+    main = lt.load_corpus(args.corpus)
+    by_id = {r.id: r for r in main}
+    missing = [r.id for r in full if r.id not in by_id]
+    if missing:
+        raise lt.CorpusError("runs %s of the lead-in corpus are not in the main corpus: record them "
+                             "with the main corpus's seed" % ", ".join(missing))
+    young = [by_id[r.id] for r in full]
+    with open(os.path.join(lt.REPO_ROOT, "infer", "train", "report", "leadtime.json"), encoding="utf-8") as f:
+        chosen = json.load(f)["chosen"]
+    w, h = chosen["windows"], chosen["horizon_s"]
+    probs = {"young": {}, "full": {}}
+    for name in ("p1", "leadtime"):
+        probs["young"][name] = embedded_probabilities(young, name, args.sidecar)
+        probs["full"][name] = embedded_probabilities(full, name, args.sidecar)
+    # The held-out lead-time model: the report's, refitted (deterministic).
+    train = [r for r in main if r.family in lt.TRAIN_FAMILIES]
+    clf, _ = lt.fit(train, {r.id: lt.replay_features(r, w, args.sidecar) for r in train}, h, args.seed)
+    held = "leadtime (train families)"
+    probs["young"][held] = {r.id: lt.predict(clf, lt.replay_features(r, w, args.sidecar)) for r in young}
+    probs["full"][held] = {r.id: lt.predict(clf, lt.replay_features(r, w, args.sidecar)) for r in full}
+    models = ["p1", "leadtime", held]
+    rep = {"schema_version": 1, "tool": "infer/train/amftrain.py window-age", "horizon_s": h,
+           "windows": w, "seed": args.seed, "models": models, "run_ids": [r.id for r in full],
+           "corpus": {"path": os.path.relpath(os.path.join(args.corpus or lt.CORPUS_DIR, lt.CORPUS_FILE), REPO_ROOT),
+                      "sha256": lt.corpus_sha256(args.corpus)},
+           "lead_in_corpus": {"path": os.path.relpath(os.path.join(args.lead_in or LEAD_IN_DIR, lt.CORPUS_FILE), REPO_ROOT),
+                              "sha256": lt.corpus_sha256(args.lead_in or LEAD_IN_DIR), "runs": len(full),
+                              "lead_in": ["%gs" % v for v in li.values()]},
+           "runs": {}, "summary": {}}
+    for m in models:
+        rep["runs"][m] = {"young": {}, "full": {}}
+        rep["summary"][m] = {}
+        for rec, rs, lin in (("young", young, lambda r: None), ("full", full, lambda r: li[r.id])):
+            for r in rs:
+                e = segments(r, probs[rec][m][r.id], lin(r), h)
+                e["fails"] = bool(r.fails)
+                rep["runs"][m][rec][r.id] = e
+            rep["summary"][m][rec] = summarise(list(rep["runs"][m][rec].values()))
+    os.makedirs(args.report, exist_ok=True)
+    with open(os.path.join(args.report, "window-age.json"), "w", encoding="utf-8") as f:
+        json.dump(rep, f, indent=1)
+        f.write("\n")
+    with open(os.path.join(args.report, "window-age.md"), "w", encoding="utf-8") as f:
+        f.write(render(rep))
+    for m in models:
+        y, fu = rep["summary"][m]["young"], rep["summary"][m]["full"]
+        print("window-age %s: young windows %d/%d in time, %d false alarms; full windows %d/%d in time, "
+              "%d false alarms in the run, %d during the lead-in" % (
+                  m, y["in_time"], y["failing_runs"], y["false_alarms_run"], fu["in_time"], fu["failing_runs"],
+                  fu["false_alarms_run"], fu["false_alarms_lead_in"]))
+    print("wrote %s/window-age.{md,json}" % os.path.relpath(args.report))
+    return 0
+

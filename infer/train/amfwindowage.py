@@ -165,11 +165,13 @@ def render(rep):
 
 def run(args):
     """amftrain.py window-age: score both recordings of the lead-in corpus's runs."""
-    full = lt.load_corpus(args.lead_in)
-    li = lead_in_s(args.lead_in or LEAD_IN_DIR, full)
-    if not any(li.values()):
-        raise lt.CorpusError("%s: no run was recorded with a lead-in (runs.json lead_in); record it "
-                             "with `bin/amf-lab corpus --lead-in 10m ...`" % (args.lead_in or LEAD_IN_DIR))
+    folder = args.lead_in or LEAD_IN_DIR
+    full = lt.load_corpus(folder)
+    li = lead_in_s(folder, full)
+    if not all(li.values()):
+        raise lt.CorpusError("%s: runs %s were recorded without a lead-in (runs.json lead_in); record "
+                             "them with `bin/amf-lab corpus --lead-in 10m ...`" % (
+                                 folder, ", ".join(k for k, v in li.items() if not v)))
     main = lt.load_corpus(args.corpus)
     by_id = {r.id: r for r in main}
     missing = [r.id for r in full if r.id not in by_id]
@@ -195,8 +197,8 @@ def run(args):
            "windows": w, "seed": args.seed, "models": models, "run_ids": [r.id for r in full],
            "corpus": {"path": os.path.relpath(os.path.join(args.corpus or lt.CORPUS_DIR, lt.CORPUS_FILE), REPO_ROOT),
                       "sha256": lt.corpus_sha256(args.corpus)},
-           "lead_in_corpus": {"path": os.path.relpath(os.path.join(args.lead_in or LEAD_IN_DIR, lt.CORPUS_FILE), REPO_ROOT),
-                              "sha256": lt.corpus_sha256(args.lead_in or LEAD_IN_DIR), "runs": len(full),
+           "lead_in_corpus": {"path": os.path.relpath(os.path.join(folder, lt.CORPUS_FILE), REPO_ROOT),
+                              "sha256": lt.corpus_sha256(folder), "runs": len(full),
                               "lead_in": ["%gs" % v for v in li.values()]},
            "runs": {}, "summary": {}}
     for m in models:

@@ -28,6 +28,9 @@ import amfleadtime as lt
 from amfdata import REPO_ROOT
 
 LEAD_IN_DIR = os.path.join(REPO_ROOT, "lab", "corpus", "lead-in")
+# What-if warm-ups: the sidecar would not act on its score for this long after
+# its first sample (a crash is still failed over at once).
+WARM_UPS_S = (60.0, 300.0)
 MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json"}
 
 
@@ -78,6 +81,14 @@ def segments(run, probs, lead_in_s, horizon):
     else:
         seg["run"]["false_decisions"] = len(after)
     return seg
+
+
+def warm(run, p, warm_up_s):
+    """p as the agent would see it from a sidecar with a warm-up: no sample
+    counts as anomalous before warm_up_s seconds after the run's first."""
+    q = np.array(p, dtype=np.float64, copy=True)
+    q[run.t < run.t[0] + warm_up_s] = 0.0
+    return q
 
 
 def lead_in_s(folder, runs):
@@ -140,6 +151,22 @@ def render(rep):
                 "–" if rec == "young" else str(s["false_alarms_lead_in"]),
                 s["false_alarms_run"], s["false_alarms_run_healthy"]))
     a("")
+    a("## With a warm-up")
+    a("")
+    a("What if the sidecar did not act on its score for the first W after it started "
+      "(its windows are then at least W old; the recordings start with the sidecar). "
+      "W = 0 is the table above.")
+    a("")
+    a("| model | warm-up | young windows: in time / false alarms | full windows: in time / false alarms in the run / during the lead-in |")
+    a("|---|---|---|---|")
+    for m in rep["models"]:
+        for wu in ["0"] + sorted(rep["warm_up"], key=float):
+            ss = rep["summary"][m] if wu == "0" else rep["warm_up"][wu][m]
+            y, fu = ss["young"], ss["full"]
+            a("| %s | %g s | %d/%d / %d | %d/%d / %d / %d |" % (
+                m, float(wu), y["in_time"], y["failing_runs"], y["false_alarms_run"],
+                fu["in_time"], fu["failing_runs"], fu["false_alarms_run"], fu["false_alarms_lead_in"]))
+    a("")
     a("Per run: decisions in the run / max probability (lead s when a failing run is caught in "
       "time); with the lead-in, decisions during it first.")
     a("")
@@ -200,7 +227,7 @@ def run(args):
            "lead_in_corpus": {"path": os.path.relpath(os.path.join(folder, lt.CORPUS_FILE), REPO_ROOT),
                               "sha256": lt.corpus_sha256(folder), "runs": len(full),
                               "lead_in": ["%gs" % v for v in li.values()]},
-           "runs": {}, "summary": {}}
+           "runs": {}, "summary": {}, "warm_up": {}}
     for m in models:
         rep["runs"][m] = {"young": {}, "full": {}}
         rep["summary"][m] = {}
@@ -210,6 +237,14 @@ def run(args):
                 e["fails"] = bool(r.fails)
                 rep["runs"][m][rec][r.id] = e
             rep["summary"][m][rec] = summarise(list(rep["runs"][m][rec].values()))
+            for wu in WARM_UPS_S:
+                per = rep["warm_up"].setdefault("%g" % wu, {}).setdefault(m, {})
+                es = []
+                for r in rs:
+                    e = segments(r, warm(r, probs[rec][m][r.id], wu), lin(r), h)
+                    e["fails"] = bool(r.fails)
+                    es.append(e)
+                per[rec] = summarise(es)
     os.makedirs(args.report, exist_ok=True)
     with open(os.path.join(args.report, "window-age.json"), "w", encoding="utf-8") as f:
         json.dump(rep, f, indent=1)

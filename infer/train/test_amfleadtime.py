@@ -175,6 +175,12 @@ class WindowAgeTest(unittest.TestCase):
         self.assertEqual(seg["lead_in"], {"decisions": 0, "max_probability": None})
         self.assertEqual((seg["run"]["decisions"], seg["run"]["false_decisions"]), (1, 1))
 
+    def test_warm_up_silences_only_the_first_seconds(self):
+        r = make_run("r", "idle", n=10)
+        q = wa.warm(r, np.full(10, 0.9), 4.0)
+        self.assertEqual(list(q), [0.0] * 4 + [0.9] * 6)
+        self.assertEqual(lt.decisions(q, r.t), [1006.0])
+
     def test_lead_in_is_read_from_runs_json(self):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "runs.json"), "w", encoding="utf-8") as f:

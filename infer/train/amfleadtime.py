@@ -363,20 +363,27 @@ def cross_validate(runs, feats, windows, horizon, seed):
     return evaluate_runs(runs, probs, horizon)
 
 
-def p1_probabilities(runs, sidecar=SIDECAR):
-    """The embedded P1 model on the corpus, as the sidecar would run it: P1
-    windows, the manifest's normalisation (/0.5), scored by `amf-sidecar score`."""
-    with open(os.path.join(REPO_ROOT, "infer", "model", "default_manifest.json"), encoding="utf-8") as f:
+# The embedded models' manifests, by name (infer/model/embedded.go).
+MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json"}
+
+
+def embedded_probabilities(runs, name, sidecar=SIDECAR):
+    """An embedded model on the runs as the sidecar runs it: features replayed
+    with its manifest's windows, its normalisation (P1's is /0.5), scored by
+    `amf-sidecar score --model name` (dict run id -> probabilities)."""
+    with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
         man = json.load(f)
+    fw = man["feature_windows"]
+    windows = {k: fw[k] for k in ("rate_window", "deriv_window", "subquery_step", "lookback")}
     norm = man["normalisation"]
     out = {}
     for r in runs:
-        X = replay_features(r, P1_WINDOWS, sidecar)
+        X = replay_features(r, windows, sidecar)
         X[:, 0] /= norm["cpu_reference_fraction"]
         X[:, 4] /= norm["cpu_reference_fraction"]
         X[:, 1] /= norm["memory_reference_fraction"]
         X[:, 5] /= norm["memory_reference_fraction"]
-        out[r.id] = score_features(X, sidecar)
+        out[r.id] = score_features(X, sidecar, model=name)
     return out
 
 
@@ -534,7 +541,7 @@ def run(args, sklearn_version, write_golden, crafted_rows):
     F = feats[window_key(w)]
     clf, _ = fit(train, F, h, args.seed)
     lt_test = evaluate_runs(test, {r.id: predict(clf, F[r.id]) for r in test}, h)
-    p1 = p1_probabilities(runs, args.sidecar)
+    p1 = embedded_probabilities(runs, "p1", args.sidecar)
     p1_test = evaluate_runs(test, {r.id: p1[r.id] for r in test}, h)
     p1_all = evaluate_runs(runs, p1, h)
     # The shipped model sees every family.

@@ -31,27 +31,6 @@ LEAD_IN_DIR = os.path.join(REPO_ROOT, "lab", "corpus", "lead-in")
 # What-if warm-ups: the sidecar would not act on its score for this long after
 # its first sample (a crash is still failed over at once).
 WARM_UPS_S = (60.0, 300.0)
-MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json"}
-
-
-def embedded_probabilities(runs, name, sidecar=lt.SIDECAR):
-    """An embedded model on the runs as the sidecar runs it: features replayed
-    with its manifest's windows, its normalisation, scored by `amf-sidecar score
-    --model name` (dict run id -> probabilities)."""
-    with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
-        man = json.load(f)
-    fw = man["feature_windows"]
-    windows = {k: fw[k] for k in ("rate_window", "deriv_window", "subquery_step", "lookback")}
-    norm = man["normalisation"]
-    out = {}
-    for r in runs:
-        X = lt.replay_features(r, windows, sidecar)
-        X[:, 0] /= norm["cpu_reference_fraction"]
-        X[:, 4] /= norm["cpu_reference_fraction"]
-        X[:, 1] /= norm["memory_reference_fraction"]
-        X[:, 5] /= norm["memory_reference_fraction"]
-        out[r.id] = lt.score_features(X, sidecar, model=name)
-    return out
 
 
 def segments(run, probs, lead_in_s, horizon):
@@ -211,8 +190,8 @@ def run(args):
     w, h = chosen["windows"], chosen["horizon_s"]
     probs = {"young": {}, "full": {}}
     for name in ("p1", "leadtime"):
-        probs["young"][name] = embedded_probabilities(young, name, args.sidecar)
-        probs["full"][name] = embedded_probabilities(full, name, args.sidecar)
+        probs["young"][name] = lt.embedded_probabilities(young, name, args.sidecar)
+        probs["full"][name] = lt.embedded_probabilities(full, name, args.sidecar)
     # The held-out lead-time model: the report's, refitted (deterministic).
     train = [r for r in main if r.family in lt.TRAIN_FAMILIES]
     clf, _ = lt.fit(train, {r.id: lt.replay_features(r, w, args.sidecar) for r in train}, h, args.seed)

@@ -12,7 +12,9 @@ the agent would act on them, with
   ``amf-sidecar score`` on features from ``amf-sidecar replay`` with each
   model's manifest windows and normalisation), and
 - the lead-time model trained on the train families only (the held-out model
-  of the lead-time report; the lead-in runs are of test families),
+  of the lead-time report; the compared runs are of test families), and, when
+  the lead-in corpus also holds runs of train families, the same model trained
+  on their lead-in recordings too (windows of every age in training),
 
 and reports, per run: decisions while the lead-in fills the windows (a quiet
 broker: every one is a false alarm), and from the end of the lead-in on (the
@@ -111,6 +113,9 @@ def render(rep):
       "before its planned baseline; compared with the same runs (same seeds) in `%s`." % (
           rep["lead_in_corpus"]["path"], rep["lead_in_corpus"]["sha256"], rep["lead_in_corpus"]["runs"],
           ", ".join(sorted(set(rep["lead_in_corpus"]["lead_in"]))), rep["corpus"]["path"]))
+    if rep["lead_in_corpus"].get("train_family_runs"):
+        a("")
+        a("Its %d runs of train families only train the last model below." % rep["lead_in_corpus"]["train_family_runs"])
     a("")
     a("Decisions as the agent makes them (%d consecutive samples ≥ %.1f). **During the lead-in** "
       "the broker is idle while its 5m/10m windows fill: every decision is a false alarm. "
@@ -130,6 +135,23 @@ def render(rep):
                 "–" if rec == "young" else str(s["false_alarms_lead_in"]),
                 s["false_alarms_run"], s["false_alarms_run_healthy"]))
     a("")
+    if rep["lead_in_train_runs"]:
+        a("The last model is the held-out one trained also on the lead-in recordings of "
+          "train-family runs (%s): it sees windows of every age, quiet ones included." % (
+              ", ".join(rep["lead_in_train_runs"])))
+        a("")
+    if rep["main_test"]:
+        a("The held-out models on all of the main corpus's test-family runs (%s; young "
+          "windows; the first row is the lead-time report's held-out figure):" % ", ".join(lt.TEST_FAMILIES))
+        a("")
+        a("| model | failing runs in time | lead min / median / max (s) | false alarms | per healthy hour |")
+        a("|---|---|---|---|---|")
+        for m, e in rep["main_test"].items():
+            a("| %s | %d/%d | %s / %s / %s | %d | %s |" % (
+                m, round((e["recall_at_gate"] or 0) * e["failing_runs"]), e["failing_runs"],
+                _f(e["lead_s"]["min"]), _f(e["lead_s"]["median"]), _f(e["lead_s"]["max"]),
+                e["false_alarms"], _f(e["false_alarms_per_hour"])))
+        a("")
     a("## With a warm-up")
     a("")
     a("What if the sidecar did not act on its score for the first W after it started "
@@ -172,18 +194,24 @@ def render(rep):
 def run(args):
     """amftrain.py window-age: score both recordings of the lead-in corpus's runs."""
     folder = args.lead_in or LEAD_IN_DIR
-    full = lt.load_corpus(folder)
-    li = lead_in_s(folder, full)
+    recorded = lt.load_corpus(folder)
+    li = lead_in_s(folder, recorded)
     if not all(li.values()):
         raise lt.CorpusError("%s: runs %s were recorded without a lead-in (runs.json lead_in); record "
                              "them with `bin/amf-lab corpus --lead-in 10m ...`" % (
                                  folder, ", ".join(k for k, v in li.items() if not v)))
     main = lt.load_corpus(args.corpus)
     by_id = {r.id: r for r in main}
-    missing = [r.id for r in full if r.id not in by_id]
+    missing = [r.id for r in recorded if r.id not in by_id]
     if missing:
         raise lt.CorpusError("runs %s of the lead-in corpus are not in the main corpus: record them "
                              "with the main corpus's seed" % ", ".join(missing))
+    # Runs of test families are compared; those of train families (if any)
+    # only train a further held-out model, which sees windows of every age.
+    full = [r for r in recorded if r.family not in lt.TRAIN_FAMILIES]
+    lead_train = [r for r in recorded if r.family in lt.TRAIN_FAMILIES]
+    if not full:
+        raise lt.CorpusError("%s has no run of a test family (%s) to compare" % (folder, ", ".join(lt.TEST_FAMILIES)))
     young = [by_id[r.id] for r in full]
     with open(os.path.join(lt.REPO_ROOT, "infer", "train", "report", "leadtime.json"), encoding="utf-8") as f:
         chosen = json.load(f)["chosen"]
@@ -199,13 +227,30 @@ def run(args):
     probs["young"][held] = {r.id: lt.predict(clf, lt.replay_features(r, w, args.sidecar)) for r in young}
     probs["full"][held] = {r.id: lt.predict(clf, lt.replay_features(r, w, args.sidecar)) for r in full}
     models = ["p1", "leadtime", held]
+    test_main = [r for r in main if r.family in lt.TEST_FAMILIES]
+    main_test = {held: lt.evaluate_runs(test_main, {r.id: lt.predict(clf, lt.replay_features(r, w, args.sidecar))
+                                                    for r in test_main}, h)}
+    if lead_train:
+        for r in lead_train:
+            r.id = "lead-in/" + r.id  # beside the same run of the main corpus
+        both = train + lead_train
+        clf2, _ = lt.fit(both, {r.id: lt.replay_features(r, w, args.sidecar) for r in both}, h, args.seed)
+        held2 = "leadtime (train families + their lead-ins)"
+        probs["young"][held2] = {r.id: lt.predict(clf2, lt.replay_features(r, w, args.sidecar)) for r in young}
+        probs["full"][held2] = {r.id: lt.predict(clf2, lt.replay_features(r, w, args.sidecar)) for r in full}
+        main_test[held2] = lt.evaluate_runs(test_main, {r.id: lt.predict(clf2, lt.replay_features(r, w, args.sidecar))
+                                                        for r in test_main}, h)
+        models.append(held2)
     rep = {"schema_version": 1, "tool": "infer/train/amftrain.py window-age", "horizon_s": h,
            "windows": w, "seed": args.seed, "models": models, "run_ids": [r.id for r in full],
            "corpus": {"path": os.path.relpath(os.path.join(args.corpus or lt.CORPUS_DIR, lt.CORPUS_FILE), REPO_ROOT),
                       "sha256": lt.corpus_sha256(args.corpus)},
            "lead_in_corpus": {"path": os.path.relpath(os.path.join(folder, lt.CORPUS_FILE), REPO_ROOT),
                               "sha256": lt.corpus_sha256(folder), "runs": len(full),
-                              "lead_in": ["%gs" % v for v in li.values()]},
+                              "train_family_runs": len(lead_train),
+                              "lead_in": sorted({"%gs" % v for v in li.values()})},
+           "lead_in_train_runs": sorted(r.id for r in lead_train),
+           "main_test": {m: {k: v for k, v in e.items() if k != "runs"} for m, e in main_test.items()},
            "runs": {}, "summary": {}, "warm_up": {}}
     for m in models:
         rep["runs"][m] = {"young": {}, "full": {}}

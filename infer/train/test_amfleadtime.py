@@ -233,8 +233,15 @@ class WindowAgeEndToEndTest(unittest.TestCase):
             args = types.SimpleNamespace(corpus=None, lead_in=None, sidecar=lt.SIDECAR, report=d, seed=42)
             self.assertEqual(wa.run(args), 0)
             rep = read_json(os.path.join(d, "window-age.json"))
-        runs = lt.load_corpus(wa.LEAD_IN_DIR)
+        recorded = lt.load_corpus(wa.LEAD_IN_DIR)
+        runs = [r for r in recorded if r.family not in lt.TRAIN_FAMILIES]
         self.assertEqual(rep["run_ids"], [r.id for r in runs])
+        with_train = any(r.family in lt.TRAIN_FAMILIES for r in recorded)
+        self.assertEqual(len(rep["models"]), 4 if with_train else 3)
+        # The held-out model is the lead-time report's: the same figures.
+        lead = read_json(os.path.join(lt.REPO_ROOT, "infer", "train", "report", "leadtime.json"))["test"]["leadtime"]
+        got = rep["main_test"]["leadtime (train families)"]
+        self.assertEqual((got["recall_at_gate"], got["false_alarms"]), (lead["recall_at_gate"], lead["false_alarms"]))
         self.assertEqual(set(rep["lead_in_corpus"]["lead_in"]), {"600s"})
         for m in rep["models"]:
             for r in runs:

@@ -99,10 +99,6 @@ def summarise(entries):
     }
 
 
-def _f(x, nd=1):
-    return "–" if x is None else "%.*f" % (nd, x)
-
-
 def render(rep):
     L = []
     a = L.append
@@ -131,7 +127,7 @@ def render(rep):
             s = rep["summary"][m][rec]
             a("| %s | %s | %d/%d | %s | %s | %d (%d) |" % (
                 m, "without lead-in (young windows)" if rec == "young" else "with lead-in (full windows)",
-                s["in_time"], s["failing_runs"], ", ".join(_f(x) for x in s["lead_s"]) or "–",
+                s["in_time"], s["failing_runs"], ", ".join(lt._fmt(x, 1) for x in s["lead_s"]) or "–",
                 "–" if rec == "young" else str(s["false_alarms_lead_in"]),
                 s["false_alarms_run"], s["false_alarms_run_healthy"]))
     a("")
@@ -149,8 +145,8 @@ def render(rep):
         for m, e in rep["main_test"].items():
             a("| %s | %d/%d | %s / %s / %s | %d | %s |" % (
                 m, round((e["recall_at_gate"] or 0) * e["failing_runs"]), e["failing_runs"],
-                _f(e["lead_s"]["min"]), _f(e["lead_s"]["median"]), _f(e["lead_s"]["max"]),
-                e["false_alarms"], _f(e["false_alarms_per_hour"])))
+                lt._fmt(e["lead_s"]["min"], 1), lt._fmt(e["lead_s"]["median"], 1), lt._fmt(e["lead_s"]["max"], 1),
+                e["false_alarms"], lt._fmt(e["false_alarms_per_hour"], 1)))
         a("")
     a("## With a warm-up")
     a("")
@@ -182,7 +178,7 @@ def render(rep):
                 fails = e["fails"]
                 c = "%d / %.3f" % (e["run"]["decisions"], e["run"]["max_probability"] or 0.0)
                 if e["fails"] and e["run"]["lead_s"] is not None:
-                    c += " (%s s)" % _f(e["run"]["lead_s"])
+                    c += " (%s s)" % lt._fmt(e["run"]["lead_s"], 1)
                 if rec == "full":
                     c = "%d, %s" % (e["lead_in"]["decisions"], c)
                 cells.append(c)

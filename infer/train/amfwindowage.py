@@ -136,18 +136,17 @@ def render(rep):
           "train-family runs (%s): it sees windows of every age, quiet ones included." % (
               ", ".join(rep["lead_in_train_runs"])))
         a("")
-    if rep["main_test"]:
-        a("The held-out models on all of the main corpus's test-family runs (%s; young "
-          "windows; the first row is the lead-time report's held-out figure):" % ", ".join(lt.TEST_FAMILIES))
-        a("")
-        a("| model | failing runs in time | lead min / median / max (s) | false alarms | per healthy hour |")
-        a("|---|---|---|---|---|")
-        for m, e in rep["main_test"].items():
-            a("| %s | %d/%d | %s / %s / %s | %d | %s |" % (
-                m, round((e["recall_at_gate"] or 0) * e["failing_runs"]), e["failing_runs"],
-                lt._fmt(e["lead_s"]["min"], 1), lt._fmt(e["lead_s"]["median"], 1), lt._fmt(e["lead_s"]["max"], 1),
-                e["false_alarms"], lt._fmt(e["false_alarms_per_hour"], 1)))
-        a("")
+    a("The held-out models on all of the main corpus's test-family runs (%s; young "
+      "windows; the first row is the lead-time report's held-out figure):" % ", ".join(lt.TEST_FAMILIES))
+    a("")
+    a("| model | failing runs in time | lead min / median / max (s) | false alarms | per healthy hour |")
+    a("|---|---|---|---|---|")
+    for m, e in rep["main_test"].items():
+        a("| %s | %d/%d | %s / %s / %s | %d | %s |" % (
+            m, round((e["recall_at_gate"] or 0) * e["failing_runs"]), e["failing_runs"],
+            lt._fmt(e["lead_s"]["min"], 1), lt._fmt(e["lead_s"]["median"], 1), lt._fmt(e["lead_s"]["max"], 1),
+            e["false_alarms"], lt._fmt(e["false_alarms_per_hour"], 1)))
+    a("")
     a("## With a warm-up")
     a("")
     a("What if the sidecar did not act on its score for the first W after it started "
@@ -216,27 +215,26 @@ def run(args):
     for name in ("p1", "leadtime"):
         probs["young"][name] = lt.embedded_probabilities(young, name, args.sidecar)
         probs["full"][name] = lt.embedded_probabilities(full, name, args.sidecar)
-    # The held-out lead-time model: the report's, refitted (deterministic).
+    # The held-out lead-time models, refitted (deterministic): the report's,
+    # and, when there are train-family lead-in runs, one trained with them too.
+    # Each run's features are replayed once.
+    for r in lead_train:
+        r.id = "lead-in/" + r.id  # beside the same run of the main corpus
     train = [r for r in main if r.family in lt.TRAIN_FAMILIES]
-    clf, _ = lt.fit(train, {r.id: lt.replay_features(r, w, args.sidecar) for r in train}, h, args.seed)
-    held = "leadtime (train families)"
-    probs["young"][held] = {r.id: lt.predict(clf, lt.replay_features(r, w, args.sidecar)) for r in young}
-    probs["full"][held] = {r.id: lt.predict(clf, lt.replay_features(r, w, args.sidecar)) for r in full}
-    models = ["p1", "leadtime", held]
-    test_main = [r for r in main if r.family in lt.TEST_FAMILIES]
-    main_test = {held: lt.evaluate_runs(test_main, {r.id: lt.predict(clf, lt.replay_features(r, w, args.sidecar))
-                                                    for r in test_main}, h)}
+    test_main = [r for r in main if r.family in lt.TEST_FAMILIES]  # young is among them
+    fm = {r.id: lt.replay_features(r, w, args.sidecar) for r in train + test_main}
+    fl = {r.id: lt.replay_features(r, w, args.sidecar) for r in full + lead_train}
+    models = ["p1", "leadtime"]
+    main_test = {}
+    held_out = [("leadtime (train families)", train)]
     if lead_train:
-        for r in lead_train:
-            r.id = "lead-in/" + r.id  # beside the same run of the main corpus
-        both = train + lead_train
-        clf2, _ = lt.fit(both, {r.id: lt.replay_features(r, w, args.sidecar) for r in both}, h, args.seed)
-        held2 = "leadtime (train families + their lead-ins)"
-        probs["young"][held2] = {r.id: lt.predict(clf2, lt.replay_features(r, w, args.sidecar)) for r in young}
-        probs["full"][held2] = {r.id: lt.predict(clf2, lt.replay_features(r, w, args.sidecar)) for r in full}
-        main_test[held2] = lt.evaluate_runs(test_main, {r.id: lt.predict(clf2, lt.replay_features(r, w, args.sidecar))
-                                                        for r in test_main}, h)
-        models.append(held2)
+        held_out.append(("leadtime (train families + their lead-ins)", train + lead_train))
+    for name, runs in held_out:
+        clf, _ = lt.fit(runs, {r.id: fl[r.id] if r in lead_train else fm[r.id] for r in runs}, h, args.seed)
+        probs["young"][name] = {r.id: lt.predict(clf, fm[r.id]) for r in young}
+        probs["full"][name] = {r.id: lt.predict(clf, fl[r.id]) for r in full}
+        main_test[name] = lt.evaluate_runs(test_main, {r.id: lt.predict(clf, fm[r.id]) for r in test_main}, h)
+        models.append(name)
     rep = {"schema_version": 1, "tool": "infer/train/amftrain.py window-age", "horizon_s": h,
            "windows": w, "seed": args.seed, "models": models, "run_ids": [r.id for r in full],
            "corpus": {"path": os.path.relpath(os.path.join(args.corpus or lt.CORPUS_DIR, lt.CORPUS_FILE), REPO_ROOT),

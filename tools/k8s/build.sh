@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds a Kubernetes control plane for tests from the Go module proxy:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet,
+# kube-proxy and kwok
 # (plus kwok's stage files), at the versions pinned in tools/k8s/go.mod.
 #
 #   tools/k8s/build.sh            # or: make k8s
@@ -20,7 +21,11 @@ modver() { go list -m -f '{{.Version}}' "$1"; }
 k8s="$(modver k8s.io/kubernetes)"
 etcd="$(modver go.etcd.io/etcd/server/v3)"
 kwok="$(modver sigs.k8s.io/kwok)"
+# `go list -m` names a module's folder only once it is in the module cache: on a
+# fresh machine (or CI's empty GOMODCACHE) download kwok first, or .Dir is empty.
+go mod download sigs.k8s.io/kwok
 kwokdir="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+[ -d "$kwokdir/kustomize/stage" ] || { echo "k8s: kwok's module has no kustomize/stage at '$kwokdir'" >&2; exit 1; }
 builddate="$(go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)"
 major="${k8s#v}"; major="${major%%.*}"
 minor="${k8s#v*.}"; minor="${minor%%.*}"
@@ -42,6 +47,8 @@ targets=(
   "kube-controller-manager|k8s.io/kubernetes/cmd/kube-controller-manager|$kver"
   "kube-scheduler|k8s.io/kubernetes/cmd/kube-scheduler|$kver"
   "kubectl|k8s.io/kubernetes/cmd/kubectl|$kver"
+  "kubelet|k8s.io/kubernetes/cmd/kubelet|$kver"
+  "kube-proxy|k8s.io/kubernetes/cmd/kube-proxy|$kver"
   "kwok|sigs.k8s.io/kwok/cmd/kwok|-X sigs.k8s.io/kwok/pkg/consts.Version=${kwok#v} -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${k8s#v}"
 )
 

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -33,6 +34,12 @@ const NonRoot = 65532
 
 // RefNameAnnotation is the OCI annotation naming an image in a layout.
 const RefNameAnnotation = "org.opencontainers.image.ref.name"
+
+// DefaultRegistry and DefaultTag name the images that manifests/ deploy.
+const (
+	DefaultRegistry = "ghcr.io/amf-edge"
+	DefaultTag      = "v0.1.0"
+)
 
 // DefaultArches are the architectures built by default.
 var DefaultArches = []string{"amd64", "arm64"}
@@ -88,11 +95,13 @@ func Build(ctx context.Context, opts Options) ([]Result, error) {
 		}
 		defer os.RemoveAll(tmp)
 		binDir = tmp
+		pkgs := make([]string, len(opts.Commands))
+		for i, cmd := range opts.Commands {
+			pkgs[i] = "./cmd/" + cmd
+		}
 		for _, arch := range opts.Arches {
-			for _, cmd := range opts.Commands {
-				if err := goBuild(ctx, opts, arch, cmd, filepath.Join(binDir, "linux-"+arch, cmd)); err != nil {
-					return nil, err
-				}
+			if err := GoBuild(ctx, opts.GoCmd, opts.ModuleDir, arch, filepath.Join(binDir, "linux-"+arch), pkgs...); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -152,6 +161,17 @@ func Image(name, arch string, bin []byte) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	return FromScratch(arch, layerTar, v1.Config{
+		Entrypoint: []string{"/" + name},
+		User:       fmt.Sprintf("%d:%d", NonRoot, NonRoot),
+		WorkingDir: "/",
+	})
+}
+
+// FromScratch returns a linux/arch OCI image whose only layer is the
+// uncompressed tar layerTar, with config cfg and the epoch as its creation
+// time, so that the same inputs always give the same digest.
+func FromScratch(arch string, layerTar []byte, cfg v1.Config) (v1.Image, error) {
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	}, tarball.WithMediaType(types.OCILayer))
@@ -172,11 +192,7 @@ func Image(name, arch string, bin []byte) (v1.Image, error) {
 	cf.OS = "linux"
 	cf.Architecture = arch
 	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
-	cf.Config.Entrypoint = []string{"/" + name}
-	cf.Config.Cmd = nil
-	cf.Config.User = fmt.Sprintf("%d:%d", NonRoot, NonRoot)
-	cf.Config.WorkingDir = "/"
-	cf.Config.Env = nil
+	cf.Config = *cfg.DeepCopy()
 	return mutate.ConfigFile(img, cf)
 }
 
@@ -223,14 +239,26 @@ func imageSize(img v1.Image) (int64, error) {
 	return total, nil
 }
 
-func goBuild(ctx context.Context, opts Options, arch, cmd, out string) error {
-	c := exec.CommandContext(ctx, opts.GoCmd, "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./cmd/"+cmd)
-	c.Dir = opts.ModuleDir
+// GoBuild builds the main packages pkgs (patterns as `go build` takes them,
+// relative to moduleDir or import paths) as static, trimmed, stripped
+// linux/arch binaries into dir, each named after its package's last path
+// element. One go command builds them all, so they build in parallel; go's
+// cache makes a rebuild of unchanged packages cheap. goCmd "" means "go",
+// moduleDir "" the current directory.
+func GoBuild(ctx context.Context, goCmd, moduleDir, arch, dir string, pkgs ...string) error {
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("go build: output folder: %w", err)
+	}
+	// A trailing separator makes go build write one binary per package into dir.
+	args := append([]string{"build", "-trimpath", "-ldflags", "-s -w", "-o", dir + string(os.PathSeparator)}, pkgs...)
+	c := exec.CommandContext(ctx, goCmd, args...)
+	c.Dir = moduleDir
 	c.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0")
-	c.Stdout = os.Stderr
-	c.Stderr = os.Stderr
-	if err := c.Run(); err != nil {
-		return fmt.Errorf("go build linux/%s ./cmd/%s: %w", arch, cmd, err)
+	if out, err := c.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build linux/%s %s in %q: %w\n%s", arch, strings.Join(pkgs, " "), moduleDir, err, bytes.TrimSpace(out))
 	}
 	return nil
 }

@@ -22,8 +22,8 @@ func main() {
 	var opts images.Options
 	var cmds, arches string
 	flag.StringVar(&opts.Out, "out", "bin/images", "OCI image layout directory")
-	flag.StringVar(&opts.Registry, "registry", "ghcr.io/amf-edge", "registry/namespace of the image names")
-	flag.StringVar(&opts.Tag, "tag", "v0.1.0", "image tag")
+	flag.StringVar(&opts.Registry, "registry", images.DefaultRegistry, "registry/namespace of the image names")
+	flag.StringVar(&opts.Tag, "tag", images.DefaultTag, "image tag")
 	flag.StringVar(&cmds, "cmds", strings.Join(images.DefaultCommands, ","), "commands under ./cmd to package")
 	flag.StringVar(&arches, "arches", strings.Join(images.DefaultArches, ","), "linux architectures")
 	flag.StringVar(&opts.BinDir, "bin-dir", "", "prebuilt binaries at DIR/linux-<arch>/<cmd> (default: go build into a temp dir)")

@@ -186,9 +186,9 @@ func Build(ctx context.Context, opts Options) ([]Image, error) {
 	return out, nil
 }
 
-// cacheFormat is part of every cache key: bump it when the archive format
-// or anything else this file decides about an image changes outside what
-// the key already hashes.
+// cacheFormat is part of every cache key: bump it when something the keys
+// do not hash changes what an archive holds (the archive's layout, the tar
+// or gzip encoding of layers).
 const cacheFormat = "amf-lab-images/1"
 
 // recipe is one image, not built yet: key hashes everything it is made of,

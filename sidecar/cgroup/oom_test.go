@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -21,6 +22,82 @@ func awaitEvent(t *testing.T, events <-chan OOMEvent) (OOMEvent, bool) {
 		t.Fatalf("no OOM event and no close within %v", childTimeout)
 	}
 	return OOMEvent{}, false
+}
+
+// A process that allocates past its cgroup's memory limit is OOM-killed by
+// the kernel, and the watch says so once, with the kill counted.
+func TestWatchOOMSeesARealOOMKill(t *testing.T) {
+	c := newRealCgroup(t)
+	c.limit(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	events, err := WatchOOM(ctx, c.dirs[ctrlMemory])
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	hog := startChild(t, c, roleHog)
+	ev, ok := awaitEvent(t, events)
+	if !ok {
+		t.Fatal("the channel closed before the OOM kill")
+	}
+	if ev.Kills != 1 || ev.Time.Before(before) {
+		t.Errorf("event %+v, want 1 kill after %v", ev, before)
+	}
+	select {
+	case <-hog.done:
+	case <-time.After(childTimeout):
+		t.Fatal("the hog still runs after the OOM event")
+	}
+	if ws, ok := hog.state.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("the hog ended %v, want killed by SIGKILL (the OOM killer)", hog.state)
+	}
+	// The memory readers go on reading the cgroup after the kill.
+	r := mustOpen(t, c.dirs[ctrlMemory])
+	if s := mustRead(t, r); s.MemoryLimitBytes != float64(cgroupLimit) {
+		t.Errorf("limit after the OOM kill %v, want %d", s.MemoryLimitBytes, cgroupLimit)
+	}
+	cancel()
+	if ev, ok := awaitEvent(t, events); ok {
+		t.Errorf("event %+v after the context ended, want the channel closed", ev)
+	}
+}
+
+// The channel closes when the context ends, or (v1 only: v2 does not signal
+// a removal) when the cgroup is removed.
+func TestWatchOOMEndsOnRealCgroup(t *testing.T) {
+	tests := []struct {
+		name string
+		end  func(t *testing.T, c *realCgroup, cancel func()) bool // false: does not apply here
+	}{
+		{name: "the context ends", end: func(_ *testing.T, _ *realCgroup, cancel func()) bool { cancel(); return true }},
+		{name: "the cgroup is removed (v1)", end: func(t *testing.T, c *realCgroup, _ func()) bool {
+			if c.v2 {
+				return false
+			}
+			if err := c.remove(); err != nil {
+				t.Fatal(err)
+			}
+			return true
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newRealCgroup(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			events, err := WatchOOM(ctx, c.dirs[ctrlMemory])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.end(t, c, cancel) {
+				t.Skip("cgroup v2 does not signal a removal: the caller ends the context")
+			}
+			if ev, ok := awaitEvent(t, events); ok {
+				t.Errorf("event %+v, want the channel closed", ev)
+			}
+		})
+	}
 }
 
 // The v2 watch on a recorded memory.events, rewritten in place as the

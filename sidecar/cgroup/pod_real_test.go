@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -74,6 +75,16 @@ func TestPodOnRealKubeletLayout(t *testing.T) {
 				t.Errorf("pod %+v\nwant driver %s, burstable, path %s, containers %v", pod, layout.driver, podPath, wantIDs)
 			}
 
+			// The sandbox has no limits: memory.max "max" (v1: the no-limit
+			// value) reads as 0.
+			pr, err := OpenPod(PodQuery{UID: uid, ContainerID: pauseID}, WithCgroupRoot(root))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := mustRead(t, pr); s.MemoryLimitBytes != 0 || s.MemoryBytes <= 0 {
+				t.Errorf("sandbox reading %+v: want memory > 0 and no limit (0)", s)
+			}
+
 			wantPath := path.Join(podPath, layout.container(brokerID))
 			ways := []struct {
 				name string
@@ -90,6 +101,20 @@ func TestPodOnRealKubeletLayout(t *testing.T) {
 				}},
 				{name: "by PID from inside the sidecar's cgroup namespace (shareProcessNamespace)", find: func(t *testing.T) (Container, Stats, string) {
 					return findFromSidecar(t, node, sidecarCg, nsRequest{UID: uid, HostRoot: root, PID: broker.pid, Target: broker.pid})
+				}},
+				{name: "by exclusion from the sidecar's own PID namespace, the sandbox known by its /etc/hostname", find: func(t *testing.T) (Container, Stats, string) {
+					if _, err := os.Stat("/etc/hostname"); err != nil {
+						skipOrFail(t, "no /etc/hostname to bind the sandbox's over: %v", err)
+					}
+					// Where containerd keeps a sandbox's files.
+					hostname := filepath.Join(t.TempDir(), "sandboxes", pauseID, "hostname")
+					if err := os.MkdirAll(filepath.Dir(hostname), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(hostname, []byte("broker-pod\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return findFromSidecar(t, node, sidecarCg, nsRequest{UID: uid, HostRoot: root, OwnPIDs: true, Sandbox: hostname})
 				}},
 			}
 			for _, w := range ways {
@@ -163,6 +188,9 @@ func findFromSidecar(t *testing.T, node, c *realCgroup, req nsRequest) (Containe
 	if rep.Err != "" {
 		t.Fatalf("sidecar, seeing %q as its cgroups: %s", rep.SelfCgroup, rep.Err)
 	}
+	if req.OwnPIDs && rep.PID != 1 {
+		t.Errorf("sidecar's PID %d, want 1 in its own PID namespace", rep.PID)
+	}
 	// Its own cgroup is its namespace's root.
 	for _, l := range strings.Split(strings.TrimSpace(rep.SelfCgroup), "\n") {
 		if !strings.HasSuffix(l, ":/") {
@@ -177,7 +205,7 @@ func findFromSidecar(t *testing.T, node, c *realCgroup, req nsRequest) (Containe
 	}
 	// The target is outside its cgroup namespace: process mode cannot read
 	// it from there, and says so rather than reading another cgroup.
-	if !strings.Contains(rep.TargetByPID, "outside this process's cgroup namespace") {
+	if req.Target > 0 && !strings.Contains(rep.TargetByPID, "outside this process's cgroup namespace") {
 		t.Errorf("sidecar's ForPID of the target: %s; want an error saying it is outside the cgroup namespace", rep.TargetByPID)
 	}
 	return rep.Container, rep.Stats, rep.Reader

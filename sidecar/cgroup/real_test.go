@@ -474,13 +474,22 @@ type nsRequest struct {
 	// PID, when set, selects the target by its PID (shareProcessNamespace)
 	// instead of by exclusion.
 	PID int `json:"pid"`
-	// Target is the target's PID, for ForPID from inside the namespace.
+	// Target is the target's PID, for ForPID from inside the namespace; 0
+	// for none.
 	Target int `json:"target"`
+	// OwnPIDs puts the sidecar in a PID namespace of its own, with its own
+	// /proc, as a pod's containers are without shareProcessNamespace.
+	OwnPIDs bool `json:"own_pids"`
+	// Sandbox, when set, is a file in a folder named by the sandbox's ID
+	// that the sidecar bind-mounts on /etc/hostname, as containerd does from
+	// the sandbox's folder.
+	Sandbox string `json:"sandbox"`
 }
 
 // nsReport is what a sidecar child found.
 type nsReport struct {
 	SelfCgroup string    `json:"self_cgroup"` // its /proc/self/cgroup
+	PID        int       `json:"pid"`         // its PID, as it sees it
 	Container  Container `json:"container"`   // FindContainer by exclusion
 	Reader     string    `json:"reader"`      // OpenPod's reader
 	Stats      Stats     `json:"stats"`       // its first reading
@@ -500,9 +509,16 @@ type nsReport struct {
 // is killed if this process is, and this process waits for it, so that it
 // is never orphaned.
 func startDiscover() error {
+	var req nsRequest
+	if err := json.Unmarshal([]byte(os.Getenv(childNSEnv)), &req); err != nil {
+		return fmt.Errorf("%s: %w", childNSEnv, err)
+	}
 	cmd := selfCommand(roleDiscover)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	if req.OwnPIDs {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	return cmd.Run()
 }
 
@@ -543,11 +559,21 @@ func discoverInto(req nsRequest, rep *nsReport) error {
 		}
 		root = req.Bind
 	}
+	if req.OwnPIDs {
+		if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount the PID namespace's /proc: %w", err)
+		}
+	}
+	if req.Sandbox != "" {
+		if err := syscall.Mount(req.Sandbox, "/etc/hostname", "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mount the sandbox's hostname file on /etc/hostname: %w", err)
+		}
+	}
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return err
 	}
-	rep.SelfCgroup = string(b)
+	rep.SelfCgroup, rep.PID = string(b), os.Getpid()
 	q := PodQuery{UID: req.UID, PID: req.PID}
 	if rep.Container, err = FindContainer(q, WithCgroupRoot(root)); err != nil {
 		return err
@@ -560,10 +586,12 @@ func discoverInto(req nsRequest, rep *nsReport) error {
 	if rep.Stats, err = r.Read(context.Background()); err != nil {
 		return err
 	}
-	if t, err := ForPID(req.Target); err != nil {
-		rep.TargetByPID = "error: " + err.Error()
-	} else {
-		rep.TargetByPID = fmt.Sprint(t)
+	if req.Target > 0 {
+		if t, err := ForPID(req.Target); err != nil {
+			rep.TargetByPID = "error: " + err.Error()
+		} else {
+			rep.TargetByPID = fmt.Sprint(t)
+		}
 	}
 	if req.Bind != "" {
 		self, err := ForPID(os.Getpid())

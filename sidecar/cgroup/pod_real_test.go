@@ -103,6 +103,11 @@ func TestPodOnRealKubeletLayout(t *testing.T) {
 					return findFromSidecar(t, node, sidecarCg, nsRequest{UID: uid, HostRoot: root, PID: broker.pid, Target: broker.pid})
 				}},
 				{name: "by exclusion from the sidecar's own PID namespace, the sandbox known by its /etc/hostname", find: func(t *testing.T) (Container, Stats, string) {
+					if os.Getenv("AMF_TEST_EXEC_WRAPPER") != "" {
+						// qemu-user emulates clone with the flags of fork and
+						// threads only; the native run covers this case.
+						t.Skip("running under an emulator, which cannot clone into a new PID namespace")
+					}
 					if _, err := os.Stat("/etc/hostname"); err != nil {
 						skipOrFail(t, "no /etc/hostname to bind the sandbox's over: %v", err)
 					}

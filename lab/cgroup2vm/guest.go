@@ -112,8 +112,8 @@ func setUp(out io.Writer) (plan, error) {
 	}
 	sub, _ := os.ReadFile("/sys/fs/cgroup/cgroup.subtree_control")
 	fmt.Fprintf(out, "AMF-GUEST-INFO: cgroup2 at /sys/fs/cgroup, controllers enabled for children: %s", sub)
-	if cg, err := os.ReadFile("/proc/filesystems"); err == nil && !strings.Contains(string(cg), "\tcgroup\n") {
-		fmt.Fprintln(out, "AMF-GUEST-INFO: no cgroup v1 filesystem in this kernel")
+	if cmdline, err := os.ReadFile("/proc/cmdline"); err == nil {
+		fmt.Fprintf(out, "AMF-GUEST-INFO: kernel command line: %s", cmdline)
 	}
 	return p, nil
 }

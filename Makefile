@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train model leadtime window-age evaluate k8s bench arm64 test-arm64 images lint deps clean
+.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train test-cgroup2 model leadtime window-age evaluate k8s bench arm64 test-arm64 images lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -54,6 +54,11 @@ window-age: build ## P1 and the lead-time models on runs with full windows (lab/
 
 evaluate: ## P0-P2 x HGBC/RF/LR x seeds 42-46 -> infer/train/report/evaluation.{md,json}
 	$(PYTHON) infer/train/amftrain.py evaluate --data $(DATA)
+
+test-cgroup2: ## the cgroup and sidecar tests as root on a real cgroup v2-only kernel: a qemu guest (Debian cloud kernel via apt-get download, cached in ~/.cache/amf/cgroup2vm), ≈25 s
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/amf-lab ./cmd/amf-lab
+	GO=$(GO) $(BIN)/amf-lab cgroup2vm
 
 test-short: ## quick tests only (no long-running parts)
 	$(GO) test -short ./...
@@ -98,7 +103,7 @@ k8s: ## build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok
 deps: ## install the Debian packages the tests use (root)
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-sklearn mosquitto qemu-user-static \
-		containerd runc containernetworking-plugins iptables iproute2 util-linux
+		containerd runc containernetworking-plugins iptables iproute2 util-linux qemu-system-x86 e2fsprogs
 
 clean:
 	rm -rf $(BIN)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -98,9 +100,29 @@ func TestClockSteppingBackRestartsTheWindows(t *testing.T) {
 	}
 }
 
+// busyEnv makes this test binary a busy child instead of running the tests:
+// a process to sample that needs nothing but the binary (no shell), so that
+// it also runs in the initramfs of make test-cgroup2.
+const busyEnv = "AMF_SIDECAR_TEST_BUSY"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(busyEnv) == "1" {
+		for n := 0; ; n++ { // burn CPU until killed
+			runtime.KeepAlive(n)
+		}
+	}
+	os.Exit(m.Run())
+}
+
 func TestSamplingARealProcess(t *testing.T) {
 	// A busy child process, sampled from outside as the sidecar samples a broker.
-	busy := exec.Command("/bin/sh", "-c", "while :; do :; done")
+	// AMF_TEST_EXEC_WRAPPER runs it under an emulator (make test-arm64).
+	name, args := os.Args[0], []string{"-test.run=^$"}
+	if w := os.Getenv("AMF_TEST_EXEC_WRAPPER"); w != "" {
+		name, args = w, append([]string{os.Args[0]}, args...)
+	}
+	busy := exec.Command(name, args...)
+	busy.Env = append(os.Environ(), busyEnv+"=1")
 	if err := busy.Start(); err != nil {
 		t.Fatal(err)
 	}

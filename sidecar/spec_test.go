@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,12 +20,7 @@ import (
 // the same scores, another feature spec.
 func modelWith(t *testing.T, edit func(man map[string]any)) *model.Model {
 	t.Helper()
-	dir := filepath.Join("..", "infer", "model")
-	mb, err := os.ReadFile(filepath.Join(dir, "default_model.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jb, err := os.ReadFile(filepath.Join(dir, "default_manifest.json"))
+	mb, jb, err := model.EmbeddedFiles(model.DefaultName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,9 @@ Usage:
       the staged fault's load generator, run inside a container's cgroups
   amf-lab broker --listen 127.0.0.1:1883
       a plain mochi MQTT broker process (used when Mosquitto is not installed)
+  amf-lab cgroup2vm [--accel tcg|kvm] [--run REGEXP] [--timeout 4m]
+      the sidecar's cgroup tests on a real cgroup v2 kernel: a qemu guest with
+      a Debian cloud kernel, real v2 cgroups (make test-cgroup2)
 `
 
 func main() {
@@ -66,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case len(args) >= 1 && args[0] == "cgroup2vm":
+		return runCgroup2VM(ctx, args[1:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "broker":
 		return runBroker(ctx, args[1:], stderr)
 	case len(args) >= 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):

@@ -7,9 +7,9 @@ import (
 
 // One Read of a real v1 cgroup: five files (cpuacct.usage,
 // memory.usage_in_bytes, memory.limit_in_bytes, one blkio file,
-// /proc/<pid>/net/dev).
+// /proc/<pid>/net/dev). On a cgroup v2 machine it reads a real v2 cgroup.
 func BenchmarkReadV1RealCgroup(b *testing.B) {
-	c := newRealV1Cgroup(b)
+	c := newRealCgroup(b)
 	r, err := Open(c.dirs[ctrlMemory], WithPID(os.Getpid()))
 	if err != nil {
 		b.Fatal(err)

@@ -28,8 +28,14 @@ type hierarchy struct {
 }
 
 // dir maps a path inside the hierarchy (as in /proc/<pid>/cgroup) to a
-// directory.
+// directory. A path that climbs above its root ("/../<id>") is refused: the
+// kernel shows a cgroup outside the reader's cgroup namespace that way,
+// relative to the namespace's root, and cleaning the ".." away would name
+// another cgroup (the namespace's own one for "/..").
 func (h hierarchy) dir(p string) (string, error) {
+	if rel := path.Clean(strings.TrimLeft(p, "/")); rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("cgroup %s is outside this process's cgroup namespace (/proc/<pid>/cgroup shows such cgroups relative to the namespace's root, and what is above it is not visible): from inside a container, find the target by pod (mount the host's /sys/fs/cgroup, pass it with WithCgroupRoot, and select the target with a PodQuery), or run outside the container's cgroup namespace", p)
+	}
 	p = path.Clean("/" + p)
 	if h.root == "/" {
 		return filepath.Join(h.mountPoint, filepath.FromSlash(p)), nil

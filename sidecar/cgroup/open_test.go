@@ -155,6 +155,10 @@ func TestHierarchyDir(t *testing.T) {
 		{in: "/kubepods/pod1/abc/sub", want: "/sys/fs/cgroup/memory/sub"},
 		{in: "/kubepods/pod1/abcd", err: "outside"},
 		{in: "/kubepods/pod1/abc/../../x", err: "outside"},
+		{in: "kubepods/pod1/abc/sub", want: "/sys/fs/cgroup/memory/sub"},
+		{in: "/../abc", err: "outside this process's cgroup namespace"},
+		{in: "/..", err: "outside this process's cgroup namespace"},
+		{in: "/x/../../abc", err: "outside this process's cgroup namespace"},
 	}
 	for _, tc := range tests {
 		got, err := h.dir(tc.in)
@@ -328,6 +332,36 @@ func TestForPIDRecorded(t *testing.T) {
 			}
 			if got := mustRead(t, r); got != tc.want {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A process outside the caller's cgroup namespace: /proc/<pid>/cgroup
+// shows its cgroup relative to the namespace's root, as the sidecar sees
+// the broker's in a pod (found on a real cgroup v2 kernel, make
+// test-cgroup2). "/../<id>" used to become /<id> under the namespace's
+// mount (a wrong directory, reported as a restarted container) and "/.."
+// the namespace's own cgroup, read as if it were the target's.
+func TestForPIDOutsideTheCgroupNamespace(t *testing.T) {
+	// The sidecar's view: its own cgroup, the namespace's root, is all it sees.
+	root := writeTree(t, v2Files("", "5", "10", "max", ""))
+	tests := []struct{ name, cgroup string }{
+		{name: "a sibling container", cgroup: "0::/../" + brokerID + "\n"},
+		{name: "the pod cgroup above", cgroup: "0::/..\n"},
+		{name: "a systemd scope two levels up", cgroup: "0::/../../kubepods-burstable-pod1.slice/cri-containerd-" + brokerID + ".scope\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			proc := writeTree(t, map[string]string{"5/cgroup": tc.cgroup})
+			r, err := ForPID(5, WithProcRoot(proc), WithCgroupRoot(root))
+			if err == nil {
+				t.Fatalf("ForPID read %v, want an error", r)
+			}
+			for _, want := range []string{"outside this process's cgroup namespace", "WithCgroupRoot", "PodQuery"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
 			}
 		})
 	}

@@ -200,9 +200,17 @@ func parseV1Limit(b []byte) (uint64, error) {
 
 // parseCPUStat returns usage_usec from cgroup v2 cpu.stat ("key value"
 // lines, all integers).
-func parseCPUStat(b []byte) (uint64, error) {
+func parseCPUStat(b []byte) (uint64, error) { return parseFlatKey(b, "usage_usec") }
+
+// parseOOMKills returns oom_kill from cgroup v2 memory.events or v1
+// memory.oom_control, both "key value" lines of integers.
+func parseOOMKills(b []byte) (uint64, error) { return parseFlatKey(b, "oom_kill") }
+
+// parseFlatKey returns the value of key in a flat keyed file: "key value"
+// lines, all values unsigned integers, each key once.
+func parseFlatKey(b []byte, want string) (uint64, error) {
 	s := lineScanner{rest: b}
-	var usage uint64
+	var value uint64
 	found := false
 	for {
 		line, ok := s.next()
@@ -221,17 +229,17 @@ func parseCPUStat(b []byte) (uint64, error) {
 		if !ok {
 			return 0, syntaxErr(s.n, "%s: %s is not an unsigned number", quote(key), quote(val))
 		}
-		if string(key) == "usage_usec" {
+		if string(key) == want {
 			if found {
-				return 0, syntaxErr(s.n, "usage_usec repeated")
+				return 0, syntaxErr(s.n, "%s repeated", want)
 			}
-			usage, found = v, true
+			value, found = v, true
 		}
 	}
 	if !found {
-		return 0, syntaxErr(0, "no usage_usec line")
+		return 0, syntaxErr(0, "no %s line", want)
 	}
-	return usage, nil
+	return value, nil
 }
 
 // validDevice reports whether b looks like "MAJ:MIN".

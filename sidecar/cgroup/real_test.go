@@ -2,15 +2,15 @@ package cgroup
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,51 +20,89 @@ import (
 	"unsafe"
 )
 
-// The tests in this file create real cgroup v1 cgroups, as root, and run a
-// child process (this test binary, re-executed) inside them.
+// The tests in this file run child processes (this test binary,
+// re-executed in a role) in real cgroups (see realcgroup_test.go).
 
 const (
-	childEnv     = "AMF_CGROUP_TEST_CHILD"     // "1": run as the child
-	childDirEnv  = "AMF_CGROUP_TEST_CHILD_DIR" // where the child writes its file
-	childAlloc   = 24 << 20                    // bytes the child allocates and touches
-	childWrite   = 4 << 20                     // bytes the child writes and fsyncs
-	childTimeout = 30 * time.Second            // bound on waiting for the child or a counter
+	childEnv     = "AMF_CGROUP_TEST_CHILD"     // the child's role, one of the role* constants
+	childDirEnv  = "AMF_CGROUP_TEST_CHILD_DIR" // where a worker writes its file
+	childNSEnv   = "AMF_CGROUP_TEST_NS"        // a sidecar's nsRequest, as JSON
+	childAlloc   = 24 << 20                    // bytes a worker allocates and touches
+	childWrite   = 4 << 20                     // bytes a worker writes and fsyncs
+	childTimeout = 30 * time.Second            // bound on waiting for a child or a counter
 )
 
-// cgroupLimit is the memory.limit_in_bytes set on the test cgroup: 64 MiB,
-// or 1 GiB under the race detector.
-var cgroupLimit = func() int {
-	if raceEnabled {
-		return 1 << 30
-	}
-	return 64 << 20
-}()
+// The roles of a child. Each waits for "go" on stdin (sent once it is in its
+// cgroup, so that what it does is charged there) and then says one line on
+// stdout.
+const (
+	// roleWork allocates and touches childAlloc bytes, writes childWrite
+	// bytes to a file with fsync, says "ready direct|buffered", then burns
+	// CPU until killed: a broker.
+	roleWork = "work"
+	// rolePause names itself "pause", says "ready" and sleeps until killed:
+	// a pod's sandbox container.
+	rolePause = "pause"
+	// roleHog says "ready" and allocates until the kernel OOM-kills it.
+	roleHog = "hog"
+	// roleSidecar starts a roleDiscover child in new cgroup and mount
+	// namespaces, as a container runtime starts a container: the
+	// namespace's root is the sidecar's cgroup. It passes on its line.
+	roleSidecar = "sidecar"
+	// roleDiscover finds and reads the pod's target container from inside
+	// the namespaces (nsRequest), and says "result <nsReport JSON>".
+	roleDiscover = "discover"
+)
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
-		os.Exit(runChild())
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(runChild(role))
 	}
 	os.Exit(m.Run())
 }
 
-// runChild waits for "go" on stdin (sent once it is in the cgroup, so what
-// it allocates is charged there), allocates and touches childAlloc bytes,
-// writes childWrite bytes to a file with fsync, says "ready" on stdout, then
-// burns CPU until killed.
-func runChild() int {
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-	if err != nil || line != "go\n" {
-		fmt.Fprintln(os.Stderr, "child: no go:", line, err)
+func runChild(role string) int {
+	if role != roleDiscover { // started by a sidecar, already in place
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil || line != "go\n" {
+			fmt.Fprintln(os.Stderr, "child: no go:", line, err)
+			return 2
+		}
+	}
+	var err error
+	switch role {
+	case roleWork:
+		err = work()
+	case rolePause:
+		if err = os.WriteFile("/proc/self/comm", []byte("pause"), 0o644); err == nil {
+			fmt.Println("ready")
+			_, _ = io.Copy(io.Discard, os.Stdin) // until killed
+		}
+	case roleHog:
+		fmt.Println("ready")
+		hog()
+	case roleSidecar:
+		err = startDiscover()
+	case roleDiscover:
+		err = discover()
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "child %s: %v\n", role, err)
 		return 2
 	}
+	return 0
+}
+
+func work() error {
 	mem := make([]byte, childAlloc)
 	for i := 0; i < len(mem); i += 4096 {
 		mem[i] = 1
 	}
 	how, err := writeFile(filepath.Join(os.Getenv(childDirEnv), "io"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 2
+		return err
 	}
 	fmt.Println("ready", how)
 	sum := 0
@@ -73,6 +111,19 @@ func runChild() int {
 			sum += int(mem[i])
 		}
 		runtime.KeepAlive(sum)
+	}
+}
+
+// hog allocates and touches memory 1 MiB at a time, keeping all of it.
+func hog() {
+	var held [][]byte
+	for {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		held = append(held, b)
+		runtime.KeepAlive(held)
 	}
 }
 
@@ -112,108 +163,39 @@ func alignedBuffer(n, align int) []byte {
 	return b[off : off+n]
 }
 
-// realCgroup is a cgroup created in the cpuacct, memory and blkio v1
-// hierarchies of this machine.
-type realCgroup struct {
-	path string            // hierarchy path, "/amf-test-<random>"
-	dirs map[string]string // controller → directory
-	// blkioAccounts says whether this kernel accounts block I/O in v1 blkio
-	// at all: some (VMs with blk-cgroup statistics off) show only "Total 0"
-	// even in the root cgroup.
-	blkioAccounts bool
-}
-
-func (c *realCgroup) uniqueDirs() []string {
-	var ds []string
-	for _, ctrl := range v1Controllers {
-		if d := c.dirs[ctrl]; !slices.Contains(ds, d) {
-			ds = append(ds, d)
-		}
-	}
-	return ds
-}
-
-// remove removes the cgroup directories (rmdir: they hold only kernel files).
-func (c *realCgroup) remove() error {
-	var errs []error
-	for _, d := range c.uniqueDirs() {
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// newRealV1Cgroup creates a cgroup with a unique name at the top of each
-// needed v1 hierarchy, removed at cleanup, or skips the test.
-func newRealV1Cgroup(tb testing.TB) *realCgroup {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("skip: creating real cgroups needs root")
-	}
-	l, err := loadLayout(newConfig(nil))
-	if err != nil || !l.useV1() {
-		tb.Skipf("skip: no cgroup v1 controllers mounted (%v)", err)
-	}
-	var rnd [6]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		tb.Fatal(err)
-	}
-	c := &realCgroup{path: "/amf-test-" + hex.EncodeToString(rnd[:]), dirs: map[string]string{}}
-	for _, ctrl := range v1Controllers {
-		h, ok := l.v1[ctrl]
-		if !ok {
-			tb.Skipf("skip: cgroup v1 controller %s not mounted", ctrl)
-		}
-		d, err := h.dir(c.path)
-		if err != nil {
-			tb.Skipf("skip: %v", err)
-		}
-		c.dirs[ctrl] = d
-	}
-	if root, err := l.v1[ctrlBlkio].dir("/"); err == nil {
-		if b, err := os.ReadFile(filepath.Join(root, blkioFiles[0])); err == nil {
-			_, n, err := parseBlkio(b)
-			c.blkioAccounts = err == nil && n > 0
-		}
-	}
-	for _, d := range c.uniqueDirs() {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			c.remove()
-			tb.Fatalf("create cgroup: %v", err)
-		}
-	}
-	tb.Cleanup(func() {
-		if err := c.remove(); err != nil {
-			tb.Errorf("remove test cgroup: %v", err)
-		}
-	})
-	if err := os.WriteFile(filepath.Join(c.dirs[ctrlMemory], "memory.limit_in_bytes"), []byte(strconv.Itoa(cgroupLimit)), 0o644); err != nil {
-		tb.Fatalf("set memory limit: %v", err)
-	}
-	return c
-}
-
-// child is the re-executed test binary running in a cgroup.
+// child is a re-executed test binary running in a cgroup.
 type child struct {
-	pid    int
-	stop   func() // kills and reaps it; safe to call more than once
-	direct bool   // it wrote its file with O_DIRECT, which v1 blkio charges to it
+	pid  int
+	said string        // its first line, after the first word
+	done chan struct{} // closed once it has exited and been reaped
+	// state is how it ended; valid once done is closed.
+	state *os.ProcessState
+	stop  func() // kills it and waits until it is reaped; safe to call more than once
+	// direct: a worker wrote its file with O_DIRECT, which v1 blkio charges
+	// to it.
+	direct bool
 }
 
-// startChild starts the child, moves it into c and waits until it says it
-// has allocated its memory and written its file.
-func startChild(t *testing.T, c *realCgroup) *child {
-	t.Helper()
-	// AMF_TEST_EXEC_WRAPPER runs the child under an emulator: make test-arm64 sets
-	// it to qemu-aarch64-static, since executing an arm64 binary from an emulated
-	// one needs binfmt_misc, which this machine may not have.
+// selfCommand returns a command that runs this test binary as a child in
+// role, with env added. AMF_TEST_EXEC_WRAPPER runs it under an emulator:
+// make test-arm64 sets it to qemu-aarch64-static, since executing an arm64
+// binary from an emulated one needs binfmt_misc, which this machine may not
+// have.
+func selfCommand(role string, env ...string) *exec.Cmd {
 	name, args := os.Args[0], []string{"-test.run=^$"}
 	if w := os.Getenv("AMF_TEST_EXEC_WRAPPER"); w != "" {
 		name, args = w, append([]string{os.Args[0]}, args...)
 	}
 	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), childEnv+"=1", childDirEnv+"="+t.TempDir())
+	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
+	return cmd
+}
+
+// startChild starts a child in role, moves it into c and waits for its
+// first line. It is killed at cleanup.
+func startChild(t *testing.T, c *realCgroup, role string, env ...string) *child {
+	t.Helper()
+	cmd := selfCommand(role, append([]string{childDirEnv + "=" + t.TempDir()}, env...)...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -226,44 +208,47 @@ func startChild(t *testing.T, c *realCgroup) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	ch := &child{pid: cmd.Process.Pid, done: make(chan struct{})}
+	first := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(stdout)
+		line, _ := br.ReadString('\n')
+		first <- line
+		_, _ = io.Copy(io.Discard, br)
+		_ = cmd.Wait() // after reading to EOF: Wait closes the pipe
+		ch.state = cmd.ProcessState
+		close(ch.done)
+	}()
 	var once sync.Once
-	stop := func() {
+	ch.stop = func() {
 		once.Do(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
+			_ = cmd.Process.Kill()
+			<-ch.done
 		})
 	}
-	t.Cleanup(stop)
+	t.Cleanup(ch.stop)
 	for _, d := range c.uniqueDirs() {
-		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(ch.pid)), 0o644); err != nil {
 			t.Fatalf("move child into %s: %v", d, err)
 		}
 	}
 	if _, err := stdin.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan error, 1)
-	how := make(chan string, 1)
-	go func() {
-		line, err := bufio.NewReader(stdout).ReadString('\n')
-		word, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if err == nil && word != "ready" {
-			err = fmt.Errorf("child said %q", line)
-		}
-		how <- rest
-		ready <- err
-	}()
+	var line string
 	select {
-	case err := <-ready:
-		if err != nil {
-			t.Fatalf("child: %v", err)
-		}
+	case line = <-first:
 	case <-time.After(childTimeout):
-		t.Fatal("child not ready in time")
+		t.Fatalf("child %s said nothing in %v", role, childTimeout)
 	case <-t.Context().Done():
 		t.Fatal(t.Context().Err())
 	}
-	return &child{pid: cmd.Process.Pid, stop: stop, direct: <-how == "direct"}
+	word, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	if word != "ready" && word != "result" {
+		t.Fatalf("child %s said %q", role, line)
+	}
+	ch.said, ch.direct = rest, rest == "direct"
+	return ch
 }
 
 // readUntil reads until ok accepts a reading or childTimeout passes. The
@@ -288,6 +273,7 @@ func readUntil(t *testing.T, r Reader, ok func(Stats) bool) Stats {
 	}
 }
 
+// checkChildStats checks a reading of a worker's cgroup, limited by limit.
 func checkChildStats(t *testing.T, c *realCgroup, ch *child, s Stats) {
 	t.Helper()
 	if s.MemoryBytes < childAlloc {
@@ -303,19 +289,39 @@ func checkChildStats(t *testing.T, c *realCgroup, ch *child, s Stats) {
 		t.Errorf("CPU %v, want > 0", s.CPUSeconds)
 	}
 	switch {
-	case !c.blkioAccounts:
-		t.Logf("this kernel accounts no block I/O in v1 blkio (the root shows none); disk = %v", s.DiskBytes)
-	case !ch.direct:
-		// A temp dir on tmpfs does no block I/O at all.
+	case !c.ioAccounts:
+		t.Logf("block I/O is not accounted here (v1 blkio shows none even in the root, or the temp folder is on tmpfs); disk = %v", s.DiskBytes)
+	case !ch.direct && !c.v2:
+		// v1 charges only direct I/O to the writer; v2 charges writeback too.
 		t.Logf("the child could not use O_DIRECT in its temp dir; disk = %v", s.DiskBytes)
 	case s.DiskBytes < childWrite:
-		t.Errorf("disk %v < the %d bytes the child wrote with O_DIRECT", s.DiskBytes, childWrite)
+		t.Errorf("disk %v < the %d bytes the child wrote and synced", s.DiskBytes, childWrite)
 	}
 }
 
-func TestV1ReaderOnRealCgroup(t *testing.T) {
-	c := newRealV1Cgroup(t)
-	ch := startChild(t, c)
+// checkCPURate reads for at least half a second after s1 and checks the
+// CPU counter's rate: above 0, and within the cgroup's CPU limit when it
+// has one (a counter in the wrong unit would be off by 1000). CFS lets a
+// cgroup run a period's quota early, hence the margin.
+func checkCPURate(t *testing.T, c *realCgroup, r Reader, s1 Stats) {
+	t.Helper()
+	const window = 500 * time.Millisecond
+	s2 := readUntil(t, r, func(s Stats) bool { return s.Time.Sub(s1.Time) >= window && s.CPUSeconds > s1.CPUSeconds })
+	rate := (s2.CPUSeconds - s1.CPUSeconds) / s2.Time.Sub(s1.Time).Seconds()
+	max := float64(runtime.NumCPU())
+	if c.cpuLimited {
+		max = cpuLimit * 1.5
+	}
+	if rate <= 0 || rate > max {
+		t.Errorf("CPU rate %.3f cores over %v, want within (0, %.2f] (limited: %v)", rate, s2.Time.Sub(s1.Time), max, c.cpuLimited)
+	}
+	t.Logf("CPU rate %.3f cores over %v (limit %v)", rate, s2.Time.Sub(s1.Time).Round(time.Millisecond), c.cpuLimited)
+}
+
+func TestReaderOnRealCgroup(t *testing.T) {
+	c := newRealCgroup(t)
+	c.limit(t)
+	ch := startChild(t, c, roleWork)
 
 	byDir := mustOpen(t, c.dirs[ctrlMemory], WithPID(ch.pid))
 	byPath := mustOpen(t, c.path, WithPID(ch.pid))
@@ -323,10 +329,7 @@ func TestV1ReaderOnRealCgroup(t *testing.T) {
 	for _, r := range []Reader{byDir, byPath} {
 		s1 := mustRead(t, r)
 		checkChildStats(t, c, ch, s1)
-		s2 := readUntil(t, r, func(s Stats) bool { return s.CPUSeconds > s1.CPUSeconds })
-		if !s2.Time.After(s1.Time) && !s2.Time.Equal(s1.Time) {
-			t.Errorf("time went back: %v then %v", s1.Time, s2.Time)
-		}
+		checkCPURate(t, c, r, s1)
 	}
 
 	ch.stop()
@@ -346,8 +349,9 @@ func TestV1ReaderOnRealCgroup(t *testing.T) {
 }
 
 func TestForPIDOnRealChild(t *testing.T) {
-	c := newRealV1Cgroup(t)
-	ch := startChild(t, c)
+	c := newRealCgroup(t)
+	c.limit(t)
+	ch := startChild(t, c, roleWork)
 	r, err := ForPID(ch.pid)
 	if err != nil {
 		t.Fatal(err)
@@ -364,9 +368,10 @@ func TestForPIDOnRealChild(t *testing.T) {
 	}
 }
 
-// The test process itself: each v1 controller at "/" is the root cgroup,
-// whose counters describe the whole host, so those fields come from the
-// process through gopsutil.
+// The test process itself, in whatever cgroup it was started: on v1 each
+// controller at "/" is the root cgroup, whose counters describe the whole
+// host, so those fields come from the process through gopsutil; on v2 the
+// same holds for the root cgroup as a whole, and any other cgroup is read.
 func TestForPIDOnTestProcess(t *testing.T) {
 	if os.Getenv("AMF_TEST_EXEC_WRAPPER") != "" {
 		// qemu-user answers /proc/self/stat itself, with CPU times of 0; the
@@ -375,15 +380,15 @@ func TestForPIDOnTestProcess(t *testing.T) {
 	}
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		t.Skipf("skip: %v", err)
+		skipOrFail(t, "%v", err)
 	}
 	lines, err := parseProcCgroup(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l, err := loadLayout(newConfig(nil))
-	if err != nil || !l.useV1() {
-		t.Skipf("skip: no cgroup v1 controllers mounted (%v)", err)
+	if err != nil {
+		skipOrFail(t, "no cgroup filesystem: %v", err)
 	}
 	r, err := ForPID(os.Getpid())
 	if err != nil {
@@ -391,10 +396,25 @@ func TestForPIDOnTestProcess(t *testing.T) {
 	}
 	desc := fmt.Sprint(r)
 	t.Logf("reader: %s", desc)
-	for _, ctrl := range v1Controllers {
-		p, _ := v1Path(lines, ctrl)
-		if got, want := strings.Contains(desc, ctrl+" from the process"), p == "/"; got != want {
-			t.Errorf("%s at %q: from the process = %v, want %v (%s)", ctrl, p, got, want, desc)
+	if l.useV1() {
+		for _, ctrl := range v1Controllers {
+			p, _ := v1Path(lines, ctrl)
+			if got, want := strings.Contains(desc, ctrl+" from the process"), p == "/"; got != want {
+				t.Errorf("%s at %q: from the process = %v, want %v (%s)", ctrl, p, got, want, desc)
+			}
+		}
+	} else {
+		p, _ := v2Path(lines)
+		want := "root cgroup: all from the process"
+		if p != "/" {
+			dir, err := l.v2.dir(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = "cgroup v2 " + dir
+		}
+		if !strings.Contains(desc, want) {
+			t.Errorf("in cgroup %q: description %q, want %q", p, desc, want)
 		}
 	}
 	s1 := mustRead(t, r)
@@ -439,4 +459,149 @@ func TestForPIDRootCgroupV1UsesProcess(t *testing.T) {
 	if s.CPUSeconds <= 0 || s.MemoryBytes <= 0 || s.MemoryLimitBytes != 0 || !s.HasNetwork {
 		t.Errorf("stats %+v: want CPU and RSS > 0, no limit, network", s)
 	}
+}
+
+// nsRequest tells a sidecar child which pod to find, and how to see the
+// node's hierarchy from its namespaces.
+type nsRequest struct {
+	UID      string `json:"uid"`
+	HostRoot string `json:"host_root"` // the node's hierarchy (WithCgroupRoot)
+	// Bind, on v2, is an empty folder: the sidecar bind-mounts HostRoot
+	// there, as a hostPath volume, before mounting its own cgroup2 over
+	// /sys/fs/cgroup, as the runtime does for a container with a private
+	// cgroup namespace. Empty on v1.
+	Bind string `json:"bind"`
+	// PID, when set, selects the target by its PID (shareProcessNamespace)
+	// instead of by exclusion.
+	PID int `json:"pid"`
+	// Target is the target's PID, for ForPID from inside the namespace; 0
+	// for none.
+	Target int `json:"target"`
+	// OwnPIDs puts the sidecar in a PID namespace of its own, with its own
+	// /proc, as a pod's containers are without shareProcessNamespace.
+	OwnPIDs bool `json:"own_pids"`
+	// Sandbox, when set, is a file in a folder named by the sandbox's ID
+	// that the sidecar bind-mounts on /etc/hostname, as containerd does from
+	// the sandbox's folder.
+	Sandbox string `json:"sandbox"`
+}
+
+// nsReport is what a sidecar child found.
+type nsReport struct {
+	SelfCgroup string    `json:"self_cgroup"` // its /proc/self/cgroup
+	PID        int       `json:"pid"`         // its PID, as it sees it
+	Container  Container `json:"container"`   // FindContainer by exclusion
+	Reader     string    `json:"reader"`      // OpenPod's reader
+	Stats      Stats     `json:"stats"`       // its first reading
+	// Self and SelfStats: ForPID of its own PID, through its own cgroup2
+	// mount (v2 only).
+	Self      string `json:"self"`
+	SelfStats Stats  `json:"self_stats"`
+	// TargetByPID: ForPID of the target, a process outside the namespace:
+	// its description, or its error.
+	TargetByPID string `json:"target_by_pid"`
+	Err         string `json:"err"`
+}
+
+// startDiscover runs this binary as roleDiscover in new cgroup and mount
+// namespaces; it is forked from this process, so its cgroup namespace's
+// root is this process's cgroup. Its line goes straight to our stdout. It
+// is killed if this process is, and this process waits for it, so that it
+// is never orphaned.
+func startDiscover() error {
+	var req nsRequest
+	if err := json.Unmarshal([]byte(os.Getenv(childNSEnv)), &req); err != nil {
+		return fmt.Errorf("%s: %w", childNSEnv, err)
+	}
+	cmd := selfCommand(roleDiscover)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	if req.OwnPIDs {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
+	return cmd.Run()
+}
+
+// discover runs inside the namespaces: it finds the target as the sidecar
+// does in a pod (by exclusion, the node's hierarchy mounted), reads it, and
+// says what it found.
+func discover() error {
+	var req nsRequest
+	if err := json.Unmarshal([]byte(os.Getenv(childNSEnv)), &req); err != nil {
+		return fmt.Errorf("%s: %w", childNSEnv, err)
+	}
+	rep := nsReport{}
+	if err := discoverInto(req, &rep); err != nil {
+		rep.Err = err.Error()
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("result %s\n", b)
+	return nil
+}
+
+func discoverInto(req nsRequest, rep *nsReport) error {
+	root := req.HostRoot
+	if req.Bind != "" {
+		if err := syscall.Mount(req.HostRoot, req.Bind, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind-mount the node's hierarchy at %s: %w", req.Bind, err)
+		}
+		// The node's mount goes from this mount namespace (the kernel refuses
+		// to stack a cgroup2 mount on its own root), as it is absent from a
+		// container's.
+		if err := syscall.Unmount(DefaultCgroupRoot, syscall.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount the node's cgroup2 from this mount namespace: %w", err)
+		}
+		if err := syscall.Mount("cgroup2", DefaultCgroupRoot, "cgroup2", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount the namespace's cgroup2 on %s: %w", DefaultCgroupRoot, err)
+		}
+		root = req.Bind
+	}
+	if req.OwnPIDs {
+		if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount the PID namespace's /proc: %w", err)
+		}
+	}
+	if req.Sandbox != "" {
+		if err := syscall.Mount(req.Sandbox, "/etc/hostname", "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mount the sandbox's hostname file on /etc/hostname: %w", err)
+		}
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	rep.SelfCgroup, rep.PID = string(b), os.Getpid()
+	q := PodQuery{UID: req.UID, PID: req.PID}
+	if rep.Container, err = FindContainer(q, WithCgroupRoot(root)); err != nil {
+		return err
+	}
+	r, err := OpenPod(q, WithCgroupRoot(root), WithPID(os.Getpid()))
+	if err != nil {
+		return err
+	}
+	rep.Reader = fmt.Sprint(r)
+	if rep.Stats, err = r.Read(context.Background()); err != nil {
+		return err
+	}
+	if req.Target > 0 {
+		if t, err := ForPID(req.Target); err != nil {
+			rep.TargetByPID = "error: " + err.Error()
+		} else {
+			rep.TargetByPID = fmt.Sprint(t)
+		}
+	}
+	if req.Bind != "" {
+		self, err := ForPID(os.Getpid())
+		if err != nil {
+			return err
+		}
+		rep.Self = fmt.Sprint(self)
+		if rep.SelfStats, err = self.Read(context.Background()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

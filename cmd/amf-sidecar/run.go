@@ -23,6 +23,7 @@ type targetFlags struct {
 	podUID      string
 	containerID string
 	cgroupRoot  string
+	kubeletRoot string
 }
 
 func (t *targetFlags) register(fs *flag.FlagSet) {
@@ -31,6 +32,7 @@ func (t *targetFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.podUID, "pod-uid", os.Getenv("POD_UID"), "pod mode: this pod's UID (downward API; env POD_UID)")
 	fs.StringVar(&t.containerID, "container-id", "", "pod mode: the broker container's ID (default: the one container that is neither this sidecar nor the pause container)")
 	fs.StringVar(&t.cgroupRoot, "host-cgroup-root", "", "pod mode: where the host's /sys/fs/cgroup is mounted read-only (default /sys/fs/cgroup)")
+	fs.StringVar(&t.kubeletRoot, "kubelet-cgroup-root", "", "pod mode: the kubelet's cgroup root (its --cgroup-root or cgroupRoot, e.g. /kubelet as kind sets it); default: found, at /kubepods, on this sidecar's own cgroup path, or by a bounded search for kubepods directories")
 }
 
 // open returns the source and, for pod mode, a way to find a restarted container.
@@ -57,6 +59,9 @@ func (t *targetFlags) open() (sidecar.Source, func(context.Context) (sidecar.Sou
 	opts := []cgroup.Option{cgroup.WithPID(os.Getpid())}
 	if t.cgroupRoot != "" {
 		opts = append(opts, cgroup.WithCgroupRoot(t.cgroupRoot))
+	}
+	if t.kubeletRoot != "" {
+		opts = append(opts, cgroup.WithKubeletCgroupRoot(t.kubeletRoot))
 	}
 	q := cgroup.PodQuery{UID: t.podUID, ContainerID: t.containerID}
 	find := func(context.Context) (sidecar.Source, error) { return cgroup.OpenPod(q, opts...) }

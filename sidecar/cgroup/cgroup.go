@@ -10,7 +10,8 @@
 //     are both read.
 //   - [OpenPod]: a container of a Kubernetes pod, found by pod UID under the
 //     host's cgroup filesystem mounted read-only into the sidecar (cgroupfs
-//     and systemd drivers, all QoS classes, containerd, CRI-O and Docker).
+//     and systemd drivers, all QoS classes, containerd, CRI-O and Docker,
+//     the default kubelet cgroup root or one of its own).
 //   - [ForPID]: the cgroup of a process, from /proc/<pid>/cgroup, with
 //     gopsutil filling in what a root cgroup cannot tell about the process.
 //
@@ -77,8 +78,11 @@ type Option func(*config)
 type config struct {
 	pid        int
 	cgroupRoot string // "" means: find the mounts in <procRoot>/self/mountinfo
-	procRoot   string
-	now        func() time.Time
+	// kubeletRoot is the kubelet's cgroup root (WithKubeletCgroupRoot); ""
+	// means FindPod finds it.
+	kubeletRoot string
+	procRoot    string
+	now         func() time.Time
 }
 
 func newConfig(opts []Option) config {

@@ -48,21 +48,6 @@ type PodQuery struct {
 	Exclude []string
 }
 
-// podPaths lists where the kubelet puts a pod's cgroup, for each driver and
-// QoS class. Guaranteed pods sit directly under kubepods.
-func podPaths(uid string) []Pod {
-	dash := strings.ReplaceAll(uid, "_", "-")
-	us := strings.ReplaceAll(uid, "-", "_")
-	return []Pod{
-		{QoS: "guaranteed", Driver: "cgroupfs", Path: "/kubepods/pod" + dash},
-		{QoS: "burstable", Driver: "cgroupfs", Path: "/kubepods/burstable/pod" + dash},
-		{QoS: "besteffort", Driver: "cgroupfs", Path: "/kubepods/besteffort/pod" + dash},
-		{QoS: "guaranteed", Driver: "systemd", Path: "/kubepods.slice/kubepods-pod" + us + ".slice"},
-		{QoS: "burstable", Driver: "systemd", Path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + us + ".slice"},
-		{QoS: "besteffort", Driver: "systemd", Path: "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + us + ".slice"},
-	}
-}
-
 // validUID accepts the characters of a UUID in either spelling, which also
 // keeps the UID from escaping the cgroup tree ("..", "/").
 func validUID(uid string) bool {
@@ -80,24 +65,56 @@ func validUID(uid string) bool {
 const hostMountHint = "mount the host /sys/fs/cgroup read-only into the sidecar (hostPath volume, e.g. at /host/sys/fs/cgroup) and pass that directory with WithCgroupRoot, and set POD_UID from the downward API (env valueFrom fieldRef metadata.uid)"
 
 // FindPod finds the cgroup of the pod with the given UID under the host's
-// cgroup filesystem (WithCgroupRoot), trying the cgroupfs layout
-// kubepods[/burstable|/besteffort]/pod<uid> and the systemd layout
-// kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_with_underscores>.slice
-// for all QoS classes, and lists its container cgroups: cgroupfs names are
-// the bare ID (containerd, Docker) or crio-<id>; systemd names are
-// <runtime>-<id>.scope with runtime cri-containerd, crio or docker. CRI-O's
-// conmon scopes are skipped. A kubelet with a non-default --cgroup-root is not
-// supported.
+// cgroup filesystem (WithCgroupRoot) and lists its container cgroups.
+//
+// The kubelet puts a pod at <kubepods>/[burstable/|besteffort/]pod<uid>
+// (cgroupfs driver) or <kubepods>.slice/<kubepods>-<qos>.slice/<kubepods>-<qos>-pod<uid_with_underscores>.slice
+// (systemd driver; no QoS level for guaranteed pods), where <kubepods> is
+// /kubepods, or below the kubelet's cgroup root when it has one of its own
+// (kubelet --cgroup-root, cgroupRoot in its config file: /kubelet as kind
+// sets it gives /kubelet/kubepods and /kubelet.slice/kubelet-kubepods.slice).
+// The pod is looked for, in this order:
+//
+//  1. with WithKubeletCgroupRoot, only below that root (and <root>.slice);
+//  2. at the default places, /kubepods and /kubepods.slice;
+//  3. on the path of this process's own cgroup (/proc/self/cgroup): a
+//     sidecar is in the pod it looks for, and without a cgroup namespace
+//     (cgroup v1) the path names the pod's directory whatever the root;
+//  4. under every directory named kubepods or *kubepods.slice within
+//     maxKubepodsDepth levels of the hierarchy's top (cgroup v2, where a
+//     container's cgroup namespace hides its own path).
+//
+// Container cgroup names are the bare ID (containerd, Docker) or crio-<id>
+// (cgroupfs), or <runtime>-<id>.scope with runtime cri-containerd, crio or
+// docker (systemd). CRI-O's conmon scopes are skipped.
 func FindPod(uid string, opts ...Option) (Pod, error) {
 	cfg := newConfig(opts)
 	l, err := loadLayout(cfg)
 	if err != nil {
 		return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
 	}
-	return findPod(l, uid)
+	return findPod(cfg, l, uid)
 }
 
-func findPod(l layout, uid string) (Pod, error) {
+// WithKubeletCgroupRoot says the kubelet runs with this cgroup root
+// (--cgroup-root, cgroupRoot in its config file), a path in the hierarchy
+// such as /kubelet: FindPod then looks only below it, instead of finding the
+// root by itself.
+func WithKubeletCgroupRoot(root string) Option {
+	return func(c *config) { c.kubeletRoot = root }
+}
+
+// maxKubepodsDepth bounds how deep below the hierarchy's top FindPod looks
+// for a kubepods directory: enough for /kubelet/kubepods and for a node that
+// is itself a container (/docker/<id>/kubelet/kubepods). maxSearchDirs bounds
+// the directories it lists on the way, so a host with thousands of cgroups
+// costs milliseconds, once, at start.
+const (
+	maxKubepodsDepth = 4
+	maxSearchDirs    = 4096
+)
+
+func findPod(cfg config, l layout, uid string) (Pod, error) {
 	if !validUID(uid) {
 		return Pod{}, fmt.Errorf("find pod: %q is not a pod UID: set POD_UID from the downward API (fieldRef metadata.uid)", uid)
 	}
@@ -105,33 +122,215 @@ func findPod(l layout, uid string) (Pod, error) {
 	if err != nil {
 		return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
 	}
-	var tried []string
-	for _, p := range podPaths(uid) {
-		dir, err := base.dir(p.Path)
-		if err != nil {
-			return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
+	var tried []string // directories looked at, for the error
+	try := func(candidates []Pod) (Pod, bool, error) {
+		for _, p := range candidates {
+			pod, ok, err := readPod(base, p, uid)
+			if err != nil || ok {
+				return pod, ok, err
+			}
+			if dir, err := base.dir(p.Path); err == nil {
+				tried = append(tried, dir)
+			}
 		}
-		ents, err := os.ReadDir(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			tried = append(tried, dir)
+		return Pod{}, false, nil
+	}
+
+	if root := cfg.kubeletRoot; root != "" {
+		root = path.Clean("/" + root)
+		starts := []string{root}
+		if !strings.HasSuffix(root, ".slice") && root != "/" {
+			starts = append(starts, root+".slice") // the systemd driver's name for it
+		}
+		var found []string
+		for _, s := range starts {
+			kp, _ := findKubepods(base, s, 1)
+			found = append(found, kp...)
+		}
+		for _, k := range found {
+			if pod, ok, err := try(podPathsUnder(k, uid)); err != nil || ok {
+				return pod, err
+			}
+		}
+		return Pod{}, fmt.Errorf("find pod %s: no pod cgroup below the kubelet cgroup root %s (kubepods directories there: %s; looked at %s): is the pod on this node and is %s the kubelet's --cgroup-root? %s",
+			uid, root, listOrNone(found), listOrNone(tried), root, hostMountHint)
+	}
+
+	if pod, ok, err := try(append(podPathsUnder("/kubepods", uid), podPathsUnder("/kubepods.slice", uid)...)); err != nil || ok {
+		return pod, err
+	}
+	self := selfCgroupPath(cfg, l)
+	if p, ok := podOnPath(self, uid); ok {
+		if pod, ok, err := try([]Pod{p}); err != nil || ok {
+			return pod, err
+		}
+	}
+	found, err := findKubepods(base, "/", maxKubepodsDepth)
+	if err != nil {
+		return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
+	}
+	for _, k := range found {
+		if k == "/kubepods" || k == "/kubepods.slice" {
+			continue // tried above
+		}
+		if pod, ok, err := try(podPathsUnder(k, uid)); err != nil || ok {
+			return pod, err
+		}
+	}
+	if self == "" {
+		self = "unknown"
+	}
+	top, _ := base.dir("/")
+	return Pod{}, fmt.Errorf("find pod %s: no pod cgroup at any of %s, nor on this process's cgroup path (%s), nor below the kubepods directories within %d levels of %s (%s): %s; if the kubelet has a cgroup root of its own (kubelet --cgroup-root), pass it with WithKubeletCgroupRoot",
+		uid, strings.Join(tried, ", "), self, maxKubepodsDepth, top, listOrNone(found), hostMountHint)
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// podPathsUnder lists where the kubelet puts a pod's cgroup below the
+// kubepods directory k, for each QoS class: k is "<parent>/kubepods" for the
+// cgroupfs driver, "<parent>/<prefix>kubepods.slice" for the systemd driver,
+// which repeats the slice's name as the prefix of its children's names.
+// Guaranteed pods sit directly in k.
+func podPathsUnder(k, uid string) []Pod {
+	name := path.Base(k)
+	if slice, ok := strings.CutSuffix(name, ".slice"); ok {
+		us := strings.ReplaceAll(uid, "-", "_")
+		return []Pod{
+			{QoS: "guaranteed", Driver: "systemd", Path: path.Join(k, slice+"-pod"+us+".slice")},
+			{QoS: "burstable", Driver: "systemd", Path: path.Join(k, slice+"-burstable.slice", slice+"-burstable-pod"+us+".slice")},
+			{QoS: "besteffort", Driver: "systemd", Path: path.Join(k, slice+"-besteffort.slice", slice+"-besteffort-pod"+us+".slice")},
+		}
+	}
+	dash := strings.ReplaceAll(uid, "_", "-")
+	return []Pod{
+		{QoS: "guaranteed", Driver: "cgroupfs", Path: path.Join(k, "pod"+dash)},
+		{QoS: "burstable", Driver: "cgroupfs", Path: path.Join(k, "burstable", "pod"+dash)},
+		{QoS: "besteffort", Driver: "cgroupfs", Path: path.Join(k, "besteffort", "pod"+dash)},
+	}
+}
+
+// isKubepods says whether a cgroup directory name is the kubelet's kubepods
+// directory: "kubepods" (cgroupfs) or "[<root>-]kubepods.slice" (systemd).
+func isKubepods(name string) bool {
+	return name == "kubepods" || name == "kubepods.slice" || strings.HasSuffix(name, "-kubepods.slice")
+}
+
+// podOnPath finds the pod's directory among the elements of a cgroup path
+// (a container's, from /proc/<pid>/cgroup) and returns where it is, with its
+// QoS class and driver, when the path goes through the pod.
+func podOnPath(p, uid string) (Pod, bool) {
+	if p == "" {
+		return Pod{}, false
+	}
+	elems := strings.Split(strings.Trim(p, "/"), "/")
+	for i := len(elems) - 1; i >= 0; i-- {
+		if !isKubepods(elems[i]) {
 			continue
 		}
-		if err != nil {
-			return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
+		k := "/" + strings.Join(elems[:i+1], "/")
+		for _, c := range podPathsUnder(k, uid) {
+			if c.Path == p || strings.HasPrefix(p, c.Path+"/") {
+				return c, true
+			}
 		}
-		p.UID = strings.ReplaceAll(uid, "_", "-")
-		for _, e := range ents {
-			if !e.IsDir() {
+		return Pod{}, false
+	}
+	return Pod{}, false
+}
+
+// selfCgroupPath is this process's cgroup path in the base hierarchy, as
+// /proc/self/cgroup shows it ("" when unknown). Inside a cgroup namespace it
+// is relative to the namespace ("/" or "/../x") and names no pod.
+func selfCgroupPath(cfg config, l layout) string {
+	b, err := os.ReadFile(filepath.Join(cfg.procRoot, "self", "cgroup"))
+	if err != nil {
+		return ""
+	}
+	lines, err := parseProcCgroup(b)
+	if err != nil {
+		return ""
+	}
+	if l.useV1() {
+		for _, c := range []string{ctrlMemory, ctrlCPUAcct} {
+			if p, ok := v1Path(lines, c); ok {
+				return p
+			}
+		}
+		return ""
+	}
+	p, _ := v2Path(lines)
+	return p
+}
+
+// findKubepods lists the kubepods directories (isKubepods) at most depth
+// levels below the hierarchy path start, breadth first, without descending
+// into them.
+func findKubepods(base hierarchy, start string, depth int) ([]string, error) {
+	var found []string
+	level := []string{start}
+	listed := 0
+	for d := 0; d < depth && len(level) > 0; d++ {
+		var next []string
+		for _, p := range level {
+			dir, err := base.dir(p)
+			if err != nil {
 				continue
 			}
-			if rt, id, ok := parseContainerName(e.Name()); ok {
-				p.Containers = append(p.Containers, Container{ID: id, Runtime: rt, Path: path.Join(p.Path, e.Name())})
+			if listed++; listed > maxSearchDirs {
+				return found, fmt.Errorf("looked through %d cgroup directories below %s without finding all kubepods directories: pass the kubelet's cgroup root with WithKubeletCgroupRoot", maxSearchDirs, start)
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				continue // vanished or unreadable: not where the pods are
+			}
+			for _, e := range ents {
+				if !e.IsDir() {
+					continue
+				}
+				child := path.Join(p, e.Name())
+				if isKubepods(e.Name()) {
+					found = append(found, child)
+				} else {
+					next = append(next, child)
+				}
 			}
 		}
-		slices.SortFunc(p.Containers, func(a, b Container) int { return strings.Compare(a.ID, b.ID) })
-		return p, nil
+		level = next
 	}
-	return Pod{}, fmt.Errorf("find pod %s: no pod cgroup at any of %s: %s", uid, strings.Join(tried, ", "), hostMountHint)
+	return found, nil
+}
+
+// readPod lists the container cgroups of the pod directory p.Path; ok is
+// false when there is no such directory.
+func readPod(base hierarchy, p Pod, uid string) (Pod, bool, error) {
+	dir, err := base.dir(p.Path)
+	if err != nil {
+		return Pod{}, false, nil // outside the mounted part: not there
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Pod{}, false, nil
+	}
+	if err != nil {
+		return Pod{}, false, fmt.Errorf("find pod %s: %w", uid, err)
+	}
+	p.UID = strings.ReplaceAll(uid, "_", "-")
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if rt, id, ok := parseContainerName(e.Name()); ok {
+			p.Containers = append(p.Containers, Container{ID: id, Runtime: rt, Path: path.Join(p.Path, e.Name())})
+		}
+	}
+	slices.SortFunc(p.Containers, func(a, b Container) int { return strings.Compare(a.ID, b.ID) })
+	return p, true, nil
 }
 
 // parseContainerName extracts the runtime and ID from a container cgroup's
@@ -192,7 +391,7 @@ func FindContainer(q PodQuery, opts ...Option) (Container, error) {
 }
 
 func findContainer(cfg config, l layout, q PodQuery) (Container, error) {
-	pod, err := findPod(l, q.UID)
+	pod, err := findPod(cfg, l, q.UID)
 	if err != nil {
 		return Container{}, err
 	}

@@ -51,6 +51,11 @@ type Status struct {
 	TransitionReason string    `json:"transition_reason"`
 	// Probe is the latest app-logic probe result, if any.
 	Probe *Result `json:"probe,omitempty"`
+	// Target describes what the sidecar reads (container, how it was found,
+	// cgroup); TargetError why it has no target now, or why the last search
+	// for it failed.
+	Target      string `json:"target,omitempty"`
+	TargetError string `json:"target_error,omitempty"`
 }
 
 // ServerConfig configures a [Server]. Only Readiness is required; an endpoint

@@ -21,17 +21,25 @@ const (
 	ErrorKindSample = "sample"
 	ErrorKindModel  = "model"
 	ErrorKindSignal = "signal"
+	// ErrorKindTarget counts failed searches for the broker container.
+	ErrorKindTarget = "target"
 )
 
-// Config wires a sidecar. Source and Model are required; Probe, Signaller and
-// HTTPAddr are optional (a sidecar without a signaller only serves its endpoint).
+// Config wires a sidecar. Model is required, and Source or Rediscover; Probe,
+// Signaller and HTTPAddr are optional (a sidecar without a signaller only
+// serves its endpoint).
 type Config struct {
+	// Source is the target; nil when it has not been found yet (then
+	// Rediscover is required).
 	Source Source
-	// Rediscover, when set, finds the target again after it vanished (a restarted
-	// container has a new cgroup); without it the same Source is retried.
+	// Rediscover, when set, finds the target: at every sample until it is
+	// found, and again after it vanished (a restarted container has a new
+	// cgroup); without it the same Source is retried.
 	Rediscover func(context.Context) (Source, error)
-	Interval   time.Duration
-	Model      *model.Model
+	// TargetError says why the target has not been found, when Source is nil.
+	TargetError string
+	Interval    time.Duration
+	Model       *model.Model
 	// ModelWarning is shown in /status and logged at start when the model in use
 	// is a fallback (an override that failed to load).
 	ModelWarning string
@@ -62,8 +70,8 @@ type Sidecar struct {
 // manifest (FeatureConfig): a model is only valid with the windows it was trained
 // with.
 func New(cfg Config) (*Sidecar, error) {
-	if cfg.Source == nil || cfg.Model == nil {
-		return nil, errors.New("sidecar: a target and a model are required")
+	if (cfg.Source == nil && cfg.Rediscover == nil) || cfg.Model == nil {
+		return nil, errors.New("sidecar: a target (or a way to find it) and a model are required")
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -103,6 +111,11 @@ func New(cfg Config) (*Sidecar, error) {
 	}
 	if cfg.ModelWarning != "" {
 		s.status.Model += " (fallback: " + cfg.ModelWarning + ")"
+	}
+	if cfg.Source != nil {
+		s.status.Target = fmt.Sprint(cfg.Source)
+	} else {
+		s.targetNotFound(errors.New(cfg.TargetError))
 	}
 	s.metrics.SetState(state)
 	return s, nil
@@ -257,6 +270,9 @@ func (s *Sidecar) do(ctx context.Context, f func()) {
 func (s *Sidecar) sampleOnce(ctx context.Context) {
 	start := time.Now()
 	s.alive.Beat()
+	if s.sampler.src == nil && !s.rediscover(ctx) {
+		return
+	}
 	rec, err := s.sampler.Sample(ctx)
 	if ctx.Err() != nil {
 		return
@@ -289,18 +305,52 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	s.metrics.ObserveSample(time.Since(start))
 }
 
-// rediscover looks for the target again after it vanished.
-func (s *Sidecar) rediscover(ctx context.Context) {
+// rediscover looks for the target (again, after it vanished) and reports
+// whether it found it.
+func (s *Sidecar) rediscover(ctx context.Context) bool {
 	if s.cfg.Rediscover == nil {
-		return
+		return s.sampler.src != nil
 	}
 	src, err := s.cfg.Rediscover(ctx)
 	if err != nil {
-		s.cfg.Log.Warn("target not found again yet", "err", err)
-		return
+		s.metrics.Error(ErrorKindTarget)
+		s.targetNotFound(err)
+		return false
 	}
 	s.sampler.src = src
-	s.cfg.Log.Info("target found again", "target", fmt.Sprint(src))
+	s.mu.Lock()
+	s.status.Target, s.status.TargetError = fmt.Sprint(src), ""
+	s.mu.Unlock()
+	s.noteTargetSearch(s.machine.TargetNotFound(""))
+	s.cfg.Log.Info("target found", "target", fmt.Sprint(src))
+	return true
+}
+
+// noteTargetSearch applies a verdict of the target search. While starting,
+// the reason changes without a transition; /status shows the current one.
+func (s *Sidecar) noteTargetSearch(v Verdict) {
+	s.apply(v, nil)
+	if !v.Changed && v.State == signal.Starting {
+		s.mu.Lock()
+		s.status.TransitionReason = v.Reason
+		s.mu.Unlock()
+	}
+}
+
+// targetNotFound records why the target is not found, in /status, in the
+// state's reason while the sidecar starts, and in the log when the reason is
+// new (a sidecar retries every sample).
+func (s *Sidecar) targetNotFound(err error) {
+	s.mu.Lock()
+	changed := s.status.TargetError != err.Error()
+	s.status.TargetError = err.Error()
+	s.mu.Unlock()
+	if s.sampler.src == nil {
+		s.noteTargetSearch(s.machine.TargetNotFound(err.Error()))
+	}
+	if changed {
+		s.cfg.Log.Warn("broker container not found; looking again at every sample", "err", err)
+	}
 }
 
 type scored struct {

@@ -300,3 +300,24 @@ func FuzzParseMountInfo(f *testing.F) {
 		_ = layoutFromMounts(ms, DefaultCgroupRoot)
 	})
 }
+
+// FuzzParseContainerLogName checks that a kubelet log symlink name parses
+// back to exactly itself, with names that hold no "_" and a hex ID.
+func FuzzParseContainerLogName(f *testing.F) {
+	f.Fuzz(func(t *testing.T, name string) {
+		l, ok := parseContainerLogName(name)
+		if !ok {
+			return
+		}
+		if l.pod == "" || l.namespace == "" || l.container == "" || strings.ContainsRune(l.pod+l.namespace+l.container, '_') {
+			t.Fatalf("%q: bad names %+v", name, l)
+		}
+		if len(l.id) < 12 || !isHex(l.id) || strings.ToLower(l.id) != l.id {
+			t.Fatalf("%q: bad ID %q", name, l.id)
+		}
+		back := l.pod + "_" + l.namespace + "_" + l.container + "-" + l.id + ".log"
+		if !strings.EqualFold(back, name) {
+			t.Fatalf("%q parsed as %+v, which writes %q", name, l, back)
+		}
+	})
+}

@@ -27,6 +27,26 @@ type Container struct {
 	ID      string // runtime container ID (hex)
 	Runtime string // name prefix: "cri-containerd", "crio", "docker", or "" for a bare ID (cgroupfs driver)
 	Path    string // hierarchy path, e.g. /kubepods/burstable/pod<uid>/<id>
+	// Name is the container's name in the pod spec, when FindContainer
+	// learnt it; Via says how FindContainer chose it.
+	Name, Via string
+}
+
+// String describes the container for logs: name (when known), short ID and
+// how it was chosen.
+func (c Container) String() string {
+	id := c.ID
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	s := "container " + id
+	if c.Name != "" {
+		s = "container " + c.Name + " " + id
+	}
+	if c.Via != "" {
+		s += " (" + c.Via + ")"
+	}
+	return s
 }
 
 // PodQuery selects one container of a pod.
@@ -42,6 +62,12 @@ type PodQuery struct {
 	// path names the container, whether or not the path is shown relative to
 	// a cgroup namespace ("/../<id>").
 	PID int
+	// Name selects the target by its name in the pod spec, through the
+	// kubelet's container log symlinks in LogDir (see ContainerLogDir), which
+	// need the pod's name and namespace (downward API).
+	Name               string
+	LogDir             string
+	PodName, Namespace string
 	// Exclude lists container IDs that are not the target, in addition to
 	// the ones FindContainer recognises itself (see there). Needed when the
 	// sandbox cannot be recognised, e.g. on recorded trees.
@@ -364,8 +390,13 @@ func isHex(s string) bool {
 // FindContainer finds the pod (see FindPod) and selects one container.
 //
 // With q.ContainerID, that container; else with q.PID, the container of that
-// process. Otherwise the target is the only
-// container left after removing:
+// process; else with q.Name, the live container of that name according to the
+// kubelet's symlinks in q.LogDir (see ContainerLogDir). A name that the
+// symlinks of this pod do not list, or list without a live cgroup, is an
+// error naming what they list. When they tell nothing about the pod (no
+// LogDir, not mounted, no symlink of this pod: a kubelet that writes none),
+// and without any of the three, the target is the only container left after
+// removing:
 //
 //  1. the IDs in q.Exclude;
 //  2. the caller's own container: the one named by the last element of a
@@ -380,7 +411,8 @@ func isHex(s string) bool {
 //     one visible process and that process is named "pause" (visible with
 //     shareProcessNamespace).
 //
-// It fails, naming the containers left, unless exactly one remains.
+// It fails, naming the containers left, unless exactly one remains. A name
+// chosen this way is not checked: the Container's Via says so.
 func FindContainer(q PodQuery, opts ...Option) (Container, error) {
 	cfg := newConfig(opts)
 	l, err := loadLayout(cfg)
@@ -399,10 +431,22 @@ func findContainer(cfg config, l layout, q PodQuery) (Container, error) {
 		return Container{}, fmt.Errorf("pod %s: no container cgroups in %s yet (is the pod starting?)", pod.UID, pod.Path)
 	}
 	if q.ContainerID != "" {
-		return matchID(pod, q.ContainerID)
+		c, err := matchID(pod, q.ContainerID)
+		c.Via = "ID given"
+		return c, err
 	}
 	if q.PID > 0 {
-		return containerOfPID(cfg, pod, q.PID)
+		c, err := containerOfPID(cfg, pod, q.PID)
+		c.Via = fmt.Sprintf("the container of process %d", q.PID)
+		return c, err
+	}
+	var unverified error // why q.Name could not be checked
+	if q.Name != "" {
+		c, err := containerByName(pod, q)
+		if !errors.Is(err, errNamesUnknown) {
+			return c, err
+		}
+		unverified = err
 	}
 	base, err := l.base()
 	if err != nil {
@@ -429,7 +473,13 @@ func findContainer(cfg config, l layout, q PodQuery) (Container, error) {
 		}
 	}
 	if len(left) == 1 {
-		return left[0], nil
+		c := left[0]
+		c.Via = "the only container besides this one and the sandbox"
+		if unverified != nil {
+			c.Name = q.Name
+			c.Via += "; name not checked: " + unverified.Error()
+		}
+		return c, nil
 	}
 	var why []string
 	for _, c := range pod.Containers {
@@ -441,14 +491,22 @@ func findContainer(cfg config, l layout, q PodQuery) (Container, error) {
 	if len(why) > 0 {
 		skipped = strings.Join(why, ", ")
 	}
+	hint := "pass the target's container ID"
+	if unverified != nil {
+		// The name would have told them apart: say why it could not.
+		hint = fmt.Sprintf("container %q could not be looked up by name (%v)", q.Name, unverified)
+	}
 	if len(left) == 0 {
-		return Container{}, fmt.Errorf("pod %s: no container left in %s after excluding %s: pass the target's container ID", pod.UID, pod.Path, skipped)
+		return Container{}, fmt.Errorf("pod %s: no container left in %s after excluding %s: %s", pod.UID, pod.Path, skipped, hint)
 	}
 	ids := make([]string, len(left))
 	for i, c := range left {
 		ids[i] = c.ID
 	}
-	return Container{}, fmt.Errorf("pod %s: %d containers could be the target (%s) in %s, excluded %s: pass the target's container ID, or the IDs to exclude", pod.UID, len(left), strings.Join(ids, ", "), pod.Path, skipped)
+	if unverified == nil {
+		hint += ", or the IDs to exclude"
+	}
+	return Container{}, fmt.Errorf("pod %s: %d containers could be the target (%s) in %s, excluded %s: %s", pod.UID, len(left), strings.Join(ids, ", "), pod.Path, skipped, hint)
 }
 
 func normalizeID(id string) string {
@@ -599,7 +657,8 @@ func OpenPod(q PodQuery, opts ...Option) (Reader, error) {
 	}
 	r, err := openIn(cfg, l, c.Path)
 	if err != nil {
-		return nil, fmt.Errorf("pod %s container %s: %w", q.UID, c.ID, err)
+		return nil, fmt.Errorf("pod %s %s: %w", q.UID, c, err)
 	}
+	r.desc = "pod " + q.UID + " " + c.String() + ": " + r.desc
 	return r, nil
 }

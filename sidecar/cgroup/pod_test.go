@@ -378,3 +378,84 @@ func TestPodOnPath(t *testing.T) {
 		}
 	}
 }
+
+// logDir writes a /var/log/containers of symlinks, name → target, as the
+// kubelet does (the targets need not exist: only the names are read).
+func logDir(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range names {
+		if err := os.Symlink("/var/log/pods/"+n, filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestFindContainerByName(t *testing.T) {
+	const pod, ns = "edge-broker-a-6d5f7c9b8-x2x7q", "mqtt"
+	link := func(container, id string) string { return pod + "_" + ns + "_" + container + "-" + id + ".log" }
+	oldBroker := strings.Repeat("0a", 32)
+	kindLinks := []string{link("amf-sidecar", sidecarID), link("mosquitto", brokerID), link("exporter", exporterID),
+		"other-0_mqtt_mosquitto-" + oldBroker + ".log", "coredns-1_kube-system_coredns-" + strings.Repeat("1b", 32) + ".log"}
+	tests := []struct {
+		name string
+		root string
+		uid  string
+		q    PodQuery
+		logs []string // nil: no log directory mounted
+		want string
+		via  string
+		err  []string
+	}{
+		{name: "the broker beside an exporter", root: kindRoot, uid: kindUID, q: PodQuery{Name: "mosquitto"}, logs: kindLinks,
+			want: brokerID, via: "by name, from "},
+		{name: "the exporter, if asked", root: kindRoot, uid: kindUID, q: PodQuery{Name: "exporter"}, logs: kindLinks, want: exporterID},
+		{name: "a restarted container: the dead one's symlink is still there", root: kindRoot, uid: kindUID, q: PodQuery{Name: "mosquitto"},
+			logs: append([]string{link("mosquitto", oldBroker)}, kindLinks...), want: brokerID},
+		{name: "a name cut by the kubelet's 255-byte limit", root: kindRoot, uid: kindUID, q: PodQuery{Name: "mosquitto"},
+			logs: []string{link("mosquitto", brokerID[:20])}, want: brokerID},
+		{name: "a name that matches nothing lists the pod's containers", root: kindRoot, uid: kindUID, q: PodQuery{Name: "broker"}, logs: kindLinks,
+			err: []string{`pod mqtt/` + pod + ` has no container "broker"`, "names amf-sidecar, exporter, mosquitto"}},
+		{name: "only a dead container of that name", root: kindRoot, uid: kindUID, q: PodQuery{Name: "mosquitto"}, logs: []string{link("mosquitto", oldBroker)},
+			err: []string{`container "mosquitto" of pod mqtt/` + pod + ` is not running`, oldBroker, "restarting?"}},
+		{name: "no symlink of this pod: one container left by elimination, name unchecked", root: nodeARoot, uid: nodeAUID,
+			q: PodQuery{Name: "mosquitto", Exclude: []string{sidecarID, pauseID}}, logs: kindLinks[3:], want: brokerID,
+			via: "the only container besides this one and the sandbox; name not checked: container names unknown: no symlink of pod mqtt/" + pod},
+		{name: "no log directory and two candidates: says why the name did not help", root: kindRoot, uid: kindUID,
+			q:   PodQuery{Name: "mosquitto", Exclude: []string{sidecarID, pauseID}},
+			err: []string{"2 containers could be the target", `container "mosquitto" could not be looked up by name`, "no container log directory given"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := tc.q
+			q.UID, q.PodName, q.Namespace = tc.uid, pod, ns
+			if tc.logs != nil {
+				q.LogDir = logDir(t, tc.logs...)
+			}
+			c, err := FindContainer(q, WithCgroupRoot(tc.root), WithProcRoot(t.TempDir()))
+			if tc.err != nil {
+				if err == nil {
+					t.Fatalf("got %+v, want an error", c)
+				}
+				for _, s := range tc.err {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not contain %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil || c.ID != tc.want || c.Name != q.Name || !strings.Contains(c.Via, tc.via) {
+				t.Fatalf("got %+v, %v; want %s named %s via %q", c, err, tc.want, q.Name, tc.via)
+			}
+		})
+	}
+}
+
+func TestFindContainerByNameNeedsThePodsName(t *testing.T) {
+	_, err := FindContainer(PodQuery{UID: kindUID, Name: "mosquitto", LogDir: t.TempDir(), Exclude: []string{sidecarID, pauseID}},
+		WithCgroupRoot(kindRoot), WithProcRoot(t.TempDir()))
+	if err == nil || !strings.Contains(err.Error(), "set POD_NAME and POD_NAMESPACE from the downward API") {
+		t.Fatalf("error %v, want one asking for POD_NAME and POD_NAMESPACE", err)
+	}
+}

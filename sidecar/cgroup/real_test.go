@@ -24,7 +24,7 @@ import (
 // child process (this test binary, re-executed) inside them.
 
 const (
-	childEnv     = "AMF_CGROUP_TEST_CHILD"     // "1": run as the child
+	childEnv     = "AMF_CGROUP_TEST_CHILD"     // "1": run as the child; childIdle, childFind: see kubelet_real_test.go
 	childDirEnv  = "AMF_CGROUP_TEST_CHILD_DIR" // where the child writes its file
 	childAlloc   = 24 << 20                    // bytes the child allocates and touches
 	childWrite   = 4 << 20                     // bytes the child writes and fsyncs
@@ -41,8 +41,13 @@ var cgroupLimit = func() int {
 }()
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
+	switch os.Getenv(childEnv) {
+	case "1":
 		os.Exit(runChild())
+	case childIdle:
+		os.Exit(runIdleChild())
+	case childFind:
+		os.Exit(runFindChild())
 	}
 	os.Exit(m.Run())
 }
@@ -205,15 +210,29 @@ type child struct {
 // has allocated its memory and written its file.
 func startChild(t *testing.T, c *realCgroup) *child {
 	t.Helper()
+	ch, line := spawnInCgroups(t, os.Args[0], c.uniqueDirs(), childEnv+"=1", childDirEnv+"="+t.TempDir())
+	word, rest, _ := strings.Cut(line, " ")
+	if word != "ready" {
+		t.Fatalf("child said %q", line)
+	}
+	ch.direct = rest == "direct"
+	return ch
+}
+
+// spawnInCgroups starts the test binary (through exe, a path to it) as a
+// child with env added, moves it into the cgroup directories dirs, tells it
+// to go and returns its first line of output, without the newline.
+func spawnInCgroups(t *testing.T, exe string, dirs []string, env ...string) (*child, string) {
+	t.Helper()
 	// AMF_TEST_EXEC_WRAPPER runs the child under an emulator: make test-arm64 sets
 	// it to qemu-aarch64-static, since executing an arm64 binary from an emulated
 	// one needs binfmt_misc, which this machine may not have.
-	name, args := os.Args[0], []string{"-test.run=^$"}
+	name, args := exe, []string{"-test.run=^$"}
 	if w := os.Getenv("AMF_TEST_EXEC_WRAPPER"); w != "" {
-		name, args = w, append([]string{os.Args[0]}, args...)
+		name, args = w, append([]string{exe}, args...)
 	}
 	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), childEnv+"=1", childDirEnv+"="+t.TempDir())
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -234,7 +253,7 @@ func startChild(t *testing.T, c *realCgroup) *child {
 		})
 	}
 	t.Cleanup(stop)
-	for _, d := range c.uniqueDirs() {
+	for _, d := range dirs {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 			t.Fatalf("move child into %s: %v", d, err)
 		}
@@ -242,28 +261,23 @@ func startChild(t *testing.T, c *realCgroup) *child {
 	if _, err := stdin.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan error, 1)
-	how := make(chan string, 1)
+	first := make(chan string, 1)
 	go func() {
 		line, err := bufio.NewReader(stdout).ReadString('\n')
-		word, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if err == nil && word != "ready" {
-			err = fmt.Errorf("child said %q", line)
+		if err != nil {
+			line = fmt.Sprintf("(no line: %v)", err)
 		}
-		how <- rest
-		ready <- err
+		first <- strings.TrimSpace(line)
 	}()
 	select {
-	case err := <-ready:
-		if err != nil {
-			t.Fatalf("child: %v", err)
-		}
+	case line := <-first:
+		return &child{pid: cmd.Process.Pid, stop: stop}, line
 	case <-time.After(childTimeout):
-		t.Fatal("child not ready in time")
+		t.Fatal("child said nothing in time")
 	case <-t.Context().Done():
 		t.Fatal(t.Context().Err())
 	}
-	return &child{pid: cmd.Process.Pid, stop: stop, direct: <-how == "direct"}
+	return nil, ""
 }
 
 // readUntil reads until ok accepts a reading or childTimeout passes. The

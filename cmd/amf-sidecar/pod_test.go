@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/healthcheck"
+)
+
+// Recorded trees of package sidecar/cgroup (see its testdata/README.md): kind's
+// layout, a pod with pause, sidecar, broker and exporter.
+var kindTree = filepath.Join("..", "..", "sidecar", "cgroup", "testdata", "v2-kind")
+
+const (
+	kindUID    = "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f"
+	brokerID   = "3b0c6f1e2d4a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344"
+	exporterID = "e2e2e2e2112233445566778899aabbccddeeff00112233445566778899aabbcc"
+)
+
+// freeAddr is a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// runSidecar runs `amf-sidecar run args...` until the test ends and returns
+// its /status URL and its stderr.
+func runSidecar(t *testing.T, args ...string) (status string, stderr func() string) {
+	t.Helper()
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append([]string{"run", "--http", addr, "--interval", "50ms"}, args...), stdio{strings.NewReader(""), &strings.Builder{}, &errb})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("sidecar exit code %d:\n%s", code, errb.String())
+		}
+	})
+	return "http://" + addr + "/status", errb.String
+}
+
+// awaitStatus polls /status until ok accepts it.
+func awaitStatus(t *testing.T, url string, stderr func() string, ok func(healthcheck.Status) bool) healthcheck.Status {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last healthcheck.Status
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			last = healthcheck.Status{}
+			err = json.NewDecoder(resp.Body).Decode(&last)
+			resp.Body.Close()
+			if err == nil && ok(last) {
+				return last
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no such /status within 10 s; last %+v\nstderr:\n%s", last, stderr())
+	return last
+}
+
+// A container name that matches nothing keeps the sidecar up, starting and
+// saying why; once the kubelet's symlink for that name appears, it is found.
+func TestRunFindsTheContainerByNameAndKeepsLooking(t *testing.T) {
+	const pod, ns = "edge-broker-a-0", "mqtt"
+	logs := t.TempDir()
+	link := func(container, id string) {
+		t.Helper()
+		if err := os.Symlink("/var/log/pods/x", filepath.Join(logs, pod+"_"+ns+"_"+container+"-"+id+".log")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link("mosquitto", brokerID)
+	url, stderr := runSidecar(t, "--pod-uid", kindUID, "--host-cgroup-root", kindTree, "--pod", pod, "--namespace", ns,
+		"--container", "exporter", "--host-container-logs", logs)
+	st := awaitStatus(t, url, stderr, func(s healthcheck.Status) bool { return s.TargetError != "" })
+	if st.State != "starting" || !strings.Contains(st.TargetError, `has no container "exporter"`) || !strings.Contains(st.TargetError, "names mosquitto") ||
+		!strings.Contains(st.TransitionReason, "broker container not found yet") {
+		t.Errorf("status %+v: want starting, saying there is no container exporter", st)
+	}
+	if !strings.Contains(stderr(), `"msg":"broker container not found; looking again at every sample"`) {
+		t.Errorf("log does not say the container was not found:\n%s", stderr())
+	}
+
+	link("exporter", exporterID)
+	st = awaitStatus(t, url, stderr, func(s healthcheck.Status) bool { return s.Target != "" })
+	if !strings.Contains(st.Target, "container exporter "+exporterID[:12]+" (by name, from "+logs) || st.TargetError != "" {
+		t.Errorf("status %+v: want the exporter, found by name", st)
+	}
+}
+
+func TestRunRefusesPodFlagsOutsidePodMode(t *testing.T) {
+	code, _, errs := runCLI(t, "", "run", "--pid", "1", "--container", "mosquitto", "--http", "")
+	wantExit(t, code, errs, exitUsage, "are for pod mode")
+	code, _, errs = runCLI(t, "", "run", "--pod-uid", kindUID, "--container", "mosquitto", "--container-id", brokerID, "--http", "")
+	wantExit(t, code, errs, exitUsage, "at most one of --container and --container-id")
+}
+
+// syncBuffer is a strings.Builder safe for the sidecar's goroutines to write
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/amf-edge/amf/healthcheck"
+	"github.com/amf-edge/amf/inject"
 )
 
 // Recorded trees of package sidecar/cgroup (see its testdata/README.md): kind's
@@ -131,4 +134,40 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// amf-agent inject writes the sidecar's command line: every flag it writes
+// must be one of run's (the sidecar would crash-loop on an unknown one).
+func TestRunAcceptsEveryFlagInjectWrites(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join("..", "..", "inject", "testdata", "exporter.in.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := inject.Inject(in, inject.Options{Model: "leadtime"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					InitContainers []struct {
+						Name string
+						Args []string
+					} `json:"initContainers"`
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(out, &d); err != nil {
+		t.Fatal(err)
+	}
+	args := d.Spec.Template.Spec.InitContainers[0].Args
+	if len(args) < 5 || args[0] != "run" {
+		t.Fatalf("sidecar args %q: want run and its flags (--container, --host-container-logs among them)", args)
+	}
+	code, _, errs := runCLI(t, "", append(args, "-h")...)
+	if strings.Contains(errs, "flag provided but not defined") || !strings.Contains(errs, "-host-container-logs") {
+		t.Fatalf("run does not take inject's arguments %q (exit %d):\n%s", args, code, errs)
+	}
 }

@@ -18,8 +18,10 @@ import (
 //
 //	<pod>_<namespace>_<container>-<container ID>.log -> /var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log
 //
-// for cluster logging agents. Every kubelet writes it (kubeadm, k3s,
-// MicroK8s, kind: the directory is fixed in the kubelet, not configurable);
+// for cluster logging agents (kubelet pkg/kubelet/kuberuntime/legacy.go,
+// logSymlink: written once the container has started, removed with the
+// container). Every kubelet writes it (kubeadm, k3s, MicroK8s, kind: the
+// directory is fixed in the kubelet, not configurable, and created at start);
 // the symlinks' names are all the sidecar reads: their targets, the logs, stay
 // outside the read-only mount. A restarted container gets a new symlink with
 // its new ID; the kubelet keeps the previous one while it keeps the dead

@@ -38,8 +38,13 @@ type Config struct {
 	Rediscover func(context.Context) (Source, error)
 	// TargetError says why the target has not been found, when Source is nil.
 	TargetError string
-	Interval    time.Duration
-	Model       *model.Model
+	// MemoryReference, when set, is memory_percent's reference for a target
+	// without a memory limit of its own, instead of what bounds it (see
+	// memoryFallback). A target's own limit always wins: it is the model's
+	// definition, and what OOM-kills the broker.
+	MemoryReference *cgroup.MemoryReference
+	Interval        time.Duration
+	Model           *model.Model
 	// ModelWarning is shown in /status and logged at start when the model in use
 	// is a fallback (an override that failed to load).
 	ModelWarning string
@@ -50,14 +55,36 @@ type Config struct {
 	Log          *slog.Logger
 }
 
+// Reference sources beside cgroup's (RefContainerLimit, RefParentLimit,
+// RefMachineMemory): the operator's (Config.MemoryReference), one assumed
+// when the source cannot tell, and cpu_percent's.
+const (
+	RefFlag    = "flag"
+	RefAssumed = "assumed"
+	RefOneCore = "one_core"
+)
+
+// cpuReference is what cpu_percent is relative to, always: the model's
+// feature is rate(cpu seconds) × 100, a percentage of one core, as in the
+// paper's PromQL and in the training data of CPU-limited brokers. A CPU limit
+// (or none) does not change it: dividing by the limit would give the model a
+// feature it was not trained on. Without a limit a broker can exceed 100.
+var cpuReference = healthcheck.Reference{Value: 1, Unit: "cores", Source: RefOneCore,
+	Why: "cpu_percent is rate(CPU seconds) × 100, per core, as the model was trained; a CPU limit, or none, does not change it"}
+
 // Sidecar runs the sample → features → score → state → signal loop.
 type Sidecar struct {
-	cfg     Config
-	sampler *Sampler
-	machine *Machine
-	probe   *healthcheck.ProbeState
-	alive   *healthcheck.Heartbeat
-	metrics *healthcheck.Metrics
+	cfg Config
+	// memFallback is memory_percent's reference for readings without a
+	// limit, found when the source was set; memRef the reference last
+	// reported (the loop goroutine owns both).
+	memFallback healthcheck.Reference
+	memRef      healthcheck.Reference
+	sampler     *Sampler
+	machine     *Machine
+	probe       *healthcheck.ProbeState
+	alive       *healthcheck.Heartbeat
+	metrics     *healthcheck.Metrics
 
 	events chan func() // work for the loop goroutine, which owns machine and seq
 
@@ -112,8 +139,11 @@ func New(cfg Config) (*Sidecar, error) {
 	if cfg.ModelWarning != "" {
 		s.status.Model += " (fallback: " + cfg.ModelWarning + ")"
 	}
+	s.status.CPUReference = &cpuReference
+	s.metrics.SetCPUReference(cpuReference)
 	if cfg.Source != nil {
 		s.status.Target = fmt.Sprint(cfg.Source)
+		s.memoryFallback(cfg.Source)
 	} else {
 		s.targetNotFound(errors.New(cfg.TargetError))
 	}
@@ -255,6 +285,7 @@ func (s *Sidecar) logFeatureSpec() {
 		"model", s.cfg.Model.Source(),
 		"rate_window", w.RateWindow, "deriv_window", w.DerivWindow, "subquery_step", w.SubqueryStep,
 		"lookback", w.Lookback, "trained_sample_interval", w.SampleInterval, "interval", s.cfg.Interval.String(),
+		"cpu_percent_reference", cpuReference.Why,
 		"cpu_reference_fraction", spec.Normalisation.CPUReferenceFraction,
 		"memory_reference_fraction", spec.Normalisation.MemoryReferenceFraction)
 }
@@ -290,6 +321,7 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	if s.machine.targetGone != "" {
 		s.apply(s.machine.TargetGone(""), nil) // it is back
 	}
+	s.reportMemoryReference(rec.Stats.MemoryLimitBytes)
 	x := rec.Features.Values
 	normalise(&x, s.cfg.Model.Normalisation())
 	p := s.cfg.Model.Score(&x)
@@ -318,12 +350,68 @@ func (s *Sidecar) rediscover(ctx context.Context) bool {
 		return false
 	}
 	s.sampler.src = src
+	s.memoryFallback(src)
 	s.mu.Lock()
 	s.status.Target, s.status.TargetError = fmt.Sprint(src), ""
 	s.mu.Unlock()
 	s.noteTargetSearch(s.machine.TargetNotFound(""))
 	s.cfg.Log.Info("target found", "target", fmt.Sprint(src))
 	return true
+}
+
+// memoryFallback finds memory_percent's reference for readings of src
+// without a memory limit: Config.MemoryReference, else what bounds src (the
+// nearest limited cgroup above it, else the machine's memory: see
+// cgroup.MemoryReference for why), else, for a source that cannot tell,
+// infer.DefaultMemoryReference, said to be assumed.
+func (s *Sidecar) memoryFallback(src Source) {
+	ref := cgroup.MemoryReference{Bytes: infer.DefaultMemoryReference, Source: RefAssumed,
+		Why: "no memory limit on the target and nothing known above it: the paper testbed's 100 MiB limit, assumed"}
+	switch bounded, ok := src.(interface {
+		MemoryReference() (cgroup.MemoryReference, error)
+	}); {
+	case s.cfg.MemoryReference != nil:
+		ref = *s.cfg.MemoryReference
+	case ok:
+		r, err := bounded.MemoryReference()
+		if err != nil {
+			s.metrics.Error(ErrorKindSample)
+			s.cfg.Log.Warn("cannot tell what bounds the target's memory", "err", err)
+			ref.Why += " (" + err.Error() + ")"
+			break
+		}
+		ref = r
+	}
+	s.memFallback = healthcheck.Reference{Value: ref.Bytes, Unit: "bytes", Source: ref.Source, Why: ref.Why}
+	s.sampler.SetMemoryReference(ref.Bytes)
+}
+
+// reportMemoryReference says, when it changes, what the latest reading's
+// memory_percent was relative to: the container's limit when the reading
+// has one, else the fallback. A broker without a limit is worth a warning:
+// its memory alarms come only near a limit it shares, or never.
+func (s *Sidecar) reportMemoryReference(limit float64) {
+	ref := s.memFallback
+	if limit > 0 {
+		ref = healthcheck.Reference{Value: limit, Unit: "bytes", Source: cgroup.RefContainerLimit, Why: "the container's memory limit"}
+		if s.memFallback.Source == cgroup.RefContainerLimit {
+			ref.Why = s.memFallback.Why // names the cgroup
+		}
+	}
+	if ref == s.memRef {
+		return
+	}
+	s.memRef = ref
+	s.mu.Lock()
+	s.status.MemoryReference = &ref
+	s.mu.Unlock()
+	s.metrics.SetMemoryReference(ref)
+	args := []any{"bytes", ref.Value, "source", ref.Source, "why", ref.Why}
+	if ref.Source == cgroup.RefContainerLimit {
+		s.cfg.Log.Info("memory_percent is relative to the container's memory limit", args...)
+		return
+	}
+	s.cfg.Log.Warn("the broker container has no memory limit: memory_percent is relative to another reference", args...)
 }
 
 // noteTargetSearch applies a verdict of the target search. While starting,

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -169,5 +172,56 @@ func TestRunAcceptsEveryFlagInjectWrites(t *testing.T) {
 	code, _, errs := runCLI(t, "", append(args, "-h")...)
 	if strings.Contains(errs, "flag provided but not defined") || !strings.Contains(errs, "-host-container-logs") {
 		t.Fatalf("run does not take inject's arguments %q (exit %d):\n%s", args, code, errs)
+	}
+}
+
+// A broker without a memory limit (here: this test process, whose cgroup has
+// none) is scored against what bounds it, and the sidecar says so in its log,
+// /status and /metrics, instead of an assumed 100 MiB.
+func TestRunOnAnUnlimitedProcessSaysWhatMemoryPercentIsRelativeTo(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		args    []string
+		sources []string // acceptable memory reference sources
+		bytes   float64  // 0: any above 100 MiB
+	}{
+		{"what bounds it", nil, []string{"parent_limit", "machine_memory"}, 0},
+		{"the operator's reference", []string{"--memory-reference", "64Mi"}, []string{"flag"}, 64 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			url, stderr := runSidecar(t, append([]string{"--pid", strconv.Itoa(os.Getpid())}, tt.args...)...)
+			st := awaitStatus(t, url, stderr, func(s healthcheck.Status) bool {
+				return s.MemoryReference != nil && s.Features != nil && s.Features.MemoryPercent != nil
+			})
+			ref := st.MemoryReference
+			if strings.Contains(stderr(), "target:") {
+				t.Skipf("cannot sample this process's cgroup here: %s", stderr())
+			}
+			if !slices.Contains(tt.sources, ref.Source) || ref.Unit != "bytes" || ref.Why == "" ||
+				(tt.bytes == 0 && ref.Value <= 100<<20) || (tt.bytes != 0 && ref.Value != tt.bytes) {
+				t.Errorf("memory reference %+v, want one of %v", ref, tt.sources)
+			}
+			if tt.bytes == 0 && *st.Features.MemoryPercent >= 100 {
+				t.Errorf("memory_percent %v of %v bytes: the reference does not bound the process", *st.Features.MemoryPercent, ref.Value)
+			}
+			if st.CPUReference == nil || st.CPUReference.Source != "one_core" || st.CPUReference.Value != 1 {
+				t.Errorf("cpu reference %+v, want one core", st.CPUReference)
+			}
+			if log := stderr(); !strings.Contains(log, `"msg":"the broker container has no memory limit: memory_percent is relative to another reference"`) ||
+				!strings.Contains(log, `"source":"`+ref.Source+`"`) || !strings.Contains(log, `"cpu_percent_reference":"cpu_percent is rate(CPU seconds) × 100, per core`) {
+				t.Errorf("the log does not say which references it uses:\n%s", log)
+			}
+			resp, err := http.Get(strings.TrimSuffix(url, "/status") + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			for _, want := range []string{`amf_memory_reference_bytes{source="` + ref.Source + `"}`, `amf_cpu_reference_cores{source="one_core"} 1`} {
+				if !strings.Contains(string(b), want) {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
+		})
 	}
 }

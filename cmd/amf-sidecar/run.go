@@ -104,6 +104,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	namespace, pod := &target.namespace, &target.podName
 	tokenFile := fs.String("token-file", "/var/run/secrets/amf/token", "projected ServiceAccount token (audience amf-agent), or a static token file")
 	keepAlive := fs.Duration("keepalive", 5*time.Second, "MQTT keep-alive to the agent: bounds how long a frozen sidecar goes unnoticed")
+	memoryRef := registerMemoryReference(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -177,7 +178,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	}
 
 	sc, err := sidecar.New(sidecar.Config{
-		Source: src, Rediscover: rediscover, TargetError: targetErr, Interval: *interval,
+		Source: src, Rediscover: rediscover, TargetError: targetErr, MemoryReference: memoryRef.ref, Interval: *interval,
 		Model: m, ModelWarning: warning, Probe: probe, Signaller: sig,
 		HTTPAddr: *httpAddr, Log: log,
 	})
@@ -185,7 +186,11 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
 		return exitFail
 	}
-	log.Info("sidecar started", "target", sc.Status().Target, "target_error", targetErr, "model", m.Source(), "interval", *interval)
+	started := []any{"target", sc.Status().Target, "model", m.Source(), "interval", *interval}
+	if targetErr != "" {
+		started = append(started, "target_error", targetErr)
+	}
+	log.Info("sidecar started", started...)
 	if err := sc.Run(ctx); err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
 		return exitFail

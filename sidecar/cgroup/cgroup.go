@@ -33,6 +33,10 @@
 // Close, and an open /proc/<pid>/net/dev keeps reading the network namespace
 // after the process has exited, so a vanished process would go unnoticed.
 //
+// A Reader also says what bounds the target's memory when it has no limit of
+// its own ([MemoryReference]: the nearest limited cgroup above it, else the
+// machine's memory), the reference of memory_percent then.
+//
 // A target that disappears (container restarted or exited, cgroup removed,
 // process gone) makes Read fail with an error wrapping [ErrGone].
 package cgroup
@@ -58,6 +62,8 @@ type Stats struct {
 // concurrent use: it reuses one buffer across reads.
 type Reader interface {
 	Read(ctx context.Context) (Stats, error)
+	// MemoryReference says what bounds the target's memory (see there).
+	MemoryReference() (MemoryReference, error)
 }
 
 // ErrGone means the target's cgroup directory or process vanished (container

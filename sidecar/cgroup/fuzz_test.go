@@ -321,3 +321,26 @@ func FuzzParseContainerLogName(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseMemTotal checks parseMemTotal against a strings reference: the
+// first line whose first field is "MemTotal:" decides.
+func FuzzParseMemTotal(f *testing.F) {
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, err := parseMemTotal(in)
+		var want uint64
+		ok := false
+		for _, line := range strings.Split(string(in), "\n") {
+			fs := fields(line)
+			if len(fs) == 0 || fs[0] != "MemTotal:" {
+				continue
+			}
+			if len(fs) == 3 && fs[2] == "kB" {
+				if v, vok := refUint(fs[1]); vok && v > 0 && v <= ^uint64(0)>>10 {
+					want, ok = v<<10, true
+				}
+			}
+			break
+		}
+		agree(t, in, got, err, want, ok)
+	})
+}

@@ -66,6 +66,7 @@ type findQuery struct {
 type findResult struct {
 	ID, Name, Via, PodPath, Err string
 	MemoryBytes                 float64
+	Reference                   MemoryReference
 }
 
 func runFindChild() int {
@@ -93,6 +94,7 @@ func runFindChild() int {
 			var s Stats
 			if s, err = r.Read(context.Background()); err == nil {
 				res.MemoryBytes = s.MemoryBytes
+				res.Reference, err = r.MemoryReference()
 			}
 		}
 	}
@@ -196,6 +198,11 @@ func TestDiscoveryOnARealKubeletLayout(t *testing.T) {
 		ids[c] = randomHex(t, 32)
 		tree.mkdir(t, podPath+"/"+ids[c])
 	}
+	// A pod-level limit (pod-level resources, or every container limited)
+	// and an exporter with a limit of its own; the broker has none.
+	const podLimit, exporterLimit = 256 << 20, 32 << 20
+	tree.setMemoryLimit(t, podPath, podLimit)
+	tree.setMemoryLimit(t, podPath+"/"+ids["exporter"], exporterLimit)
 	// The sandbox: one process whose name is "pause", as the pause image's.
 	pauseExe := filepath.Join(t.TempDir(), "pause")
 	if err := os.Symlink(os.Args[0], pauseExe); err != nil {
@@ -271,8 +278,12 @@ func TestDiscoveryOnARealKubeletLayout(t *testing.T) {
 			}
 		})
 	}
-	if res := find(t, PodQuery{Name: "mosquitto", LogDir: logs}, ""); res.MemoryBytes < childAlloc {
-		t.Errorf("broker memory %v < the %d bytes it touched", res.MemoryBytes, childAlloc)
+	if res := find(t, PodQuery{Name: "mosquitto", LogDir: logs}, ""); res.MemoryBytes < childAlloc ||
+		res.Reference.Source != RefParentLimit || res.Reference.Bytes != podLimit || !strings.Contains(res.Reference.Why, podPath+" (the pod's)") {
+		t.Errorf("broker: memory %v (touched %d), reference %+v; want the pod's %d-byte limit", res.MemoryBytes, childAlloc, res.Reference, podLimit)
+	}
+	if res := find(t, PodQuery{Name: "exporter", LogDir: logs}, ""); res.Reference.Source != RefContainerLimit || res.Reference.Bytes != exporterLimit {
+		t.Errorf("exporter: reference %+v, want its own %d-byte limit", res.Reference, exporterLimit)
 	}
 
 	// The broker restarts: its cgroup goes, a new one with a new ID comes,

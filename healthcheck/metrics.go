@@ -51,6 +51,8 @@ type Metrics struct {
 	probeUp        prometheus.Gauge
 	signalsSent    *prometheus.CounterVec
 	errors         *prometheus.CounterVec
+	memoryRef      *prometheus.GaugeVec
+	cpuRef         *prometheus.GaugeVec
 }
 
 // NewMetrics returns metrics registered on a fresh registry, together with the
@@ -93,10 +95,18 @@ func NewMetrics() *Metrics {
 			Name: "amf_errors_total",
 			Help: "Errors by kind.",
 		}, []string{"kind"}),
+		memoryRef: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "amf_memory_reference_bytes",
+			Help: "What memory_percent is relative to, by source (container_limit, parent_limit, machine_memory, flag, assumed); absent until the target is read.",
+		}, []string{"source"}),
+		cpuRef: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "amf_cpu_reference_cores",
+			Help: "What cpu_percent is relative to, by source (one_core: per core, as the model was trained).",
+		}, []string{"source"}),
 	}
 	m.reg.MustRegister(
 		m.score, m.feature, m.state, m.sampleDuration, m.probeRTT, m.probeUp,
-		m.signalsSent, m.errors,
+		m.signalsSent, m.errors, m.memoryRef, m.cpuRef,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -176,6 +186,18 @@ func (m *Metrics) SignalSent(s signal.State) {
 		s = "invalid"
 	}
 	m.signalsSent.WithLabelValues(string(s)).Inc()
+}
+
+// SetMemoryReference makes r the one memory reference series, and SetCPUReference
+// the CPU one: a reference that changes source replaces its series.
+func (m *Metrics) SetMemoryReference(r Reference) { setOnly(m.memoryRef, r) }
+
+// SetCPUReference: see SetMemoryReference.
+func (m *Metrics) SetCPUReference(r Reference) { setOnly(m.cpuRef, r) }
+
+func setOnly(g *prometheus.GaugeVec, r Reference) {
+	g.Reset()
+	g.WithLabelValues(r.Source).Set(r.Value)
 }
 
 // Error counts one error of the given kind. Kinds must come from a small fixed

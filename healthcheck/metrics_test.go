@@ -76,4 +76,17 @@ func TestMetrics(t *testing.T) {
 	if got := testutil.ToFloat64(m.errors.WithLabelValues(ErrorKindProbe)); got != 1 {
 		t.Errorf("probe errors = %v", got)
 	}
+
+	if n := testutil.CollectAndCount(m.memoryRef); n != 0 {
+		t.Errorf("%d memory reference series before the target is read, want 0", n)
+	}
+	m.SetMemoryReference(Reference{Value: 100 << 20, Source: "container_limit"})
+	m.SetMemoryReference(Reference{Value: 2 << 30, Source: "parent_limit"})
+	if n := testutil.CollectAndCount(m.memoryRef); n != 1 || testutil.ToFloat64(m.memoryRef.WithLabelValues("parent_limit")) != 2<<30 {
+		t.Errorf("%d memory reference series, want only parent_limit = 2 GiB", n)
+	}
+	m.SetCPUReference(Reference{Value: 1, Source: "one_core"})
+	if got := testutil.ToFloat64(m.cpuRef.WithLabelValues("one_core")); got != 1 {
+		t.Errorf("cpu reference = %v", got)
+	}
 }

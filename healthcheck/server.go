@@ -51,6 +51,24 @@ type Status struct {
 	TransitionReason string    `json:"transition_reason"`
 	// Probe is the latest app-logic probe result, if any.
 	Probe *Result `json:"probe,omitempty"`
+	// Target describes what the sidecar reads (container, how it was found,
+	// cgroup); TargetError why it has no target now, or why the last search
+	// for it failed.
+	Target      string `json:"target,omitempty"`
+	TargetError string `json:"target_error,omitempty"`
+	// MemoryReference and CPUReference say what memory_percent and
+	// cpu_percent are relative to; MemoryReference is nil until the target
+	// has been read.
+	MemoryReference *Reference `json:"memory_reference,omitempty"`
+	CPUReference    *Reference `json:"cpu_reference,omitempty"`
+}
+
+// Reference is what a percentage feature is relative to, and why.
+type Reference struct {
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`   // "bytes" or "cores"
+	Source string  `json:"source"` // a short name, also the source label of its metric
+	Why    string  `json:"why"`
 }
 
 // ServerConfig configures a [Server]. Only Readiness is required; an endpoint

@@ -10,7 +10,15 @@
 //   - a projected ServiceAccount token with audience amf-agent at
 //     /var/run/secrets/amf/token, the sidecar's identity towards the agent;
 //   - the host's /sys/fs/cgroup mounted read-only, where the sidecar finds the
-//     broker container's cgroup;
+//     broker container's cgroup, and --container naming the broker (see
+//     Options.Container);
+//   - when the broker has company (another app container or native sidecar,
+//     such as an exporter), the host's /var/log/containers mounted read-only:
+//     the cgroup tree knows containers by ID only, and the kubelet's log
+//     symlinks there are how the sidecar, which has no API access, learns the
+//     broker's ID from its name (package sidecar/cgroup, "Finding a container
+//     by name"). Alone beside the sidecar and the sandbox the broker is found
+//     without them, so a plain broker pod gets no extra host path;
 //   - POD_UID, POD_NAME, POD_NAMESPACE and NODE_IP from the downward API, and
 //     AMF_AGENT=tcp://$(NODE_IP):1884, the node agent's control-plane broker;
 //   - the readiness gate amf.io/healthy, which the agent maintains;
@@ -71,6 +79,17 @@ const (
 	CgroupVolume = "amf-host-cgroup"
 	// HostCgroupRoot is the sidecar's --host-cgroup-root.
 	HostCgroupRoot = "/host/sys/fs/cgroup"
+	// LogsVolume is the host's KubeletLogDir, mounted read-only at
+	// HostContainerLogs when the broker has other containers beside it.
+	LogsVolume = "amf-container-logs"
+	// KubeletLogDir is where every kubelet writes its container log symlinks
+	// (sidecar/cgroup.ContainerLogDir, not imported here so that the agent
+	// does not link the sidecar's cgroup readers).
+	KubeletLogDir = "/var/log/containers"
+	// HostContainerLogs is the sidecar's --host-container-logs.
+	HostContainerLogs = "/host" + KubeletLogDir
+	// MQTTPortName is the port name that marks the broker container.
+	MQTTPortName = "mqtt"
 	// AgentPort is the agent DaemonSet's host port (manifests/base).
 	AgentPort = 1884
 	// HealthPort is the sidecar's health endpoint (healthcheck.DefaultAddr).
@@ -100,6 +119,12 @@ type Options struct {
 	// the user must mount there (a Result warning says so). Default: none,
 	// the image's default model. The standby's sidecar gets the same.
 	Model string
+	// Container names the broker container, which the sidecar watches.
+	// Default: the one already named by an injected sidecar, else the pod's
+	// only container, else the one exposing a port named MQTTPortName. A
+	// name the pod lacks, or no or several such ports, is refused, naming the
+	// containers.
+	Container string
 }
 
 // Result is what Inject wrote, for a summary on stderr.
@@ -109,9 +134,21 @@ type Result struct {
 	// Standbys are the names of the standby Deployments Inject wrote.
 	Standbys []string
 	// Warnings are things the user must still do (for example give a standby
-	// its own client IDs).
+	// its own client IDs, or limits to a broker without them).
 	Warnings []string
 }
+
+// Flags of amf-sidecar run that Inject writes, each as one "--flag=value"
+// argument so that no value can be read as another flag. They are the
+// sidecar's (cmd/amf-sidecar/run.go); cmd/amf-sidecar's tests parse what
+// Inject writes with the sidecar's own flags.
+const (
+	flagHostCgroupRoot    = "--host-cgroup-root="
+	flagHostContainerLogs = "--host-container-logs="
+	flagProbeMQTT         = "--probe-mqtt="
+	flagModel             = "--model="
+	flagContainer         = "--container="
+)
 
 var separator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
 
@@ -157,9 +194,11 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			continue
 		}
 		isStandby := dep.Annotations[actuate.AnnRole] == "standby" || standbyOf[key(dep.Namespace, dep.Name)]
-		if err := injectPod(&dep.Spec.Template.Spec, opts); err != nil {
+		broker, err := injectPod(&dep.Spec.Template.Spec, opts)
+		if err != nil {
 			return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
 		}
+		res.Warnings = append(res.Warnings, limitWarnings(dep.Name, broker)...)
 		res.Injected = append(res.Injected, dep.Name)
 		var standby *appsv1.Deployment
 		if !isStandby {
@@ -317,55 +356,72 @@ func parseDocument(raw []byte, where string) (document, error) {
 	return d, nil
 }
 
-// injectPod adds the sidecar, its volumes and the readiness gate to spec.
-func injectPod(spec *corev1.PodSpec, opts Options) error {
+// injectPod adds the sidecar, its volumes and the readiness gate to spec,
+// and returns the broker container.
+func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 	if spec.HostNetwork {
-		return errors.New("hostNetwork pods are not supported: the sidecar's health port and network counters would be the node's")
+		return corev1.Container{}, errors.New("hostNetwork pods are not supported: the sidecar's health port and network counters would be the node's")
 	}
 	var apps []string
 	for _, c := range spec.Containers {
 		if c.Name == SidecarName {
-			return fmt.Errorf("container %q is a regular container; the sidecar must be the native sidecar (init container) of that name: rename or remove it", SidecarName)
+			return corev1.Container{}, fmt.Errorf("container %q is a regular container; the sidecar must be the native sidecar (init container) of that name: rename or remove it", SidecarName)
 		}
 		apps = append(apps, c.Name)
 	}
-	if len(apps) != 1 {
-		return fmt.Errorf("the pod has %d containers %q: the sidecar watches exactly one broker container", len(apps), apps)
-	}
+	company := len(apps) - 1 // containers that run beside the broker and the sidecar
 	for _, c := range spec.InitContainers {
 		if c.Name != SidecarName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			return fmt.Errorf("native sidecar %q already runs beside the broker: the sidecar could not tell which container is the broker", c.Name)
+			company++
 		}
+	}
+	existing := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	if existing >= 0 {
+		if have := spec.InitContainers[existing].Image; repository(have) != repository(opts.SidecarImage) {
+			return corev1.Container{}, fmt.Errorf("init container %q has image %q, not the sidecar (%s): rename it or remove it", SidecarName, have, repository(opts.SidecarImage))
+		}
+	}
+	name := opts.Container
+	if name == "" && existing >= 0 {
+		name = argValue(spec.InitContainers[existing].Args, flagContainer)
+	}
+	broker, err := brokerContainer(spec.Containers, name)
+	if err != nil {
+		return corev1.Container{}, err
 	}
 
 	probe := opts.ProbeMQTT
 	if probe == "" {
-		probe = "tcp://127.0.0.1:" + strconv.Itoa(int(mqttPort(spec.Containers[0])))
+		probe = "tcp://127.0.0.1:" + strconv.Itoa(int(mqttPort(broker)))
 	}
-	sidecar := sidecarContainer(opts.SidecarImage, probe, opts.Model)
-	if i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }); i >= 0 {
-		if have := spec.InitContainers[i].Image; repository(have) != repository(opts.SidecarImage) {
-			return fmt.Errorf("init container %q has image %q, not the sidecar (%s): rename it or remove it", SidecarName, have, repository(opts.SidecarImage))
-		}
-		spec.InitContainers[i] = sidecar
+	sidecar := sidecarContainer(opts.SidecarImage, probe, opts.Model, broker.Name, company > 0)
+	if existing >= 0 {
+		spec.InitContainers[existing] = sidecar
 	} else {
 		// First, so that it starts before any other init container.
 		spec.InitContainers = append([]corev1.Container{sidecar}, spec.InitContainers...)
 	}
 
-	for _, v := range []corev1.Volume{tokenVolume(), cgroupVolume()} {
+	volumes := []corev1.Volume{tokenVolume(), cgroupVolume()}
+	if company > 0 {
+		volumes = append(volumes, logsVolume())
+	} else if i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == LogsVolume }); i >= 0 && equality.Semantic.DeepEqual(spec.Volumes[i], logsVolume()) {
+		// Injected when the broker had company it no longer has.
+		spec.Volumes = slices.Delete(spec.Volumes, i, i+1)
+	}
+	for _, v := range volumes {
 		i := slices.IndexFunc(spec.Volumes, func(have corev1.Volume) bool { return have.Name == v.Name })
 		switch {
 		case i < 0:
 			spec.Volumes = append(spec.Volumes, v)
 		case !equality.Semantic.DeepEqual(spec.Volumes[i], v):
-			return fmt.Errorf("volume %q exists and is not the sidecar's: rename it", v.Name)
+			return corev1.Container{}, fmt.Errorf("volume %q exists and is not the sidecar's: rename it", v.Name)
 		}
 	}
 	for _, c := range spec.Containers {
 		for _, m := range c.VolumeMounts {
 			if m.Name == TokenVolume {
-				return fmt.Errorf("container %q mounts %q: the ServiceAccount token for the agent is the sidecar's only", c.Name, TokenVolume)
+				return corev1.Container{}, fmt.Errorf("container %q mounts %q: the ServiceAccount token for the agent is the sidecar's only", c.Name, TokenVolume)
 			}
 		}
 	}
@@ -374,13 +430,75 @@ func injectPod(spec *corev1.PodSpec, opts Options) error {
 	if !slices.Contains(spec.ReadinessGates, gate) {
 		spec.ReadinessGates = append(spec.ReadinessGates, gate)
 	}
-	return nil
+	return broker, nil
 }
 
-// mqttPort is the broker container's port named "mqtt", else 1883.
+// brokerContainer picks the container the sidecar watches: the one named
+// (Options.Container, or the injected sidecar's --container), else the only
+// one, else the one exposing a port named MQTTPortName.
+func brokerContainer(cs []corev1.Container, name string) (corev1.Container, error) {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	choices := strings.Join(names, ", ")
+	if name != "" {
+		i := slices.Index(names, name)
+		if i < 0 {
+			return corev1.Container{}, fmt.Errorf("no container %q to watch: the pod's containers are %s (pass the broker's with --container)", name, choices)
+		}
+		return cs[i], nil
+	}
+	if len(cs) == 1 {
+		return cs[0], nil
+	}
+	var mqtt []string
+	for _, c := range cs {
+		if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == MQTTPortName }) {
+			mqtt = append(mqtt, c.Name)
+		}
+	}
+	switch len(mqtt) {
+	case 1:
+		return cs[slices.Index(names, mqtt[0])], nil
+	case 0:
+		return corev1.Container{}, fmt.Errorf("the pod has %d containers (%s) and none exposes a port named %q: pass the broker's with --container, or name its MQTT port %q", len(cs), choices, MQTTPortName, MQTTPortName)
+	}
+	return corev1.Container{}, fmt.Errorf("the pod has %d containers (%s) and %s all expose a port named %q: pass the broker's with --container", len(cs), choices, strings.Join(mqtt, ", "), MQTTPortName)
+}
+
+// argValue is the value of the last "--flag=value" argument (flag given
+// with its "=") in args, or "".
+func argValue(args []string, flag string) string {
+	v := ""
+	for _, a := range args {
+		if rest, ok := strings.CutPrefix(a, flag); ok {
+			v = rest
+		}
+	}
+	return v
+}
+
+// limitWarnings warn when the broker has no memory or CPU limit: the
+// sidecar then scores against references the user should know about, and
+// the features are less like the model's training data.
+func limitWarnings(deployment string, broker corev1.Container) []string {
+	var ws []string
+	where := fmt.Sprintf("Deployment %s: broker container %s has no", deployment, broker.Name)
+	const limitRange = " (unless a LimitRange of the namespace sets one)"
+	if _, ok := broker.Resources.Limits[corev1.ResourceMemory]; !ok {
+		ws = append(ws, where+" memory limit"+limitRange+": the sidecar then takes memory_percent against the nearest limit above it (the pod's, else the node's allocatable memory, else the machine's) or its --memory-reference, and says which in its log and /status; memory alarms come only near that. Set resources.limits.memory to what the broker may use")
+	}
+	if _, ok := broker.Resources.Limits[corev1.ResourceCPU]; !ok {
+		ws = append(ws, where+" CPU limit"+limitRange+": cpu_percent stays per core, as the model was trained on CPU-limited brokers, and a broker that uses more than one core scores beyond anything in its training data. Set resources.limits.cpu")
+	}
+	return ws
+}
+
+// mqttPort is the broker container's port named MQTTPortName, else 1883.
 func mqttPort(c corev1.Container) int32 {
 	for _, p := range c.Ports {
-		if p.Name == "mqtt" {
+		if p.Name == MQTTPortName {
 			return p.ContainerPort
 		}
 	}
@@ -402,14 +520,23 @@ func repository(image string) string {
 // (names never hold a slash), to warn that the file must be in the container.
 func isPath(model string) bool { return strings.Contains(model, "/") }
 
-func sidecarContainer(image, probe, model string) corev1.Container {
+func sidecarContainer(image, probe, model, broker string, logs bool) corev1.Container {
 	field := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
-	args := []string{"run", "--host-cgroup-root=" + HostCgroupRoot, "--probe-mqtt=" + probe}
+	args := []string{"run", flagHostCgroupRoot + HostCgroupRoot, flagProbeMQTT + probe, flagContainer + broker}
+	if logs {
+		args = append(args, flagHostContainerLogs+HostContainerLogs)
+	}
 	if model != "" {
-		// One argument with "=", so that no value can be read as another flag.
-		args = append(args, "--model="+model)
+		args = append(args, flagModel+model)
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true},
+		{Name: CgroupVolume, MountPath: HostCgroupRoot, ReadOnly: true},
+	}
+	if logs {
+		mounts = append(mounts, corev1.VolumeMount{Name: LogsVolume, MountPath: HostContainerLogs, ReadOnly: true})
 	}
 	return corev1.Container{
 		Name:          SidecarName,
@@ -441,11 +568,16 @@ func sidecarContainer(image, probe, model string) corev1.Container {
 			RunAsGroup:               ptr.To[int64](65532),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true},
-			{Name: CgroupVolume, MountPath: HostCgroupRoot, ReadOnly: true},
-		},
+		VolumeMounts: mounts,
 	}
+}
+
+// logsVolume is the host's KubeletLogDir: the kubelet creates it at start,
+// so a missing one means no kubelet, and the pod should not start.
+func logsVolume() corev1.Volume {
+	return corev1.Volume{Name: LogsVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+		Path: KubeletLogDir, Type: ptr.To(corev1.HostPathDirectory),
+	}}}
 }
 
 func tokenVolume() corev1.Volume {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,12 +14,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/amf-edge/amf/inject"
 	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml with the current output")
@@ -36,6 +39,8 @@ var goldenCases = []struct {
 	{name: "list-is-written-as-its-items", in: "list", opts: inject.Options{Standby: true}},
 	{name: "custom-image-and-probe", in: "mosquitto", opts: inject.Options{SidecarImage: "registry.local/amf-sidecar:dev", ProbeMQTT: "tcp://127.0.0.1:1884"}},
 	{name: "model-name-is-passed-to-both-sidecars", in: "mosquitto", opts: inject.Options{Standby: true, Model: "leadtime"}},
+	{name: "broker-beside-an-exporter-is-the-mqtt-port-and-gets-the-kubelet-logs", in: "exporter", opts: inject.Options{Standby: true}},
+	{name: "container-flag-names-the-broker-among-app-containers-and-a-native-sidecar", in: "unnamed-ports", opts: inject.Options{Container: "broker"}},
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -118,10 +123,14 @@ func TestInjectRefuses(t *testing.T) {
 			inject.Options{}, `init container "amf-sidecar" has image "example.com/other:1", not the sidecar`},
 		{"regular-container-named-like-the-sidecar", header + "      containers: [{name: amf-sidecar, image: ghcr.io/amf-edge/amf-sidecar:v0.1.0}]\n",
 			inject.Options{}, `container "amf-sidecar" is a regular container`},
-		{"two-app-containers", header + "      containers: [{name: m, image: eclipse-mosquitto:2}, {name: exporter, image: x:1}]\n",
-			inject.Options{}, "the sidecar watches exactly one broker container"},
-		{"another-native-sidecar", header + "      initContainers: [{name: proxy, image: p:1, restartPolicy: Always}]\n      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
-			inject.Options{}, `native sidecar "proxy" already runs`},
+		{"two-app-containers-and-no-mqtt-port", header + "      containers: [{name: m, image: eclipse-mosquitto:2}, {name: exporter, image: x:1}]\n",
+			inject.Options{}, `the pod has 2 containers (m, exporter) and none exposes a port named "mqtt": pass the broker's with --container`},
+		{"two-mqtt-ports", header + "      containers: [{name: a, image: m:2, ports: [{name: mqtt, containerPort: 1883}]}, {name: b, image: m:2, ports: [{name: mqtt, containerPort: 1884}]}]\n",
+			inject.Options{}, `the pod has 2 containers (a, b) and a, b all expose a port named "mqtt"`},
+		{"container-flag-names-nothing", header + "      containers: [{name: m, image: eclipse-mosquitto:2}, {name: exporter, image: x:1}]\n",
+			inject.Options{Container: "mosquitto"}, `no container "mosquitto" to watch: the pod's containers are m, exporter`},
+		{"logs-volume-name-taken", header + "      containers: [{name: m, image: eclipse-mosquitto:2, ports: [{name: mqtt, containerPort: 1883}]}, {name: exporter, image: x:1}]\n      volumes: [{name: amf-container-logs, emptyDir: {}}]\n",
+			inject.Options{}, `volume "amf-container-logs" exists and is not the sidecar's`},
 		{"host-network", header + "      hostNetwork: true\n      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
 			inject.Options{}, "hostNetwork pods are not supported"},
 		{"volume-name-taken", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n      volumes: [{name: amf-token, emptyDir: {}}]\n",
@@ -194,6 +203,78 @@ func TestSidecarModelArgument(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestInjectWarnsWhenTheBrokerHasNoLimits(t *testing.T) {
+	const pod = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: b\nspec:\n  selector:\n    matchLabels: {app: b}\n  template:\n    metadata:\n      labels: {app: b}\n    spec:\n      containers: [{name: m, image: eclipse-mosquitto:2%s}]\n"
+	for _, tt := range []struct {
+		name, resources string
+		want            []string // one warning each
+	}{
+		{"both limits", ", resources: {limits: {memory: 100Mi, cpu: 500m}}", nil},
+		{"requests only", ", resources: {requests: {memory: 50Mi, cpu: 250m}}", []string{"no memory limit", "no CPU limit"}},
+		{"memory only", ", resources: {limits: {memory: 100Mi}}", []string{"no CPU limit"}},
+		{"none", "", []string{"no memory limit", "no CPU limit"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, res, err := inject.Inject([]byte(fmt.Sprintf(pod, tt.resources)), inject.Options{})
+			if err != nil || out == nil {
+				t.Fatalf("inject failed: %v (a missing limit is a warning, not a refusal)", err)
+			}
+			if len(res.Warnings) != len(tt.want) {
+				t.Fatalf("warnings %q, want %d", res.Warnings, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(res.Warnings[i], "Deployment b: broker container m has "+w) || !strings.Contains(res.Warnings[i], "LimitRange") {
+					t.Errorf("warning %q does not say %q", res.Warnings[i], w)
+				}
+			}
+		})
+	}
+	if _, res, _ := inject.Inject(read(t, "exporter.in.yaml"), inject.Options{}); len(res.Warnings) != 0 {
+		t.Errorf("warnings %q for a limited broker beside an exporter", res.Warnings)
+	}
+}
+
+// Re-injecting (an upgrade) keeps the container the sidecar watches and
+// follows the pod's company: the kubelet logs go with the exporter.
+func TestReinjectionKeepsTheWatchedContainer(t *testing.T) {
+	once := mustInject(t, read(t, "unnamed-ports.in.yaml"), inject.Options{Container: "metrics"})
+	again := mustInject(t, once, inject.Options{})
+	if args := sidecarArgs(t, again); !slices.Contains(args, "--container=metrics") {
+		t.Errorf("re-injected sidecar args %q, want --container=metrics kept", args)
+	}
+
+	alone := deployments(t, mustInject(t, read(t, "exporter.in.yaml"), inject.Options{}))[0]
+	if args := alone.Spec.Template.Spec.InitContainers[0].Args; !slices.Contains(args, "--container=mosquitto") || !slices.Contains(args, "--host-container-logs=/host/var/log/containers") {
+		t.Fatalf("sidecar args %q, want the broker by name and the kubelet logs", args)
+	}
+	alone.Spec.Template.Spec.Containers = slices.DeleteFunc(alone.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "exporter" })
+	b, err := yaml.Marshal(alone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := deployments(t, mustInject(t, b, inject.Options{}))[0]
+	if args := d.Spec.Template.Spec.InitContainers[0].Args; slices.Contains(args, "--host-container-logs=/host/var/log/containers") {
+		t.Errorf("alone again, sidecar args %q still read the kubelet logs", args)
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == inject.LogsVolume {
+			t.Errorf("alone again, the pod still mounts %s", v.Name)
+		}
+	}
+}
+
+// The host path inject mounts is the directory the sidecar's discovery reads.
+func TestKubeletLogDirIsTheSidecars(t *testing.T) {
+	if inject.KubeletLogDir != cgroup.ContainerLogDir {
+		t.Errorf("inject mounts %s, the sidecar reads the kubelet's %s", inject.KubeletLogDir, cgroup.ContainerLogDir)
+	}
+}
+
+func sidecarArgs(t *testing.T, stream []byte) []string {
+	t.Helper()
+	return deployments(t, stream)[0].Spec.Template.Spec.InitContainers[0].Args
 }
 
 func TestStandbyWarnsAboutSharedClientIDs(t *testing.T) {

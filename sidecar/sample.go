@@ -29,7 +29,15 @@ type Sampler struct {
 	src Source
 	eng *infer.Engine
 	log *slog.Logger
+	// memRef is memory_percent's reference for readings without a memory
+	// limit (bytes; 0: the engine's Config.MemoryReference). See SetMemoryReference.
+	memRef float64
 }
+
+// SetMemoryReference sets what memory_percent is relative to when a reading
+// has no memory limit (cgroup.Reader's MemoryReference says what bounds the
+// target then).
+func (s *Sampler) SetMemoryReference(bytes float64) { s.memRef = bytes }
 
 // NewSampler returns a sampler with feature windows cfg.
 func NewSampler(src Source, cfg infer.Config, log *slog.Logger) (*Sampler, error) {
@@ -49,6 +57,9 @@ func (s *Sampler) Sample(ctx context.Context) (Record, error) {
 		return Record{}, err
 	}
 	smp := ToSample(st)
+	if !(smp.MemoryLimitBytes > 0) && s.memRef > 0 {
+		smp.MemoryLimitBytes = s.memRef
+	}
 	if err := s.eng.Add(smp); errors.Is(err, infer.ErrOutOfOrder) {
 		// The wall clock stepped back (NTP on a board without RTC): windows over
 		// time that ran twice mean nothing, so start them again.

@@ -21,17 +21,30 @@ const (
 	ErrorKindSample = "sample"
 	ErrorKindModel  = "model"
 	ErrorKindSignal = "signal"
+	// ErrorKindTarget counts failed searches for the broker container.
+	ErrorKindTarget = "target"
 )
 
-// Config wires a sidecar. Source and Model are required; Probe, Signaller and
-// HTTPAddr are optional (a sidecar without a signaller only serves its endpoint).
+// Config wires a sidecar. Model is required, and Source or Rediscover; Probe,
+// Signaller and HTTPAddr are optional (a sidecar without a signaller only
+// serves its endpoint).
 type Config struct {
+	// Source is the target; nil when it has not been found yet (then
+	// Rediscover is required).
 	Source Source
-	// Rediscover, when set, finds the target again after it vanished (a restarted
-	// container has a new cgroup); without it the same Source is retried.
+	// Rediscover, when set, finds the target: at every sample until it is
+	// found, and again after it vanished (a restarted container has a new
+	// cgroup); without it the same Source is retried.
 	Rediscover func(context.Context) (Source, error)
-	Interval   time.Duration
-	Model      *model.Model
+	// TargetError says why the target has not been found, when Source is nil.
+	TargetError string
+	// MemoryReference, when set, is memory_percent's reference for a target
+	// without a memory limit of its own, instead of what bounds it (see
+	// memoryFallback). A target's own limit always wins: it is the model's
+	// definition, and what OOM-kills the broker.
+	MemoryReference *cgroup.MemoryReference
+	Interval        time.Duration
+	Model           *model.Model
 	// ModelWarning is shown in /status and logged at start when the model in use
 	// is a fallback (an override that failed to load).
 	ModelWarning string
@@ -42,14 +55,36 @@ type Config struct {
 	Log          *slog.Logger
 }
 
+// Reference sources beside cgroup's (RefContainerLimit, RefParentLimit,
+// RefMachineMemory): the operator's (Config.MemoryReference), one assumed
+// when the source cannot tell, and cpu_percent's.
+const (
+	RefFlag    = "flag"
+	RefAssumed = "assumed"
+	RefOneCore = "one_core"
+)
+
+// cpuReference is what cpu_percent is relative to, always: the model's
+// feature is rate(cpu seconds) × 100, a percentage of one core, as in the
+// paper's PromQL and in the training data of CPU-limited brokers. A CPU limit
+// (or none) does not change it: dividing by the limit would give the model a
+// feature it was not trained on. Without a limit a broker can exceed 100.
+var cpuReference = healthcheck.Reference{Value: 1, Unit: "cores", Source: RefOneCore,
+	Why: "cpu_percent is rate(CPU seconds) × 100, per core, as the model was trained; a CPU limit, or none, does not change it"}
+
 // Sidecar runs the sample → features → score → state → signal loop.
 type Sidecar struct {
-	cfg     Config
-	sampler *Sampler
-	machine *Machine
-	probe   *healthcheck.ProbeState
-	alive   *healthcheck.Heartbeat
-	metrics *healthcheck.Metrics
+	cfg Config
+	// memFallback is memory_percent's reference for readings without a
+	// limit, found when the source was set; memRef the reference last
+	// reported (the loop goroutine owns both).
+	memFallback healthcheck.Reference
+	memRef      healthcheck.Reference
+	sampler     *Sampler
+	machine     *Machine
+	probe       *healthcheck.ProbeState
+	alive       *healthcheck.Heartbeat
+	metrics     *healthcheck.Metrics
 
 	events chan func() // work for the loop goroutine, which owns machine and seq
 
@@ -62,8 +97,8 @@ type Sidecar struct {
 // manifest (FeatureConfig): a model is only valid with the windows it was trained
 // with.
 func New(cfg Config) (*Sidecar, error) {
-	if cfg.Source == nil || cfg.Model == nil {
-		return nil, errors.New("sidecar: a target and a model are required")
+	if (cfg.Source == nil && cfg.Rediscover == nil) || cfg.Model == nil {
+		return nil, errors.New("sidecar: a target (or a way to find it) and a model are required")
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -103,6 +138,14 @@ func New(cfg Config) (*Sidecar, error) {
 	}
 	if cfg.ModelWarning != "" {
 		s.status.Model += " (fallback: " + cfg.ModelWarning + ")"
+	}
+	s.status.CPUReference = &cpuReference
+	s.metrics.SetCPUReference(cpuReference)
+	if cfg.Source != nil {
+		s.status.Target = fmt.Sprint(cfg.Source)
+		s.memoryFallback(cfg.Source)
+	} else {
+		s.targetNotFound(errors.New(cfg.TargetError))
 	}
 	s.metrics.SetState(state)
 	return s, nil
@@ -242,6 +285,7 @@ func (s *Sidecar) logFeatureSpec() {
 		"model", s.cfg.Model.Source(),
 		"rate_window", w.RateWindow, "deriv_window", w.DerivWindow, "subquery_step", w.SubqueryStep,
 		"lookback", w.Lookback, "trained_sample_interval", w.SampleInterval, "interval", s.cfg.Interval.String(),
+		"cpu_percent_reference", cpuReference.Why,
 		"cpu_reference_fraction", spec.Normalisation.CPUReferenceFraction,
 		"memory_reference_fraction", spec.Normalisation.MemoryReferenceFraction)
 }
@@ -257,6 +301,9 @@ func (s *Sidecar) do(ctx context.Context, f func()) {
 func (s *Sidecar) sampleOnce(ctx context.Context) {
 	start := time.Now()
 	s.alive.Beat()
+	if s.sampler.src == nil && !s.rediscover(ctx) {
+		return
+	}
 	rec, err := s.sampler.Sample(ctx)
 	if ctx.Err() != nil {
 		return
@@ -274,6 +321,7 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	if s.machine.targetGone != "" {
 		s.apply(s.machine.TargetGone(""), nil) // it is back
 	}
+	s.reportMemoryReference(rec.Stats.MemoryLimitBytes)
 	x := rec.Features.Values
 	normalise(&x, s.cfg.Model.Normalisation())
 	p := s.cfg.Model.Score(&x)
@@ -289,18 +337,108 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	s.metrics.ObserveSample(time.Since(start))
 }
 
-// rediscover looks for the target again after it vanished.
-func (s *Sidecar) rediscover(ctx context.Context) {
+// rediscover looks for the target (again, after it vanished) and reports
+// whether it found it.
+func (s *Sidecar) rediscover(ctx context.Context) bool {
 	if s.cfg.Rediscover == nil {
-		return
+		return s.sampler.src != nil
 	}
 	src, err := s.cfg.Rediscover(ctx)
 	if err != nil {
-		s.cfg.Log.Warn("target not found again yet", "err", err)
-		return
+		s.metrics.Error(ErrorKindTarget)
+		s.targetNotFound(err)
+		return false
 	}
 	s.sampler.src = src
-	s.cfg.Log.Info("target found again", "target", fmt.Sprint(src))
+	s.memoryFallback(src)
+	s.mu.Lock()
+	s.status.Target, s.status.TargetError = fmt.Sprint(src), ""
+	s.mu.Unlock()
+	s.noteTargetSearch(s.machine.TargetNotFound(""))
+	s.cfg.Log.Info("target found", "target", fmt.Sprint(src))
+	return true
+}
+
+// memoryFallback finds memory_percent's reference for readings of src
+// without a memory limit: Config.MemoryReference, else what bounds src (the
+// nearest limited cgroup above it, else the machine's memory: see
+// cgroup.MemoryReference for why), else, for a source that cannot tell,
+// infer.DefaultMemoryReference, said to be assumed.
+func (s *Sidecar) memoryFallback(src Source) {
+	ref := cgroup.MemoryReference{Bytes: infer.DefaultMemoryReference, Source: RefAssumed,
+		Why: "no memory limit on the target and nothing known above it: the paper testbed's 100 MiB limit, assumed"}
+	switch bounded, ok := src.(interface {
+		MemoryReference() (cgroup.MemoryReference, error)
+	}); {
+	case s.cfg.MemoryReference != nil:
+		ref = *s.cfg.MemoryReference
+	case ok:
+		r, err := bounded.MemoryReference()
+		if err != nil {
+			s.metrics.Error(ErrorKindSample)
+			s.cfg.Log.Warn("cannot tell what bounds the target's memory", "err", err)
+			ref.Why += " (" + err.Error() + ")"
+			break
+		}
+		ref = r
+	}
+	s.memFallback = healthcheck.Reference{Value: ref.Bytes, Unit: "bytes", Source: ref.Source, Why: ref.Why}
+	s.sampler.SetMemoryReference(ref.Bytes)
+}
+
+// reportMemoryReference says, when it changes, what the latest reading's
+// memory_percent was relative to: the container's limit when the reading
+// has one, else the fallback. A broker without a limit is worth a warning:
+// its memory alarms come only near a limit it shares, or never.
+func (s *Sidecar) reportMemoryReference(limit float64) {
+	ref := s.memFallback
+	if limit > 0 {
+		ref = healthcheck.Reference{Value: limit, Unit: "bytes", Source: cgroup.RefContainerLimit, Why: "the container's memory limit"}
+		if s.memFallback.Source == cgroup.RefContainerLimit {
+			ref.Why = s.memFallback.Why // names the cgroup
+		}
+	}
+	if ref == s.memRef {
+		return
+	}
+	s.memRef = ref
+	s.mu.Lock()
+	s.status.MemoryReference = &ref
+	s.mu.Unlock()
+	s.metrics.SetMemoryReference(ref)
+	args := []any{"bytes", ref.Value, "source", ref.Source, "why", ref.Why}
+	if ref.Source == cgroup.RefContainerLimit {
+		s.cfg.Log.Info("memory_percent is relative to the container's memory limit", args...)
+		return
+	}
+	s.cfg.Log.Warn("the broker container has no memory limit: memory_percent is relative to another reference", args...)
+}
+
+// noteTargetSearch applies a verdict of the target search. While starting,
+// the reason changes without a transition; /status shows the current one.
+func (s *Sidecar) noteTargetSearch(v Verdict) {
+	s.apply(v, nil)
+	if !v.Changed && v.State == signal.Starting {
+		s.mu.Lock()
+		s.status.TransitionReason = v.Reason
+		s.mu.Unlock()
+	}
+}
+
+// targetNotFound records why the target is not found, in /status, in the
+// state's reason while the sidecar starts, and in the log when the reason is
+// new (a sidecar retries every sample).
+func (s *Sidecar) targetNotFound(err error) {
+	s.mu.Lock()
+	changed := s.status.TargetError != err.Error()
+	s.status.TargetError = err.Error()
+	s.mu.Unlock()
+	if s.sampler.src == nil {
+		s.noteTargetSearch(s.machine.TargetNotFound(err.Error()))
+	}
+	if changed {
+		s.cfg.Log.Warn("broker container not found; looking again at every sample", "err", err)
+	}
 }
 
 type scored struct {

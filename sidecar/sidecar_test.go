@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -225,4 +226,73 @@ func TestNormaliseScalesOnlyCPUAndMemory(t *testing.T) {
 	if x != want {
 		t.Fatalf("normalised %v, want %v", x, want)
 	}
+}
+
+// goneSource is a target that has vanished, as a restarted container's cgroup.
+type goneSource struct{}
+
+func (goneSource) Read(context.Context) (cgroup.Stats, error) {
+	return cgroup.Stats{}, fmt.Errorf("read /sys/fs/cgroup/x: %w", cgroup.ErrGone)
+}
+
+func (goneSource) String() string { return "the old container" }
+
+// A sidecar without its target starts anyway, says why and looks again at
+// every sample; a target that vanishes is looked for again the same way.
+func TestSidecarLooksForItsTargetUntilFound(t *testing.T) {
+	m, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	next := make(chan Source, 1)
+	rediscover := func(context.Context) (Source, error) {
+		calls.Add(1)
+		select {
+		case src := <-next:
+			return src, nil
+		default:
+			return nil, errors.New(`pod mqtt/b has no container "mosquitto"`)
+		}
+	}
+	sc, err := New(Config{Rediscover: rediscover, TargetError: "not looked yet", Interval: 10 * time.Millisecond, Model: m,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	waitFor := func(what string, ok func(healthcheck.Status) bool) healthcheck.Status {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if st := sc.Status(); ok(st) {
+				return st
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("%s: not within 10 s; status %+v", what, sc.Status())
+		return healthcheck.Status{}
+	}
+	st := waitFor("looked again", func(healthcheck.Status) bool { return calls.Load() >= 3 })
+	if st.State != signal.Starting || !strings.Contains(st.TargetError, `no container "mosquitto"`) || !strings.Contains(st.TransitionReason, "not found yet") {
+		t.Errorf("status %+v: want starting, with the reason", st)
+	}
+
+	src := &loadSource{}
+	src.memory.Store(10 << 20)
+	next <- src
+	st = waitFor("found", func(st healthcheck.Status) bool { return st.State == signal.Healthy })
+	if st.TargetError != "" || st.Target == "" {
+		t.Errorf("status %+v: want the target and no error", st)
+	}
+
+	// It vanishes: unhealthy, and looked for until it is back.
+	sc.do(ctx, func() { sc.sampler.src = goneSource{} })
+	waitFor("gone", func(st healthcheck.Status) bool { return st.State == signal.Unhealthy })
+	next <- src
+	waitFor("back", func(st healthcheck.Status) bool { return st.State == signal.Healthy })
 }

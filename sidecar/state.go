@@ -30,6 +30,7 @@ type Machine struct {
 
 	appUnhealthy string // reason the application gave; empty when it reports healthy
 	targetGone   string // reason the target vanished; empty while it is there
+	notFound     string // why the target has not been found yet; empty once it has
 }
 
 // Verdict says what to signal after an event.
@@ -94,6 +95,17 @@ func (m *Machine) TargetGone(reason string) Verdict {
 	return m.settle()
 }
 
+// TargetNotFound records why the broker container has not been found yet
+// (reason non-empty), or that it has (empty). Before the first score it is
+// the reason the sidecar is still starting; it is not unhealthy, because the
+// agent would fail over to a standby that has the same problem (a container
+// name that matches nothing), and because a native sidecar starts before the
+// broker it looks for.
+func (m *Machine) TargetNotFound(reason string) Verdict {
+	m.notFound = reason
+	return m.settle()
+}
+
 // Stop moves to stopping, for good.
 func (m *Machine) Stop(reason string) Verdict {
 	changed := m.state != signal.Stopping
@@ -122,6 +134,8 @@ func (m *Machine) derive() (signal.State, string) {
 		return signal.Unhealthy, "app-logic probe failed: " + m.probeReason
 	case m.scored && m.anomalous:
 		return signal.Anomalous, fmt.Sprintf("score %.3f >= threshold %.3f", m.score, m.threshold)
+	case !m.scored && m.notFound != "":
+		return signal.Starting, "broker container not found yet: " + m.notFound
 	case !m.scored:
 		return signal.Starting, "waiting for the first score"
 	case m.needProbe && !m.probeKnown:

@@ -25,6 +25,9 @@ func app(s signal.State) func(*Machine) Verdict {
 func gone(reason string) func(*Machine) Verdict {
 	return func(m *Machine) Verdict { return m.TargetGone(reason) }
 }
+func notFound(reason string) func(*Machine) Verdict {
+	return func(m *Machine) Verdict { return m.TargetNotFound(reason) }
+}
 func stop() func(*Machine) Verdict { return func(m *Machine) Verdict { return m.Stop("SIGTERM") } }
 
 func TestMachineTransitions(t *testing.T) {
@@ -70,6 +73,11 @@ func TestMachineTransitions(t *testing.T) {
 			{do: gone("cgroup removed"), state: signal.Unhealthy, publish: true, reason: "cgroup removed"},
 			{do: score(0.1), state: signal.Unhealthy},
 			{do: gone(""), state: signal.Healthy, publish: true},
+		}},
+		{"a target not found yet keeps it starting and says why", false, []event{
+			{do: notFound(`no container "mosquito"`), state: signal.Starting, reason: `broker container not found yet: no container "mosquito"`},
+			{do: notFound(""), state: signal.Starting, reason: "waiting for the first score"},
+			{do: score(0.1), state: signal.Healthy, publish: true},
 		}},
 		{"stopping is terminal and published once", false, []event{
 			{do: score(0.9), state: signal.Anomalous, publish: true},

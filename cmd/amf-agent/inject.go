@@ -10,13 +10,15 @@ import (
 	"github.com/amf-edge/amf/inject"
 )
 
-const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--standby] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
+const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--standby] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
 
 Writes the Deployments of FILE (default: standard input; multi-document YAML)
 to standard output with the AMF sidecar injected: native sidecar, projected
 ServiceAccount token (audience amf-agent), host cgroup mount, downward API
 environment, readiness gate amf.io/healthy and policy annotations. Other kinds
-pass through untouched. Injecting twice is the same as injecting once.
+pass through untouched. Injecting twice is the same as injecting once. A broker
+with other containers beside it (an exporter) is found by --container, or by its
+port named mqtt; a broker without memory or CPU limits is injected with a warning.
 
   kubectl get deployment mosquitto -o yaml | amf-agent inject --standby | kubectl apply -f -
 
@@ -36,6 +38,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.BoolVar(&opts.Standby, "standby", false, "also write each primary's standby Deployment (0 replicas when amf.io/redundancy is cold)")
 	fs.StringVar(&opts.SidecarImage, "sidecar-image", inject.DefaultSidecarImage, "sidecar `image`")
 	fs.StringVar(&opts.ProbeMQTT, "probe-mqtt", "", "sidecar's app-logic probe `URL` (default tcp://127.0.0.1:<the broker's port named mqtt, else 1883>)")
+	fs.StringVar(&opts.Container, "container", "", "the broker `container` the sidecar watches (default: the one an injected sidecar already watches, else the pod's only container, else the one exposing a port named "+inject.MQTTPortName+")")
 	fs.StringVar(&opts.Model, "model", "", "sidecar's `model`: the name of a model embedded in the sidecar image (amf-sidecar --help lists them), or a path inside the sidecar container that you mount there (model file, manifest beside it); default: the image's default model")
 	if err := fs.Parse(args); err != nil {
 		return err

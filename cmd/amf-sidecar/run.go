@@ -22,18 +22,30 @@ type targetFlags struct {
 	cgroupPath  string
 	podUID      string
 	containerID string
+	container   string
+	logDir      string
+	podName     string
+	namespace   string
 	cgroupRoot  string
+	kubeletRoot string
 }
 
 func (t *targetFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.pid, "pid", 0, "process mode: the broker's PID")
 	fs.StringVar(&t.cgroupPath, "cgroup-path", "", "explicit cgroup directory of the broker")
 	fs.StringVar(&t.podUID, "pod-uid", os.Getenv("POD_UID"), "pod mode: this pod's UID (downward API; env POD_UID)")
-	fs.StringVar(&t.containerID, "container-id", "", "pod mode: the broker container's ID (default: the one container that is neither this sidecar nor the pause container)")
+	fs.StringVar(&t.containerID, "container-id", "", "pod mode: the broker container's ID (a restarted container has a new one: prefer --container)")
+	fs.StringVar(&t.container, "container", "", "pod mode: the broker container's name in the pod spec, looked up in --host-container-logs (default, or when those say nothing of this pod: the one container that is neither this sidecar nor the pause container)")
+	fs.StringVar(&t.logDir, "host-container-logs", "", "pod mode: where the host's "+cgroup.ContainerLogDir+" (the kubelet's container log symlinks, which map container names to IDs) is mounted read-only")
 	fs.StringVar(&t.cgroupRoot, "host-cgroup-root", "", "pod mode: where the host's /sys/fs/cgroup is mounted read-only (default /sys/fs/cgroup)")
+	fs.StringVar(&t.kubeletRoot, "kubelet-cgroup-root", "", "pod mode: the kubelet's cgroup root (its --cgroup-root or cgroupRoot, e.g. /kubelet as kind sets it); default: found, at /kubepods, on this sidecar's own cgroup path, or by a bounded search for kubepods directories")
 }
 
-// open returns the source and, for pod mode, a way to find a restarted container.
+// open returns the source and, for pod mode, a way to find the container
+// again (restarted, or not found yet). In pod mode a target that is not found
+// is not an error: the sidecar starts, says why in its log and /status, and
+// looks again at every sample, since a native sidecar starts before its
+// broker. The error is then returned with find non-nil.
 func (t *targetFlags) open() (sidecar.Source, func(context.Context) (sidecar.Source, error), error) {
 	n := 0
 	for _, set := range []bool{t.pid != 0, t.cgroupPath != "", t.podUID != ""} {
@@ -43,6 +55,12 @@ func (t *targetFlags) open() (sidecar.Source, func(context.Context) (sidecar.Sou
 	}
 	if n != 1 {
 		return nil, nil, fmt.Errorf("give exactly one of --pid, --cgroup-path, --pod-uid (or POD_UID)")
+	}
+	if t.podUID == "" && (t.container != "" || t.containerID != "" || t.logDir != "" || t.kubeletRoot != "" || t.cgroupRoot != "") {
+		return nil, nil, fmt.Errorf("--container, --container-id, --host-container-logs, --host-cgroup-root and --kubelet-cgroup-root are for pod mode (--pod-uid or POD_UID)")
+	}
+	if t.container != "" && t.containerID != "" {
+		return nil, nil, fmt.Errorf("give at most one of --container and --container-id")
 	}
 	switch {
 	case t.pid != 0:
@@ -58,7 +76,11 @@ func (t *targetFlags) open() (sidecar.Source, func(context.Context) (sidecar.Sou
 	if t.cgroupRoot != "" {
 		opts = append(opts, cgroup.WithCgroupRoot(t.cgroupRoot))
 	}
-	q := cgroup.PodQuery{UID: t.podUID, ContainerID: t.containerID}
+	if t.kubeletRoot != "" {
+		opts = append(opts, cgroup.WithKubeletCgroupRoot(t.kubeletRoot))
+	}
+	q := cgroup.PodQuery{UID: t.podUID, ContainerID: t.containerID,
+		Name: t.container, LogDir: t.logDir, PodName: t.podName, Namespace: t.namespace}
 	find := func(context.Context) (sidecar.Source, error) { return cgroup.OpenPod(q, opts...) }
 	r, err := find(context.Background())
 	return r, find, err
@@ -77,10 +99,12 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	probeInterval := fs.Duration("probe-interval", healthcheck.DefaultInterval, "time between app-logic probes")
 	probeTimeout := fs.Duration("probe-timeout", healthcheck.DefaultTimeout, "app-logic probe timeout")
 	agent := fs.String("agent", os.Getenv("AMF_AGENT"), "node agent's control-plane broker, e.g. tcp://$(NODE_IP):1884 (env AMF_AGENT); empty: no signals")
-	namespace := fs.String("namespace", os.Getenv("POD_NAMESPACE"), "this pod's namespace (env POD_NAMESPACE)")
-	pod := fs.String("pod", os.Getenv("POD_NAME"), "this pod's name (env POD_NAME)")
+	fs.StringVar(&target.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "this pod's namespace (env POD_NAMESPACE)")
+	fs.StringVar(&target.podName, "pod", os.Getenv("POD_NAME"), "this pod's name (env POD_NAME)")
+	namespace, pod := &target.namespace, &target.podName
 	tokenFile := fs.String("token-file", "/var/run/secrets/amf/token", "projected ServiceAccount token (audience amf-agent), or a static token file")
 	keepAlive := fs.Duration("keepalive", 5*time.Second, "MQTT keep-alive to the agent: bounds how long a frozen sidecar goes unnoticed")
+	memoryRef := registerMemoryReference(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -114,10 +138,14 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		return exitFail
 	}
 
-	src, rediscover, err := target.open()
-	if err != nil {
-		fmt.Fprintf(io.err, "amf-sidecar run: target: %v\n", err)
+	src, rediscover, openErr := target.open()
+	targetErr := ""
+	switch {
+	case openErr != nil && rediscover == nil:
+		fmt.Fprintf(io.err, "amf-sidecar run: target: %v\n", openErr)
 		return exitUsage
+	case openErr != nil:
+		targetErr = openErr.Error()
 	}
 
 	var probe healthcheck.Prober
@@ -150,7 +178,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	}
 
 	sc, err := sidecar.New(sidecar.Config{
-		Source: src, Rediscover: rediscover, Interval: *interval,
+		Source: src, Rediscover: rediscover, TargetError: targetErr, MemoryReference: memoryRef.ref, Interval: *interval,
 		Model: m, ModelWarning: warning, Probe: probe, Signaller: sig,
 		HTTPAddr: *httpAddr, Log: log,
 	})
@@ -158,7 +186,11 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
 		return exitFail
 	}
-	log.Info("sidecar started", "target", fmt.Sprint(src), "model", m.Source(), "interval", *interval)
+	started := []any{"target", sc.Status().Target, "model", m.Source(), "interval", *interval}
+	if targetErr != "" {
+		started = append(started, "target_error", targetErr)
+	}
+	log.Info("sidecar started", started...)
 	if err := sc.Run(ctx); err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
 		return exitFail

@@ -18,6 +18,7 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 	interval := fs.Duration("interval", time.Second, intervalHelp)
 	modelPath := fs.String("model", "", modelHelp()+": compute the features with the windows of its manifest, refusing an --interval slower than its sample_interval; plain scale, without its normalisation")
 	windows := registerWindowFlags(fs)
+	memoryRef := registerMemoryReference(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -58,6 +59,20 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
 		return exitUsage
 	}
+	// As run does: without a limit of its own, memory_percent is relative to
+	// what bounds the target (sidecar.Config.MemoryReference); a reading with
+	// a limit uses it.
+	ref := memoryRef.ref
+	if ref == nil {
+		r, err := src.MemoryReference()
+		if err != nil {
+			fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
+			return exitFail
+		}
+		ref = &r
+	}
+	s.SetMemoryReference(ref.Bytes)
+	log.Info("memory_percent reference", "bytes", ref.Bytes, "source", ref.Source, "why", ref.Why)
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	err = s.Run(ctx, tick.C, func(rec sidecar.Record, err error) error {

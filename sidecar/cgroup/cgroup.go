@@ -10,7 +10,8 @@
 //     are both read.
 //   - [OpenPod]: a container of a Kubernetes pod, found by pod UID under the
 //     host's cgroup filesystem mounted read-only into the sidecar (cgroupfs
-//     and systemd drivers, all QoS classes, containerd, CRI-O and Docker).
+//     and systemd drivers, all QoS classes, containerd, CRI-O and Docker,
+//     the default kubelet cgroup root or one of its own).
 //   - [ForPID]: the cgroup of a process, from /proc/<pid>/cgroup, with
 //     gopsutil filling in what a root cgroup cannot tell about the process.
 //
@@ -31,6 +32,10 @@
 // one-second sample; it was not done because every Reader would then need a
 // Close, and an open /proc/<pid>/net/dev keeps reading the network namespace
 // after the process has exited, so a vanished process would go unnoticed.
+//
+// A Reader also says what bounds the target's memory when it has no limit of
+// its own ([MemoryReference]: the nearest limited cgroup above it, else the
+// machine's memory), the reference of memory_percent then.
 //
 // A target that disappears (container restarted or exited, cgroup removed,
 // process gone) makes Read fail with an error wrapping [ErrGone].
@@ -57,6 +62,8 @@ type Stats struct {
 // concurrent use: it reuses one buffer across reads.
 type Reader interface {
 	Read(ctx context.Context) (Stats, error)
+	// MemoryReference says what bounds the target's memory (see there).
+	MemoryReference() (MemoryReference, error)
 }
 
 // ErrGone means the target's cgroup directory or process vanished (container
@@ -77,8 +84,11 @@ type Option func(*config)
 type config struct {
 	pid        int
 	cgroupRoot string // "" means: find the mounts in <procRoot>/self/mountinfo
-	procRoot   string
-	now        func() time.Time
+	// kubeletRoot is the kubelet's cgroup root (WithKubeletCgroupRoot); ""
+	// means FindPod finds it.
+	kubeletRoot string
+	procRoot    string
+	now         func() time.Time
 }
 
 func newConfig(opts []Option) config {

@@ -300,3 +300,47 @@ func FuzzParseMountInfo(f *testing.F) {
 		_ = layoutFromMounts(ms, DefaultCgroupRoot)
 	})
 }
+
+// FuzzParseContainerLogName checks that a kubelet log symlink name parses
+// back to exactly itself, with names that hold no "_" and a hex ID.
+func FuzzParseContainerLogName(f *testing.F) {
+	f.Fuzz(func(t *testing.T, name string) {
+		l, ok := parseContainerLogName(name)
+		if !ok {
+			return
+		}
+		if l.pod == "" || l.namespace == "" || l.container == "" || strings.ContainsRune(l.pod+l.namespace+l.container, '_') {
+			t.Fatalf("%q: bad names %+v", name, l)
+		}
+		if len(l.id) < 12 || !isHex(l.id) || strings.ToLower(l.id) != l.id {
+			t.Fatalf("%q: bad ID %q", name, l.id)
+		}
+		back := l.pod + "_" + l.namespace + "_" + l.container + "-" + l.id + ".log"
+		if !strings.EqualFold(back, name) {
+			t.Fatalf("%q parsed as %+v, which writes %q", name, l, back)
+		}
+	})
+}
+
+// FuzzParseMemTotal checks parseMemTotal against a strings reference: the
+// first line whose first field is "MemTotal:" decides.
+func FuzzParseMemTotal(f *testing.F) {
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, err := parseMemTotal(in)
+		var want uint64
+		ok := false
+		for _, line := range strings.Split(string(in), "\n") {
+			fs := fields(line)
+			if len(fs) == 0 || fs[0] != "MemTotal:" {
+				continue
+			}
+			if len(fs) == 3 && fs[2] == "kB" {
+				if v, vok := refUint(fs[1]); vok && v > 0 && v <= ^uint64(0)>>10 {
+					want, ok = v<<10, true
+				}
+			}
+			break
+		}
+		agree(t, in, got, err, want, ok)
+	})
+}

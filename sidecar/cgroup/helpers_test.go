@@ -22,6 +22,13 @@ const (
 	besteffortID      = "deadbeef00112233445566778899aabbccddeeff00112233445566778899aabb"
 	besteffortPauseID = "feedface00112233445566778899aabbccddeeff00112233445566778899aabb"
 
+	// Pods under a kubelet cgroup root of their own: kind's (systemd driver,
+	// cgroupRoot /kubelet; pause, sidecar, broker and an exporter) and a
+	// second kubelet's on the same host (cgroupfs, cgroupRoot /node-a).
+	kindUID    = "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f"
+	nodeAUID   = "8a7b6c5d-4e3f-4a2b-9c1d-0e1f2a3b4c5d"
+	exporterID = "e2e2e2e2112233445566778899aabbccddeeff00112233445566778899aabbcc"
+
 	// The broker's figures in the recorded trees.
 	brokerMemory   = 52428800
 	brokerLimit    = 100 << 20
@@ -36,6 +43,11 @@ var (
 	systemdRoot = filepath.Join("testdata", "v2-systemd")
 	v1Root      = filepath.Join("testdata", "v1-cgroupfs")
 	procRoot    = filepath.Join("testdata", "proc")
+	kindRoot    = filepath.Join("testdata", "v2-kind")
+	nodeARoot   = filepath.Join("testdata", "v2-cgroupfs-root")
+
+	kindPodPath  = "/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod" + "3c4d5e6f_7a8b_4c9d_8e0f_1a2b3c4d5e6f" + ".slice"
+	nodeAPodPath = "/node-a/kubepods/besteffort/pod" + nodeAUID
 
 	brokerV2Path = "/kubepods/burstable/pod" + burstableUID + "/" + brokerID
 )

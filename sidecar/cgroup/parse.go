@@ -571,3 +571,29 @@ func unescapeMount(b []byte) (string, error) {
 	}
 	return string(out), nil
 }
+
+// parseMemTotal returns MemTotal of /proc/meminfo in bytes: the line
+// "MemTotal: <n> kB" (the kernel's kB are KiB). Other lines are not read.
+func parseMemTotal(b []byte) (uint64, error) {
+	s := lineScanner{rest: b}
+	for {
+		line, ok := s.next()
+		if !ok {
+			return 0, syntaxErr(0, "no MemTotal line")
+		}
+		key, rest := nextField(line)
+		if string(key) != "MemTotal:" {
+			continue
+		}
+		val, rest := nextField(rest)
+		unit, rest := nextField(rest)
+		if string(unit) != "kB" || !isBlank(rest) {
+			return 0, syntaxErr(s.n, "want \"MemTotal: <n> kB\", got %s", quote(line))
+		}
+		v, ok := parseDec(val)
+		if !ok || v == 0 || v > ^uint64(0)>>10 {
+			return 0, syntaxErr(s.n, "MemTotal %s is not a positive number of kB", quote(val))
+		}
+		return v << 10, nil
+	}
+}

@@ -27,6 +27,26 @@ type Container struct {
 	ID      string // runtime container ID (hex)
 	Runtime string // name prefix: "cri-containerd", "crio", "docker", or "" for a bare ID (cgroupfs driver)
 	Path    string // hierarchy path, e.g. /kubepods/burstable/pod<uid>/<id>
+	// Name is the container's name in the pod spec, when FindContainer
+	// learnt it; Via says how FindContainer chose it.
+	Name, Via string
+}
+
+// String describes the container for logs: name (when known), short ID and
+// how it was chosen.
+func (c Container) String() string {
+	id := c.ID
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	s := "container " + id
+	if c.Name != "" {
+		s = "container " + c.Name + " " + id
+	}
+	if c.Via != "" {
+		s += " (" + c.Via + ")"
+	}
+	return s
 }
 
 // PodQuery selects one container of a pod.
@@ -42,25 +62,16 @@ type PodQuery struct {
 	// path names the container, whether or not the path is shown relative to
 	// a cgroup namespace ("/../<id>").
 	PID int
+	// Name selects the target by its name in the pod spec, through the
+	// kubelet's container log symlinks in LogDir (see ContainerLogDir), which
+	// need the pod's name and namespace (downward API).
+	Name               string
+	LogDir             string
+	PodName, Namespace string
 	// Exclude lists container IDs that are not the target, in addition to
 	// the ones FindContainer recognises itself (see there). Needed when the
 	// sandbox cannot be recognised, e.g. on recorded trees.
 	Exclude []string
-}
-
-// podPaths lists where the kubelet puts a pod's cgroup, for each driver and
-// QoS class. Guaranteed pods sit directly under kubepods.
-func podPaths(uid string) []Pod {
-	dash := strings.ReplaceAll(uid, "_", "-")
-	us := strings.ReplaceAll(uid, "-", "_")
-	return []Pod{
-		{QoS: "guaranteed", Driver: "cgroupfs", Path: "/kubepods/pod" + dash},
-		{QoS: "burstable", Driver: "cgroupfs", Path: "/kubepods/burstable/pod" + dash},
-		{QoS: "besteffort", Driver: "cgroupfs", Path: "/kubepods/besteffort/pod" + dash},
-		{QoS: "guaranteed", Driver: "systemd", Path: "/kubepods.slice/kubepods-pod" + us + ".slice"},
-		{QoS: "burstable", Driver: "systemd", Path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + us + ".slice"},
-		{QoS: "besteffort", Driver: "systemd", Path: "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + us + ".slice"},
-	}
 }
 
 // validUID accepts the characters of a UUID in either spelling, which also
@@ -80,24 +91,56 @@ func validUID(uid string) bool {
 const hostMountHint = "mount the host /sys/fs/cgroup read-only into the sidecar (hostPath volume, e.g. at /host/sys/fs/cgroup) and pass that directory with WithCgroupRoot, and set POD_UID from the downward API (env valueFrom fieldRef metadata.uid)"
 
 // FindPod finds the cgroup of the pod with the given UID under the host's
-// cgroup filesystem (WithCgroupRoot), trying the cgroupfs layout
-// kubepods[/burstable|/besteffort]/pod<uid> and the systemd layout
-// kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid_with_underscores>.slice
-// for all QoS classes, and lists its container cgroups: cgroupfs names are
-// the bare ID (containerd, Docker) or crio-<id>; systemd names are
-// <runtime>-<id>.scope with runtime cri-containerd, crio or docker. CRI-O's
-// conmon scopes are skipped. A kubelet with a non-default --cgroup-root is not
-// supported.
+// cgroup filesystem (WithCgroupRoot) and lists its container cgroups.
+//
+// The kubelet puts a pod at <kubepods>/[burstable/|besteffort/]pod<uid>
+// (cgroupfs driver) or <kubepods>.slice/<kubepods>-<qos>.slice/<kubepods>-<qos>-pod<uid_with_underscores>.slice
+// (systemd driver; no QoS level for guaranteed pods), where <kubepods> is
+// /kubepods, or below the kubelet's cgroup root when it has one of its own
+// (kubelet --cgroup-root, cgroupRoot in its config file: /kubelet as kind
+// sets it gives /kubelet/kubepods and /kubelet.slice/kubelet-kubepods.slice).
+// The pod is looked for, in this order:
+//
+//  1. with WithKubeletCgroupRoot, only below that root (and <root>.slice);
+//  2. at the default places, /kubepods and /kubepods.slice;
+//  3. on the path of this process's own cgroup (/proc/self/cgroup): a
+//     sidecar is in the pod it looks for, and without a cgroup namespace
+//     (cgroup v1) the path names the pod's directory whatever the root;
+//  4. under every directory named kubepods or *kubepods.slice within
+//     maxKubepodsDepth levels of the hierarchy's top (cgroup v2, where a
+//     container's cgroup namespace hides its own path).
+//
+// Container cgroup names are the bare ID (containerd, Docker) or crio-<id>
+// (cgroupfs), or <runtime>-<id>.scope with runtime cri-containerd, crio or
+// docker (systemd). CRI-O's conmon scopes are skipped.
 func FindPod(uid string, opts ...Option) (Pod, error) {
 	cfg := newConfig(opts)
 	l, err := loadLayout(cfg)
 	if err != nil {
 		return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
 	}
-	return findPod(l, uid)
+	return findPod(cfg, l, uid)
 }
 
-func findPod(l layout, uid string) (Pod, error) {
+// WithKubeletCgroupRoot says the kubelet runs with this cgroup root
+// (--cgroup-root, cgroupRoot in its config file), a path in the hierarchy
+// such as /kubelet: FindPod then looks only below it, instead of finding the
+// root by itself.
+func WithKubeletCgroupRoot(root string) Option {
+	return func(c *config) { c.kubeletRoot = root }
+}
+
+// maxKubepodsDepth bounds how deep below the hierarchy's top FindPod looks
+// for a kubepods directory: enough for /kubelet/kubepods and for a node that
+// is itself a container (/docker/<id>/kubelet/kubepods). maxSearchDirs bounds
+// the directories it lists on the way, so a host with thousands of cgroups
+// costs milliseconds, once, at start.
+const (
+	maxKubepodsDepth = 4
+	maxSearchDirs    = 4096
+)
+
+func findPod(cfg config, l layout, uid string) (Pod, error) {
 	if !validUID(uid) {
 		return Pod{}, fmt.Errorf("find pod: %q is not a pod UID: set POD_UID from the downward API (fieldRef metadata.uid)", uid)
 	}
@@ -105,33 +148,215 @@ func findPod(l layout, uid string) (Pod, error) {
 	if err != nil {
 		return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
 	}
-	var tried []string
-	for _, p := range podPaths(uid) {
-		dir, err := base.dir(p.Path)
-		if err != nil {
-			return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
+	var tried []string // directories looked at, for the error
+	try := func(candidates []Pod) (Pod, bool, error) {
+		for _, p := range candidates {
+			pod, ok, err := readPod(base, p, uid)
+			if err != nil || ok {
+				return pod, ok, err
+			}
+			if dir, err := base.dir(p.Path); err == nil {
+				tried = append(tried, dir)
+			}
 		}
-		ents, err := os.ReadDir(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			tried = append(tried, dir)
+		return Pod{}, false, nil
+	}
+
+	if root := cfg.kubeletRoot; root != "" {
+		root = path.Clean("/" + root)
+		starts := []string{root}
+		if !strings.HasSuffix(root, ".slice") && root != "/" {
+			starts = append(starts, root+".slice") // the systemd driver's name for it
+		}
+		var found []string
+		for _, s := range starts {
+			kp, _ := findKubepods(base, s, 1)
+			found = append(found, kp...)
+		}
+		for _, k := range found {
+			if pod, ok, err := try(podPathsUnder(k, uid)); err != nil || ok {
+				return pod, err
+			}
+		}
+		return Pod{}, fmt.Errorf("find pod %s: no pod cgroup below the kubelet cgroup root %s (kubepods directories there: %s; looked at %s): is the pod on this node and is %s the kubelet's --cgroup-root? %s",
+			uid, root, listOrNone(found), listOrNone(tried), root, hostMountHint)
+	}
+
+	if pod, ok, err := try(append(podPathsUnder("/kubepods", uid), podPathsUnder("/kubepods.slice", uid)...)); err != nil || ok {
+		return pod, err
+	}
+	self := selfCgroupPath(cfg, l)
+	if p, ok := podOnPath(self, uid); ok {
+		if pod, ok, err := try([]Pod{p}); err != nil || ok {
+			return pod, err
+		}
+	}
+	found, err := findKubepods(base, "/", maxKubepodsDepth)
+	if err != nil {
+		return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
+	}
+	for _, k := range found {
+		if k == "/kubepods" || k == "/kubepods.slice" {
+			continue // tried above
+		}
+		if pod, ok, err := try(podPathsUnder(k, uid)); err != nil || ok {
+			return pod, err
+		}
+	}
+	if self == "" {
+		self = "unknown"
+	}
+	top, _ := base.dir("/")
+	return Pod{}, fmt.Errorf("find pod %s: no pod cgroup at any of %s, nor on this process's cgroup path (%s), nor below the kubepods directories within %d levels of %s (%s): %s; if the kubelet has a cgroup root of its own (kubelet --cgroup-root), pass it with WithKubeletCgroupRoot",
+		uid, strings.Join(tried, ", "), self, maxKubepodsDepth, top, listOrNone(found), hostMountHint)
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// podPathsUnder lists where the kubelet puts a pod's cgroup below the
+// kubepods directory k, for each QoS class: k is "<parent>/kubepods" for the
+// cgroupfs driver, "<parent>/<prefix>kubepods.slice" for the systemd driver,
+// which repeats the slice's name as the prefix of its children's names.
+// Guaranteed pods sit directly in k.
+func podPathsUnder(k, uid string) []Pod {
+	name := path.Base(k)
+	if slice, ok := strings.CutSuffix(name, ".slice"); ok {
+		us := strings.ReplaceAll(uid, "-", "_")
+		return []Pod{
+			{QoS: "guaranteed", Driver: "systemd", Path: path.Join(k, slice+"-pod"+us+".slice")},
+			{QoS: "burstable", Driver: "systemd", Path: path.Join(k, slice+"-burstable.slice", slice+"-burstable-pod"+us+".slice")},
+			{QoS: "besteffort", Driver: "systemd", Path: path.Join(k, slice+"-besteffort.slice", slice+"-besteffort-pod"+us+".slice")},
+		}
+	}
+	dash := strings.ReplaceAll(uid, "_", "-")
+	return []Pod{
+		{QoS: "guaranteed", Driver: "cgroupfs", Path: path.Join(k, "pod"+dash)},
+		{QoS: "burstable", Driver: "cgroupfs", Path: path.Join(k, "burstable", "pod"+dash)},
+		{QoS: "besteffort", Driver: "cgroupfs", Path: path.Join(k, "besteffort", "pod"+dash)},
+	}
+}
+
+// isKubepods says whether a cgroup directory name is the kubelet's kubepods
+// directory: "kubepods" (cgroupfs) or "[<root>-]kubepods.slice" (systemd).
+func isKubepods(name string) bool {
+	return name == "kubepods" || name == "kubepods.slice" || strings.HasSuffix(name, "-kubepods.slice")
+}
+
+// podOnPath finds the pod's directory among the elements of a cgroup path
+// (a container's, from /proc/<pid>/cgroup) and returns where it is, with its
+// QoS class and driver, when the path goes through the pod.
+func podOnPath(p, uid string) (Pod, bool) {
+	if p == "" {
+		return Pod{}, false
+	}
+	elems := strings.Split(strings.Trim(p, "/"), "/")
+	for i := len(elems) - 1; i >= 0; i-- {
+		if !isKubepods(elems[i]) {
 			continue
 		}
-		if err != nil {
-			return Pod{}, fmt.Errorf("find pod %s: %w", uid, err)
+		k := "/" + strings.Join(elems[:i+1], "/")
+		for _, c := range podPathsUnder(k, uid) {
+			if c.Path == p || strings.HasPrefix(p, c.Path+"/") {
+				return c, true
+			}
 		}
-		p.UID = strings.ReplaceAll(uid, "_", "-")
-		for _, e := range ents {
-			if !e.IsDir() {
+		return Pod{}, false
+	}
+	return Pod{}, false
+}
+
+// selfCgroupPath is this process's cgroup path in the base hierarchy, as
+// /proc/self/cgroup shows it ("" when unknown). Inside a cgroup namespace it
+// is relative to the namespace ("/" or "/../x") and names no pod.
+func selfCgroupPath(cfg config, l layout) string {
+	b, err := os.ReadFile(filepath.Join(cfg.procRoot, "self", "cgroup"))
+	if err != nil {
+		return ""
+	}
+	lines, err := parseProcCgroup(b)
+	if err != nil {
+		return ""
+	}
+	if l.useV1() {
+		for _, c := range []string{ctrlMemory, ctrlCPUAcct} {
+			if p, ok := v1Path(lines, c); ok {
+				return p
+			}
+		}
+		return ""
+	}
+	p, _ := v2Path(lines)
+	return p
+}
+
+// findKubepods lists the kubepods directories (isKubepods) at most depth
+// levels below the hierarchy path start, breadth first, without descending
+// into them.
+func findKubepods(base hierarchy, start string, depth int) ([]string, error) {
+	var found []string
+	level := []string{start}
+	listed := 0
+	for d := 0; d < depth && len(level) > 0; d++ {
+		var next []string
+		for _, p := range level {
+			dir, err := base.dir(p)
+			if err != nil {
 				continue
 			}
-			if rt, id, ok := parseContainerName(e.Name()); ok {
-				p.Containers = append(p.Containers, Container{ID: id, Runtime: rt, Path: path.Join(p.Path, e.Name())})
+			if listed++; listed > maxSearchDirs {
+				return found, fmt.Errorf("looked through %d cgroup directories below %s without finding all kubepods directories: pass the kubelet's cgroup root with WithKubeletCgroupRoot", maxSearchDirs, start)
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				continue // vanished or unreadable: not where the pods are
+			}
+			for _, e := range ents {
+				if !e.IsDir() {
+					continue
+				}
+				child := path.Join(p, e.Name())
+				if isKubepods(e.Name()) {
+					found = append(found, child)
+				} else {
+					next = append(next, child)
+				}
 			}
 		}
-		slices.SortFunc(p.Containers, func(a, b Container) int { return strings.Compare(a.ID, b.ID) })
-		return p, nil
+		level = next
 	}
-	return Pod{}, fmt.Errorf("find pod %s: no pod cgroup at any of %s: %s", uid, strings.Join(tried, ", "), hostMountHint)
+	return found, nil
+}
+
+// readPod lists the container cgroups of the pod directory p.Path; ok is
+// false when there is no such directory.
+func readPod(base hierarchy, p Pod, uid string) (Pod, bool, error) {
+	dir, err := base.dir(p.Path)
+	if err != nil {
+		return Pod{}, false, nil // outside the mounted part: not there
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Pod{}, false, nil
+	}
+	if err != nil {
+		return Pod{}, false, fmt.Errorf("find pod %s: %w", uid, err)
+	}
+	p.UID = strings.ReplaceAll(uid, "_", "-")
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if rt, id, ok := parseContainerName(e.Name()); ok {
+			p.Containers = append(p.Containers, Container{ID: id, Runtime: rt, Path: path.Join(p.Path, e.Name())})
+		}
+	}
+	slices.SortFunc(p.Containers, func(a, b Container) int { return strings.Compare(a.ID, b.ID) })
+	return p, true, nil
 }
 
 // parseContainerName extracts the runtime and ID from a container cgroup's
@@ -165,8 +390,13 @@ func isHex(s string) bool {
 // FindContainer finds the pod (see FindPod) and selects one container.
 //
 // With q.ContainerID, that container; else with q.PID, the container of that
-// process. Otherwise the target is the only
-// container left after removing:
+// process; else with q.Name, the live container of that name according to the
+// kubelet's symlinks in q.LogDir (see ContainerLogDir). A name that the
+// symlinks of this pod do not list, or list without a live cgroup, is an
+// error naming what they list. When they tell nothing about the pod (no
+// LogDir, not mounted, no symlink of this pod: a kubelet that writes none),
+// and without any of the three, the target is the only container left after
+// removing:
 //
 //  1. the IDs in q.Exclude;
 //  2. the caller's own container: the one named by the last element of a
@@ -181,7 +411,8 @@ func isHex(s string) bool {
 //     one visible process and that process is named "pause" (visible with
 //     shareProcessNamespace).
 //
-// It fails, naming the containers left, unless exactly one remains.
+// It fails, naming the containers left, unless exactly one remains. A name
+// chosen this way is not checked: the Container's Via says so.
 func FindContainer(q PodQuery, opts ...Option) (Container, error) {
 	cfg := newConfig(opts)
 	l, err := loadLayout(cfg)
@@ -192,7 +423,7 @@ func FindContainer(q PodQuery, opts ...Option) (Container, error) {
 }
 
 func findContainer(cfg config, l layout, q PodQuery) (Container, error) {
-	pod, err := findPod(l, q.UID)
+	pod, err := findPod(cfg, l, q.UID)
 	if err != nil {
 		return Container{}, err
 	}
@@ -200,10 +431,22 @@ func findContainer(cfg config, l layout, q PodQuery) (Container, error) {
 		return Container{}, fmt.Errorf("pod %s: no container cgroups in %s yet (is the pod starting?)", pod.UID, pod.Path)
 	}
 	if q.ContainerID != "" {
-		return matchID(pod, q.ContainerID)
+		c, err := matchID(pod, q.ContainerID)
+		c.Via = "ID given"
+		return c, err
 	}
 	if q.PID > 0 {
-		return containerOfPID(cfg, pod, q.PID)
+		c, err := containerOfPID(cfg, pod, q.PID)
+		c.Via = fmt.Sprintf("the container of process %d", q.PID)
+		return c, err
+	}
+	var unverified error // why q.Name could not be checked
+	if q.Name != "" {
+		c, err := containerByName(pod, q)
+		if !errors.Is(err, errNamesUnknown) {
+			return c, err
+		}
+		unverified = err
 	}
 	base, err := l.base()
 	if err != nil {
@@ -230,7 +473,13 @@ func findContainer(cfg config, l layout, q PodQuery) (Container, error) {
 		}
 	}
 	if len(left) == 1 {
-		return left[0], nil
+		c := left[0]
+		c.Via = "the only container besides this one and the sandbox"
+		if unverified != nil {
+			c.Name = q.Name
+			c.Via += "; name not checked: " + unverified.Error()
+		}
+		return c, nil
 	}
 	var why []string
 	for _, c := range pod.Containers {
@@ -242,14 +491,22 @@ func findContainer(cfg config, l layout, q PodQuery) (Container, error) {
 	if len(why) > 0 {
 		skipped = strings.Join(why, ", ")
 	}
+	hint := "pass the target's container ID"
+	if unverified != nil {
+		// The name would have told them apart: say why it could not.
+		hint = fmt.Sprintf("container %q could not be looked up by name (%v)", q.Name, unverified)
+	}
 	if len(left) == 0 {
-		return Container{}, fmt.Errorf("pod %s: no container left in %s after excluding %s: pass the target's container ID", pod.UID, pod.Path, skipped)
+		return Container{}, fmt.Errorf("pod %s: no container left in %s after excluding %s: %s", pod.UID, pod.Path, skipped, hint)
 	}
 	ids := make([]string, len(left))
 	for i, c := range left {
 		ids[i] = c.ID
 	}
-	return Container{}, fmt.Errorf("pod %s: %d containers could be the target (%s) in %s, excluded %s: pass the target's container ID, or the IDs to exclude", pod.UID, len(left), strings.Join(ids, ", "), pod.Path, skipped)
+	if unverified == nil {
+		hint += ", or the IDs to exclude"
+	}
+	return Container{}, fmt.Errorf("pod %s: %d containers could be the target (%s) in %s, excluded %s: %s", pod.UID, len(left), strings.Join(ids, ", "), pod.Path, skipped, hint)
 }
 
 func normalizeID(id string) string {
@@ -400,7 +657,8 @@ func OpenPod(q PodQuery, opts ...Option) (Reader, error) {
 	}
 	r, err := openIn(cfg, l, c.Path)
 	if err != nil {
-		return nil, fmt.Errorf("pod %s container %s: %w", q.UID, c.ID, err)
+		return nil, fmt.Errorf("pod %s %s: %w", q.UID, c, err)
 	}
+	r.desc = "pod " + q.UID + " " + c.String() + ": " + r.desc
 	return r, nil
 }

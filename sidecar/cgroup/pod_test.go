@@ -270,3 +270,192 @@ func TestParseContainerName(t *testing.T) {
 		}
 	}
 }
+
+func TestFindPodUnderAKubeletCgroupRootOfItsOwn(t *testing.T) {
+	deep := "/machine.slice/node-7/sandbox/kubelet/kubepods/burstable/pod" + burstableUID
+	deepTree := func(t *testing.T) string {
+		files := v2Files(deep[1:]+"/"+brokerID, "1", "1", "max", "")
+		files["cgroup.controllers"] = "cpu io memory\n"
+		return writeTree(t, files)
+	}
+	tests := []struct {
+		name       string
+		root       func(t *testing.T) string
+		uid        string
+		kubelet    string // WithKubeletCgroupRoot; "" = find it
+		selfCgroup string // /proc/self/cgroup; "" = none
+		qos        string
+		driver     string
+		path       string
+		ids        []string
+	}{
+		{name: "kind, systemd driver, found by search", root: fixed(kindRoot), uid: kindUID, qos: "burstable", driver: "systemd",
+			path: kindPodPath, ids: []string{brokerID, pauseID, sidecarID, exporterID}},
+		{name: "kind, root given as the kubelet's cgroupRoot", root: fixed(kindRoot), uid: kindUID, kubelet: "/kubelet", qos: "burstable", driver: "systemd",
+			path: kindPodPath, ids: []string{brokerID, pauseID, sidecarID, exporterID}},
+		{name: "kind, root given as its slice", root: fixed(kindRoot), uid: kindUID, kubelet: "/kubelet.slice", qos: "burstable", driver: "systemd",
+			path: kindPodPath, ids: []string{brokerID, pauseID, sidecarID, exporterID}},
+		{name: "cgroupfs root beside the default one, found by search", root: fixed(nodeARoot), uid: nodeAUID, qos: "besteffort", driver: "cgroupfs",
+			path: nodeAPodPath, ids: []string{brokerID, pauseID, sidecarID}},
+		{name: "cgroupfs root given", root: fixed(nodeARoot), uid: nodeAUID, kubelet: "node-a", qos: "besteffort", driver: "cgroupfs",
+			path: nodeAPodPath, ids: []string{brokerID, pauseID, sidecarID}},
+		{name: "the default root still comes first", root: fixed(nodeARoot), uid: guaranteedUID, qos: "besteffort", driver: "cgroupfs",
+			path: "/kubepods/besteffort/pod" + guaranteedUID, ids: []string{guaranteedID}},
+		{name: "too deep to search, found on this process's cgroup path", root: deepTree, uid: burstableUID,
+			selfCgroup: "12:memory:/\n0::" + deep + "/" + sidecarID + "\n", qos: "burstable", driver: "cgroupfs", path: deep, ids: []string{brokerID}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []Option{WithCgroupRoot(tc.root(t)), WithProcRoot(writeTree(t, map[string]string{"self/cgroup": tc.selfCgroup}))}
+			if tc.kubelet != "" {
+				opts = append(opts, WithKubeletCgroupRoot(tc.kubelet))
+			}
+			pod, err := FindPod(tc.uid, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, c := range pod.Containers {
+				ids = append(ids, c.ID)
+			}
+			if pod.QoS != tc.qos || pod.Driver != tc.driver || pod.Path != tc.path || !slices.Equal(ids, tc.ids) {
+				t.Errorf("got %+v (ids %v)\nwant qos %s driver %s path %s ids %v", pod, ids, tc.qos, tc.driver, tc.path, tc.ids)
+			}
+		})
+	}
+}
+
+func fixed(dir string) func(*testing.T) string { return func(*testing.T) string { return dir } }
+
+func TestFindPodUnderAnyRootErrorsNameTheSearch(t *testing.T) {
+	tests := []struct {
+		name     string
+		kubelet  string
+		contains []string
+	}{
+		{name: "searched", contains: []string{"no pod cgroup at any of", "kubepods.slice",
+			"below the kubepods directories within 4 levels", "/kubelet.slice/kubelet-kubepods.slice", "WithKubeletCgroupRoot", "POD_UID"}},
+		{name: "wrong root given", kubelet: "/node-b", contains: []string{"no pod cgroup below the kubelet cgroup root /node-b",
+			"kubepods directories there: none", "is /node-b the kubelet's --cgroup-root?"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []Option{WithCgroupRoot(kindRoot), WithProcRoot(t.TempDir())}
+			if tc.kubelet != "" {
+				opts = append(opts, WithKubeletCgroupRoot(tc.kubelet))
+			}
+			_, err := FindPod("11111111-2222-3333-4444-555555555555", opts...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, c := range tc.contains {
+				if !strings.Contains(err.Error(), c) {
+					t.Errorf("error %q does not contain %q", err, c)
+				}
+			}
+		})
+	}
+}
+
+func TestPodOnPath(t *testing.T) {
+	us := strings.ReplaceAll(burstableUID, "-", "_")
+	tests := []struct {
+		path, want, qos string
+	}{
+		{"/kubepods/burstable/pod" + burstableUID + "/" + sidecarID, "/kubepods/burstable/pod" + burstableUID, "burstable"},
+		{"/kubelet/kubepods/pod" + burstableUID + "/" + sidecarID, "/kubelet/kubepods/pod" + burstableUID, "guaranteed"},
+		{"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod" + us + ".slice/cri-containerd-" + sidecarID + ".scope",
+			"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod" + us + ".slice", "besteffort"},
+		{"/kubepods/burstable/pod" + guaranteedUID + "/" + sidecarID, "", ""}, // another pod
+		{"/", "", ""},
+		{"/../" + sidecarID, "", ""},
+		{"", "", ""},
+	}
+	for _, tc := range tests {
+		p, ok := podOnPath(tc.path, burstableUID)
+		if ok != (tc.want != "") || p.Path != tc.want || p.QoS != tc.qos {
+			t.Errorf("podOnPath(%q) = %+v, %v; want %q %q", tc.path, p, ok, tc.want, tc.qos)
+		}
+	}
+}
+
+// logDir writes a /var/log/containers of symlinks, name → target, as the
+// kubelet does (the targets need not exist: only the names are read).
+func logDir(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range names {
+		if err := os.Symlink("/var/log/pods/"+n, filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestFindContainerByName(t *testing.T) {
+	const pod, ns = "edge-broker-a-6d5f7c9b8-x2x7q", "mqtt"
+	link := func(container, id string) string { return pod + "_" + ns + "_" + container + "-" + id + ".log" }
+	oldBroker := strings.Repeat("0a", 32)
+	kindLinks := []string{link("amf-sidecar", sidecarID), link("mosquitto", brokerID), link("exporter", exporterID),
+		"other-0_mqtt_mosquitto-" + oldBroker + ".log", "coredns-1_kube-system_coredns-" + strings.Repeat("1b", 32) + ".log"}
+	tests := []struct {
+		name string
+		root string
+		uid  string
+		q    PodQuery
+		logs []string // nil: no log directory mounted
+		want string
+		via  string
+		err  []string
+	}{
+		{name: "the broker beside an exporter", root: kindRoot, uid: kindUID, q: PodQuery{Name: "mosquitto"}, logs: kindLinks,
+			want: brokerID, via: "by name, from "},
+		{name: "the exporter, if asked", root: kindRoot, uid: kindUID, q: PodQuery{Name: "exporter"}, logs: kindLinks, want: exporterID},
+		{name: "a restarted container: the dead one's symlink is still there", root: kindRoot, uid: kindUID, q: PodQuery{Name: "mosquitto"},
+			logs: append([]string{link("mosquitto", oldBroker)}, kindLinks...), want: brokerID},
+		{name: "a name cut by the kubelet's 255-byte limit", root: kindRoot, uid: kindUID, q: PodQuery{Name: "mosquitto"},
+			logs: []string{link("mosquitto", brokerID[:20])}, want: brokerID},
+		{name: "a name that matches nothing lists the pod's containers", root: kindRoot, uid: kindUID, q: PodQuery{Name: "broker"}, logs: kindLinks,
+			err: []string{`pod mqtt/` + pod + ` has no container "broker"`, "names amf-sidecar, exporter, mosquitto"}},
+		{name: "only a dead container of that name", root: kindRoot, uid: kindUID, q: PodQuery{Name: "mosquitto"}, logs: []string{link("mosquitto", oldBroker)},
+			err: []string{`container "mosquitto" of pod mqtt/` + pod + ` is not running`, oldBroker, "restarting?"}},
+		{name: "no symlink of this pod: one container left by elimination, name unchecked", root: nodeARoot, uid: nodeAUID,
+			q: PodQuery{Name: "mosquitto", Exclude: []string{sidecarID, pauseID}}, logs: kindLinks[3:], want: brokerID,
+			via: "the only container besides this one and the sandbox; name not checked: container names unknown: no symlink of pod mqtt/" + pod},
+		{name: "no log directory and two candidates: says why the name did not help", root: kindRoot, uid: kindUID,
+			q:   PodQuery{Name: "mosquitto", Exclude: []string{sidecarID, pauseID}},
+			err: []string{"2 containers could be the target", `container "mosquitto" could not be looked up by name`, "no container log directory given"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := tc.q
+			q.UID, q.PodName, q.Namespace = tc.uid, pod, ns
+			if tc.logs != nil {
+				q.LogDir = logDir(t, tc.logs...)
+			}
+			c, err := FindContainer(q, WithCgroupRoot(tc.root), WithProcRoot(t.TempDir()))
+			if tc.err != nil {
+				if err == nil {
+					t.Fatalf("got %+v, want an error", c)
+				}
+				for _, s := range tc.err {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not contain %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil || c.ID != tc.want || c.Name != q.Name || !strings.Contains(c.Via, tc.via) {
+				t.Fatalf("got %+v, %v; want %s named %s via %q", c, err, tc.want, q.Name, tc.via)
+			}
+		})
+	}
+}
+
+func TestFindContainerByNameNeedsThePodsName(t *testing.T) {
+	_, err := FindContainer(PodQuery{UID: kindUID, Name: "mosquitto", LogDir: t.TempDir(), Exclude: []string{sidecarID, pauseID}},
+		WithCgroupRoot(kindRoot), WithProcRoot(t.TempDir()))
+	if err == nil || !strings.Contains(err.Error(), "set POD_NAME and POD_NAMESPACE from the downward API") {
+		t.Fatalf("error %v, want one asking for POD_NAME and POD_NAMESPACE", err)
+	}
+}

@@ -82,6 +82,9 @@ func forPID(cfg config) (*reader, error) {
 			if err := sets[i](dir); err != nil {
 				return nil, err
 			}
+			if c == ctrlMemory {
+				r.memMount = h.mountPoint
+			}
 			parts = append(parts, c+" "+dir)
 		}
 	} else {
@@ -99,6 +102,7 @@ func forPID(cfg config) (*reader, error) {
 			if err := r.setV2(dir); err != nil {
 				return nil, err
 			}
+			r.memMount = l.v2.mountPoint
 			parts = append(parts, "cgroup v2 "+dir)
 		}
 	}

@@ -44,6 +44,7 @@ type reader struct {
 	cpuFile string // cpu.stat or cpuacct.usage
 
 	mem       source
+	memMount  string // mount point of the memory hierarchy, for MemoryReference
 	memFile   string // memory.current or memory.usage_in_bytes
 	limitFile string // memory.max or memory.limit_in_bytes
 
@@ -55,13 +56,14 @@ type reader struct {
 	blkio     []string
 	blkioPick int
 
-	netDev string // /proc/<pid>/net/dev; "" without a PID
+	netDev   string // /proc/<pid>/net/dev; "" without a PID
+	procRoot string
 
 	proc *procStats // non-nil when some field comes from the process
 }
 
 func newReader(cfg config) *reader {
-	r := &reader{now: cfg.now, blkioPick: -1}
+	r := &reader{now: cfg.now, blkioPick: -1, procRoot: cfg.procRoot}
 	if cfg.pid > 0 {
 		r.netDev = filepath.Join(cfg.procRoot, strconv.Itoa(cfg.pid), "net", "dev")
 	}
@@ -316,7 +318,7 @@ func openIn(cfg config, l layout, p string) (*reader, error) {
 	if abs, err := filepath.Abs(p); err == nil {
 		if h, ok := l.owner(abs); ok {
 			if h.v2 {
-				return openV2(cfg, abs)
+				return openV2(cfg, abs, h.mountPoint)
 			}
 			hp, _ = h.path(abs)
 			return openV1(cfg, l, hp)
@@ -329,11 +331,12 @@ func openIn(cfg config, l layout, p string) (*reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openV2(cfg, dir)
+	return openV2(cfg, dir, l.v2.mountPoint)
 }
 
-func openV2(cfg config, dir string) (*reader, error) {
+func openV2(cfg config, dir, mount string) (*reader, error) {
 	r := newReader(cfg)
+	r.memMount = mount
 	if err := r.setV2(dir); err != nil {
 		return nil, err
 	}
@@ -362,6 +365,7 @@ func openV1(cfg config, l layout, hp string) (*reader, error) {
 	if err := r.setV1Memory(dirs[1]); err != nil {
 		return nil, err
 	}
+	r.memMount = l.v1[ctrlMemory].mountPoint
 	if err := r.setV1Blkio(dirs[2]); err != nil {
 		return nil, err
 	}

@@ -85,6 +85,10 @@ func runChild(role string) int {
 		err = startDiscover()
 	case roleDiscover:
 		err = discover()
+	case childIdle:
+		return runIdleChild()
+	case childFind:
+		return runFindChild()
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -177,17 +181,22 @@ type child struct {
 }
 
 // selfCommand returns a command that runs this test binary as a child in
-// role, with env added. AMF_TEST_EXEC_WRAPPER runs it under an emulator:
-// make test-arm64 sets it to qemu-aarch64-static, since executing an arm64
-// binary from an emulated one needs binfmt_misc, which this machine may not
-// have.
+// role, with env added.
 func selfCommand(role string, env ...string) *exec.Cmd {
-	name, args := os.Args[0], []string{"-test.run=^$"}
+	return exeCommand(os.Args[0], append([]string{childEnv + "=" + role}, env...)...)
+}
+
+// exeCommand runs exe (this test binary, or a copy of it) as a child with env
+// added. AMF_TEST_EXEC_WRAPPER runs it under an emulator: make test-arm64
+// sets it to qemu-aarch64-static, since executing an arm64 binary from an
+// emulated one needs binfmt_misc, which this machine may not have.
+func exeCommand(exe string, env ...string) *exec.Cmd {
+	name, args := exe, []string{"-test.run=^$"}
 	if w := os.Getenv("AMF_TEST_EXEC_WRAPPER"); w != "" {
-		name, args = w, append([]string{os.Args[0]}, args...)
+		name, args = w, append([]string{exe}, args...)
 	}
 	cmd := exec.Command(name, args...)
-	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
+	cmd.Env = append(os.Environ(), env...)
 	return cmd
 }
 
@@ -195,7 +204,22 @@ func selfCommand(role string, env ...string) *exec.Cmd {
 // first line. It is killed at cleanup.
 func startChild(t *testing.T, c *realCgroup, role string, env ...string) *child {
 	t.Helper()
-	cmd := selfCommand(role, append([]string{childDirEnv + "=" + t.TempDir()}, env...)...)
+	ch, line := spawnInCgroups(t, os.Args[0], c.uniqueDirs(), append([]string{childEnv + "=" + role, childDirEnv + "=" + t.TempDir()}, env...)...)
+	word, rest, _ := strings.Cut(line, " ")
+	if word != "ready" && word != "result" {
+		t.Fatalf("child %s said %q", role, line)
+	}
+	ch.said, ch.direct = rest, rest == "direct"
+	return ch
+}
+
+// spawnInCgroups starts exe (this test binary or a copy) as a child with env
+// added (childEnv names its role), moves it into the cgroup directories dirs,
+// tells it to go and returns its first line of output, trimmed. It is killed
+// at cleanup.
+func spawnInCgroups(t *testing.T, exe string, dirs []string, env ...string) (*child, string) {
+	t.Helper()
+	cmd := exeCommand(exe, env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -227,7 +251,7 @@ func startChild(t *testing.T, c *realCgroup, role string, env ...string) *child 
 		})
 	}
 	t.Cleanup(ch.stop)
-	for _, d := range c.uniqueDirs() {
+	for _, d := range dirs {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(ch.pid)), 0o644); err != nil {
 			t.Fatalf("move child into %s: %v", d, err)
 		}
@@ -235,20 +259,15 @@ func startChild(t *testing.T, c *realCgroup, role string, env ...string) *child 
 	if _, err := stdin.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	var line string
 	select {
-	case line = <-first:
+	case line := <-first:
+		return ch, strings.TrimSpace(line)
 	case <-time.After(childTimeout):
-		t.Fatalf("child %s said nothing in %v", role, childTimeout)
+		t.Fatalf("child (%v) said nothing in %v", env, childTimeout)
 	case <-t.Context().Done():
 		t.Fatal(t.Context().Err())
 	}
-	word, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-	if word != "ready" && word != "result" {
-		t.Fatalf("child %s said %q", role, line)
-	}
-	ch.said, ch.direct = rest, rest == "direct"
-	return ch
+	return nil, ""
 }
 
 // readUntil reads until ok accepts a reading or childTimeout passes. The

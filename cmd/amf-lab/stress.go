@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/amf-edge/amf/lab/stress"
@@ -66,6 +67,7 @@ func runStress(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	spec := fs.String("profile", "", "the phases (syntax above); required")
 	scale := fs.Float64("scale", 1, "multiply every phase's duration (0.1: ten times faster); sizes, rates and CPU are unchanged")
 	verbose := fs.Bool("verbose", false, "print every change of the memory held to stderr")
+	memfile := fs.Bool("memory-file", false, "hold the memory in a memory file (shmem: charged to the cgroup, outside this process's RSS), and lower this process's oom_score_adj as far as allowed, so that on cgroup v1 the kernel's OOM killer ends the container's main process, not the injector (as cgroup v2's memory.oom.group ends the whole container)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -93,6 +95,18 @@ func runStress(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	phase := 0
+	var opts []stress.Option
+	if *memfile {
+		opts = append(opts, stress.InMemoryFile())
+		// The OOM killer ranks by RSS plus oom_score_adj: an exec'd injector
+		// has the container's adj (≈ 999 when Burstable) and this binary's
+		// pages outweigh a small broker's. Lowering is allowed down to the
+		// floor the runtime set (0 where the runtime lacks CAP_SYS_RESOURCE,
+		// as on this lab's VM); where it is refused, say so.
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0); err != nil {
+			fmt.Fprintf(stderr, "amf-lab stress: lower oom_score_adj: %v (the OOM killer may end this process rather than the container's main one)\n", err)
+		}
+	}
 	err = stress.Run(ctx, p, func(s stress.Status) {
 		switch {
 		case s.Done:
@@ -108,7 +122,7 @@ func runStress(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fmt.Fprintf(stderr, "%s phase %d/%d held %d of %d bytes, cpu %g\n",
 				time.Now().UTC().Format(time.RFC3339Nano), s.Phase, s.Phases, s.Held, s.Target, s.CPU)
 		}
-	})
+	}, opts...)
 	if err != nil {
 		return err
 	}

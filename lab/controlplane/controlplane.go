@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,6 +41,9 @@ type Options struct {
 	BinDir string
 	// StartTimeout bounds Start when ctx has no deadline (default 2 minutes).
 	StartTimeout time.Duration
+	// ServingIPs are more addresses the API server's certificate is valid for:
+	// where lab nodes reach it (see lab/kubenode).
+	ServingIPs []net.IP
 	// Extra command-line flags, appended to each component's own.
 	APIServerFlags, ControllerManagerFlags, SchedulerFlags, KwokFlags []string
 }
@@ -149,7 +153,7 @@ func Launch(ctx context.Context, dir string, opts Options, logf func(format stri
 			return nil, err
 		}
 	}
-	if cp.pki, err = writePKI(filepath.Join(cp.Dir, "pki")); err != nil {
+	if cp.pki, err = writePKI(filepath.Join(cp.Dir, "pki"), opts.ServingIPs); err != nil {
 		return nil, fmt.Errorf("controlplane: keys: %w", err)
 	}
 	cp.tokens.admin, cp.tokens.kcm, cp.tokens.scheduler, cp.tokens.kwok = randomToken(), randomToken(), randomToken(), randomToken()
@@ -405,6 +409,11 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		"--proxy-client-cert-file=" + cp.pki.proxyCert,
 		"--proxy-client-key-file=" + cp.pki.proxyKey,
 		"--authorization-mode=Node,RBAC",
+		// Real kubelets (lab/kubenode): reach them by the InternalIP they report
+		// (node names do not resolve), authenticated as system:masters.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + cp.pki.kubeletCert,
+		"--kubelet-client-key=" + cp.pki.kubeletK,
 		"--service-account-issuer=" + ServiceAccountIssuer,
 		"--service-account-key-file=" + cp.pki.saPub,
 		"--service-account-signing-key-file=" + cp.pki.saKey,
@@ -575,6 +584,37 @@ func contextCause(ctx context.Context, err error) error {
 		return fmt.Errorf("%w (%w)", err, c)
 	}
 	return err
+}
+
+// ClientCertificate signs a client certificate (PEM) for user cn in groups
+// (x509 authentication: the kubelet is system:node:<name> in system:nodes,
+// kube-proxy system:kube-proxy).
+func (cp *ControlPlane) ClientCertificate(cn string, groups ...string) (certPEM, keyPEM []byte, err error) {
+	return cp.pki.issueClient(cn, groups...)
+}
+
+// CAPEM returns the cluster CA's certificate (PEM): it signs the API server's
+// serving certificate and every client certificate.
+func (cp *ControlPlane) CAPEM() []byte { return append([]byte(nil), cp.pki.caPEM...) }
+
+// CAFile is the path of the cluster CA's certificate.
+func (cp *ControlPlane) CAFile() string { return cp.pki.caCert }
+
+// APIServerPort is the API server's port on 127.0.0.1.
+func (cp *ControlPlane) APIServerPort() int { return cp.ports.apiserver }
+
+// WriteCertKubeconfig writes a kubeconfig (mode 0600) for server (default
+// Host) that authenticates with a client certificate.
+func (cp *ControlPlane) WriteCertKubeconfig(path, server string, certPEM, keyPEM []byte) error {
+	if server == "" {
+		server = cp.Host
+	}
+	c := clientcmdapi.NewConfig()
+	c.Clusters["amf-test"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cp.pki.caPEM}
+	c.AuthInfos["client"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	c.Contexts["amf-test"] = &clientcmdapi.Context{Cluster: "amf-test", AuthInfo: "client", Namespace: metav1.NamespaceDefault}
+	c.CurrentContext = "amf-test"
+	return clientcmd.WriteToFile(*c, path)
 }
 
 // AdminConfig returns a rest.Config of a cluster admin (group system:masters).

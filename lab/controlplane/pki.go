@@ -24,11 +24,17 @@ type pki struct {
 	caCert, caKey         string
 	servingCert, servingK string
 	proxyCert, proxyKey   string
+	kubeletCert, kubeletK string // the API server's client certificate towards kubelets
 	saKey, saPub          string
 	caPEM                 []byte
+	ca                    *x509.Certificate
+	caSigner              *ecdsa.PrivateKey
 }
 
-func writePKI(dir string) (*pki, error) {
+// writePKI writes the cluster's keys into dir. The serving certificate is valid
+// for loopback, the "kubernetes" Service's names and ClusterIP, and extraIPs
+// (where a lab node reaches the API server).
+func writePKI(dir string, extraIPs []net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -36,6 +42,7 @@ func writePKI(dir string) (*pki, error) {
 		caCert: filepath.Join(dir, "ca.crt"), caKey: filepath.Join(dir, "ca.key"),
 		servingCert: filepath.Join(dir, "apiserver.crt"), servingK: filepath.Join(dir, "apiserver.key"),
 		proxyCert: filepath.Join(dir, "front-proxy-client.crt"), proxyKey: filepath.Join(dir, "front-proxy-client.key"),
+		kubeletCert: filepath.Join(dir, "apiserver-kubelet-client.crt"), kubeletK: filepath.Join(dir, "apiserver-kubelet-client.key"),
 		saKey: filepath.Join(dir, "sa.key"), saPub: filepath.Join(dir, "sa.pub"),
 	}
 	now := time.Now()
@@ -73,7 +80,7 @@ func writePKI(dir string) (*pki, error) {
 		NotAfter:     now.Add(7 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)},
+		IPAddresses:  append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)}, extraIPs...),
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
 	}
@@ -99,6 +106,13 @@ func writePKI(dir string) (*pki, error) {
 		return nil, err
 	}
 
+	p.ca, p.caSigner = ca, caKey
+	// kube-apiserver → kubelet (exec, logs, port-forward): kubelets authorize it as system:masters.
+	kubeletCert, kubeletKey, err := p.issueClient("kube-apiserver-kubelet-client", "system:masters")
+	if err != nil {
+		return nil, err
+	}
+
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -119,6 +133,8 @@ func writePKI(dir string) (*pki, error) {
 		{p.servingK, keyPEM(srvKey)},
 		{p.proxyCert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxyDER})},
 		{p.proxyKey, keyPEM(proxyKey)},
+		{p.kubeletCert, kubeletCert},
+		{p.kubeletK, kubeletKey},
 		{p.saKey, keyPEM(saKey)},
 		{p.saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER})},
 	} {
@@ -130,6 +146,33 @@ func writePKI(dir string) (*pki, error) {
 		}
 	}
 	return p, nil
+}
+
+// issueClient signs a client certificate for user cn in groups orgs (x509
+// authentication: CommonName is the user, Organization the groups).
+func (p *pki) issueClient(cn string, orgs ...string) (certPEM, keyPEMBytes []byte, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(7 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &k.PublicKey, p.caSigner)
+	if err != nil {
+		return nil, nil, err
+	}
+	kp := keyPEM(k)
+	if kp == nil {
+		return nil, nil, os.ErrInvalid
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), kp, nil
 }
 
 // frontProxyName is the only client certificate name request-header authentication accepts.

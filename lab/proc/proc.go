@@ -37,7 +37,9 @@ func Start(name, logPath string, onLine func(string), bin string, args ...string
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Own process group (Stop signals all it started); SIGKILL if the lab process
+	// dies in any way, so a killed test leaves no broker or agent behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	var pw *io.PipeWriter
 	if onLine != nil {

@@ -1,6 +1,8 @@
 package stress
 
 import (
+	"golang.org/x/sys/unix"
+
 	"context"
 	"fmt"
 	"math"
@@ -42,14 +44,28 @@ const (
 // kernel charges it to the process's memory cgroup; a target over the cgroup's
 // limit makes the kernel OOM-kill the process, which is the point: nothing here
 // handles it. The Go runtime's own few MiB come on top of the targets.
-func Run(ctx context.Context, p Profile, report func(Status)) error {
+//
+// With InMemoryFile the memory is a memory file's pages instead (shmem,
+// written, never mapped): still charged to the cgroup, but outside the
+// process's RSS, which is what the kernel's OOM killer ranks processes by. In
+// a container on cgroup v1, where the OOM killer ends one process, the victim
+// is then the container's main process (the broker) and the container dies
+// OOMKilled, as cgroup v2's memory.oom.group (Kubernetes ≥ 1.28) would end the
+// whole container; with anonymous memory the injector itself would die.
+func Run(ctx context.Context, p Profile, report func(Status), opts ...Option) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
 	if report == nil {
 		report = func(Status) {}
 	}
-	var mem memory
+	mem := memory{fd: -1}
+	for _, o := range opts {
+		if err := o(&mem); err != nil {
+			return err
+		}
+	}
+	defer mem.close()
 	defer mem.release()
 	for i, ph := range p.Phases {
 		st := Status{Phase: i + 1, Phases: len(p.Phases), PhaseStart: time.Now(), Target: ph.Memory, Held: mem.held, CPU: ph.CPU}
@@ -102,10 +118,61 @@ func playPhase(ctx context.Context, ph Phase, mem *memory, st Status, report fun
 	}
 }
 
-// memory is the set of regions held.
+// Option changes how Run holds memory.
+type Option func(*memory) error
+
+// InMemoryFile holds the memory in a memory file (memfd) rather than in
+// anonymous mappings: see Run.
+func InMemoryFile() Option {
+	return func(m *memory) error {
+		fd, err := unix.MemfdCreate("amf-lab-stress", unix.MFD_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("memfd_create: %w", err)
+		}
+		m.fd = fd
+		return nil
+	}
+}
+
+// memory is the set of regions held, or a memory file's size.
 type memory struct {
 	regions [][]byte
 	held    int64
+	fd      int // the memory file; -1: anonymous mappings
+}
+
+func (m *memory) close() {
+	if m.fd >= 0 {
+		unix.Close(m.fd)
+	}
+}
+
+// setFile grows the memory file by writing its pages (which allocates and
+// charges them) or shrinks it with ftruncate (which frees them).
+func (m *memory) setFile(ctx context.Context, want int64) error {
+	if want < m.held {
+		if err := unix.Ftruncate(m.fd, want); err != nil {
+			return fmt.Errorf("ftruncate the memory file to %d bytes: %w", want, err)
+		}
+		m.held = want
+		return nil
+	}
+	buf := make([]byte, mmapUnit)
+	for i := range buf {
+		buf[i] = 1
+	}
+	for m.held < want {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := min(want-m.held, mmapUnit)
+		w, err := unix.Pwrite(m.fd, buf[:n], m.held)
+		if err != nil {
+			return fmt.Errorf("write the memory file (holding %d): %w", m.held, err)
+		}
+		m.held += int64(w)
+	}
+	return nil
 }
 
 var pageSize = int64(os.Getpagesize())
@@ -114,6 +181,9 @@ var pageSize = int64(os.Getpagesize())
 // page.
 func (m *memory) set(ctx context.Context, want int64) error {
 	want = (want + pageSize - 1) / pageSize * pageSize
+	if m.fd >= 0 {
+		return m.setFile(ctx, want)
+	}
 	for m.held > want {
 		last := m.regions[len(m.regions)-1]
 		if err := syscall.Munmap(last); err != nil {

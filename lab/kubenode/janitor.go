@@ -1,0 +1,117 @@
+package kubenode
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+)
+
+// janitorScript tears a node down: every process in its cgroups (frozen first,
+// so nothing forks meanwhile, then SIGKILL), its cgroups in every hierarchy,
+// then its files. With its network and mount namespaces' last processes gone,
+// the namespaces, the veth pair, the routes through it and every mount the
+// node made go too. It runs when its standard input ends: at Stop, or when the
+// lab process dies (the kernel closes the pipe's other end).
+//
+// $1 is the cgroup name (amf-node<i>), the other arguments the paths to remove.
+const janitorScript = `
+set -u
+cg="$1"; shift
+[ "${AMF_JANITOR_NOW:-}" = 1 ] || { read -r _ || true; }
+procs() { find /sys/fs/cgroup/*/"$cg" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u; }
+fz=/sys/fs/cgroup/freezer/"$cg"/freezer.state
+killed=""
+i=0
+while [ $i -lt 200 ]; do
+	p=$(procs)
+	[ -z "$p" ] && break
+	killed="$killed $p"
+	[ -f "$fz" ] && echo FROZEN >"$fz" 2>/dev/null
+	kill -9 $p 2>/dev/null
+	[ -f "$fz" ] && echo THAWED >"$fz" 2>/dev/null
+	sleep 0.05
+	i=$((i + 1))
+done
+[ -n "$(procs)" ] && echo "kubenode janitor: processes left in cgroup $cg: $(procs | tr '\n' ' ')" >&2
+# A killed process leaves its cgroup at once but stays a zombie until it is
+# reaped: wait until every one is gone, so that the end of the teardown means it.
+for p in $killed; do
+	i=0
+	while [ -e /proc/$p ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+	[ -e /proc/$p ] && echo "kubenode janitor: process $p not reaped" >&2
+done
+i=0
+while [ $i -lt 100 ]; do
+	left=0
+	for h in /sys/fs/cgroup/*/"$cg"; do
+		[ -d "$h" ] || continue
+		find "$h" -depth -type d -exec rmdir {} + 2>/dev/null
+		[ -d "$h" ] && left=1
+	done
+	[ $left = 0 ] && break
+	sleep 0.05
+	i=$((i + 1))
+done
+for h in /sys/fs/cgroup/*/"$cg"; do [ -d "$h" ] && echo "kubenode janitor: cgroup $h left" >&2; done
+for d in "$@"; do rm -rf -- "$d"; done
+exit 0
+`
+
+// janitor is the process that tears the node down when its pipe closes.
+type janitor struct {
+	cmd  *exec.Cmd
+	pipe *os.File // write end: closing it starts the teardown
+	done chan struct{}
+}
+
+// startJanitor starts the janitor for cgroup cg and paths. lock (the node
+// index's lock file) is handed to it, so the index stays taken until the
+// teardown has finished, even after the lab process is gone.
+func startJanitor(cg string, paths []string, lock *os.File, logPath string) (*janitor, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, err
+	}
+	cmd := exec.Command("/bin/sh", append([]string{"-c", janitorScript, "kubenode-janitor", cg}, paths...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, logf, logf
+	cmd.ExtraFiles = []*os.File{lock}
+	// Its own process group and no death signal: it must outlive the lab process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		r.Close()
+		w.Close()
+		logf.Close()
+		return nil, fmt.Errorf("start the node's janitor: %w", err)
+	}
+	r.Close()
+	logf.Close()
+	j := &janitor{cmd: cmd, pipe: w, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(j.done) }()
+	return j, nil
+}
+
+// run tears down at once and waits.
+func (j *janitor) run() {
+	j.pipe.Close()
+	<-j.done
+}
+
+// cleanStale tears down what a node with the same index left behind (its
+// janitor was killed too): run the same script at once, synchronously.
+func cleanStale(cg string, paths []string) error {
+	cmd := exec.Command("/bin/sh", append([]string{"-c", janitorScript, "kubenode-janitor", cg}, paths...)...)
+	cmd.Env = append(os.Environ(), "AMF_JANITOR_NOW=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "" {
+		return fmt.Errorf("clean what an earlier node left in cgroup %s: %v: %s", cg, err, out)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+// Package kubenodetest starts a control plane and a real node for a test:
+// lab/controlplane's API server with lab/kubenode's kubelet + containerd, the
+// lab's images imported. What is missing on the machine skips the test with
+// one line saying what to run, or fails it where AMF_REQUIRE_NODE=1.
+package kubenodetest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
+)
+
+// Options configures Start.
+type Options struct {
+	// Node is passed to kubenode.Launch (ControlPlane and Images are set here).
+	Node kubenode.Config
+	// ControlPlane is passed to controlplane.Start (ServingIPs are added).
+	ControlPlane controlplane.Options
+}
+
+// Start returns a running control plane and node, and stops both (the node
+// first) when the test ends; their logs go to the test log if it failed.
+func Start(t testing.TB, opts Options) (*controlplane.ControlPlane, *kubenode.Node) {
+	t.Helper()
+	Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	imgs := Images(t)
+	opts.ControlPlane.ServingIPs = append(opts.ControlPlane.ServingIPs, kubenode.ServingIPs()...)
+	cp, err := controlplane.Start(ctx, t, opts.ControlPlane)
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+	cfg := opts.Node
+	cfg.ControlPlane = cp
+	for _, im := range imgs {
+		cfg.Images = append(cfg.Images, im.Archive)
+	}
+	if cfg.Log == nil {
+		cfg.Log = t.Logf
+	}
+	n, err := kubenode.Launch(ctx, cfg)
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			n.DumpLogs()
+		}
+		n.Stop()
+	})
+	return cp, n
+}
+
+// Require skips the test (fails it with AMF_REQUIRE_NODE=1) unless this
+// machine can run a node and its control plane is built.
+func Require(t testing.TB) {
+	t.Helper()
+	fail := t.Skipf
+	if os.Getenv(kubenode.EnvRequire) == "1" {
+		fail = t.Fatalf
+	}
+	if err := kubenode.Check(); err != nil {
+		fail("no real node here (%v)", err)
+	}
+	bin, err := controlplane.BinDir()
+	if err == nil {
+		_, err = os.Stat(filepath.Join(bin, "kubelet"))
+	}
+	if err != nil {
+		fail("Kubernetes node binaries not built (%v): run make k8s", err)
+	}
+}
+
+// Images builds the lab's images (cached per machine) for the module the test
+// runs in.
+func Images(t testing.TB) []images.Image {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	imgs, err := images.Build(ctx, images.Options{})
+	if err != nil {
+		t.Fatalf("images: %v", err)
+	}
+	return imgs
+}

@@ -461,7 +461,7 @@ func (s *Sidecar) apply(v Verdict, sc *scored) {
 	if v.Publish {
 		s.seq++
 		s.status.Seq = s.seq
-		msg = signal.Message{State: v.State, Reason: v.Reason, Seq: s.seq, Time: time.Now(),
+		msg = signal.Message{State: v.State, Reason: signal.ShortReason(v.Reason), Seq: s.seq, Time: time.Now(),
 			Probability: s.status.Score, Features: s.status.Features}
 		if sc != nil {
 			msg.Time = sc.at
@@ -515,7 +515,7 @@ func (s *Sidecar) shutdown() {
 	}
 	s.mu.Lock()
 	s.seq++
-	msg := signal.Message{State: signal.Stopping, Reason: v.Reason, Seq: s.seq, Time: time.Now(),
+	msg := signal.Message{State: signal.Stopping, Reason: signal.ShortReason(v.Reason), Seq: s.seq, Time: time.Now(),
 		Probability: s.status.Score, Features: s.status.Features}
 	s.mu.Unlock()
 	if err := s.cfg.Signaller.Close(msg, 2*time.Second); err != nil {

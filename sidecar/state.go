@@ -12,7 +12,8 @@ import (
 // Precedence, strongest first: stopping (terminal) > unhealthy (the app-logic probe
 // fails, the application said so, or the broker container is gone) > anomalous (the
 // model's score is at or above the threshold) > healthy. The sidecar stays starting
-// until it has both a score and, when a probe is configured, a passing probe.
+// until it has both a score and, when a probe is configured, a passing probe; a
+// probe that fails before the broker has ever answered keeps it starting.
 type Machine struct {
 	threshold float64
 	needProbe bool
@@ -26,6 +27,7 @@ type Machine struct {
 
 	probeKnown  bool
 	probeOK     bool
+	probeEverOK bool // the broker has answered a probe since the sidecar started
 	probeReason string
 
 	appUnhealthy string // reason the application gave; empty when it reports healthy
@@ -67,6 +69,7 @@ func (m *Machine) Score(p float64) Verdict {
 // Probe records an app-logic probe result.
 func (m *Machine) Probe(ok bool, reason string) Verdict {
 	m.probeKnown, m.probeOK, m.probeReason = true, ok, reason
+	m.probeEverOK = m.probeEverOK || ok
 	return m.settle()
 }
 
@@ -130,6 +133,11 @@ func (m *Machine) derive() (signal.State, string) {
 		return signal.Unhealthy, m.targetGone
 	case m.appUnhealthy != "":
 		return signal.Unhealthy, m.appUnhealthy
+	case m.probeKnown && !m.probeOK && !m.probeEverOK:
+		// A native sidecar starts before its broker: a broker that has not
+		// answered yet is starting, not failed (the agent fails over on
+		// unhealthy at once, and did so at every pod start on a real node).
+		return signal.Starting, "waiting for the broker to answer its app-logic probe: " + m.probeReason
 	case m.probeKnown && !m.probeOK:
 		return signal.Unhealthy, "app-logic probe failed: " + m.probeReason
 	case m.scored && m.anomalous:

@@ -59,8 +59,14 @@ func TestMachineTransitions(t *testing.T) {
 			{do: score(0.8), state: signal.Unhealthy, publish: true},
 			{do: probe(true), state: signal.Anomalous, publish: true},
 		}},
-		{"a failing probe before any score is unhealthy at once", true, []event{
-			{do: probe(false), state: signal.Unhealthy, publish: true},
+		{"a broker that has not answered yet is starting, not unhealthy", true, []event{
+			{do: probe(false), state: signal.Starting, reason: "waiting for the broker to answer"},
+			{do: score(0.1), state: signal.Starting},
+			{do: probe(true), state: signal.Healthy, publish: true},
+		}},
+		{"a failing probe after the broker answered is unhealthy at once", true, []event{
+			{do: probe(true), state: signal.Starting},
+			{do: probe(false), state: signal.Unhealthy, publish: true, reason: "app-logic probe failed"},
 		}},
 		{"the application's word holds until it takes it back", false, []event{
 			{do: score(0.1), state: signal.Healthy, publish: true},

@@ -25,6 +25,21 @@ const MaxMessageBytes = 4 << 10
 // MaxReasonBytes bounds the free-text reason, so a message always fits.
 const MaxReasonBytes = 512
 
+// ShortReason cuts a reason to MaxReasonBytes at a UTF-8 boundary, ending it
+// with "…" when cut: a long reason (a discovery error naming every cgroup it
+// looked at) must shorten the signal, not stop it.
+func ShortReason(r string) string {
+	if len(r) <= MaxReasonBytes {
+		return r
+	}
+	const ell = "…"
+	cut := MaxReasonBytes - len(ell)
+	for cut > 0 && !utf8.RuneStart(r[cut]) {
+		cut--
+	}
+	return r[:cut] + ell
+}
+
 // TopicPrefix starts every health topic.
 const TopicPrefix = "amf/v1/"
 

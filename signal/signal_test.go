@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func ptr(f float64) *float64 { return &f }
@@ -143,4 +144,31 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoded message refused: %v", err)
 		}
 	})
+}
+
+func TestShortReasonFitsTheLimitAtARuneBoundary(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		cut      bool
+	}{
+		{"short is kept", "probe failed", false},
+		{"exactly the limit is kept", strings.Repeat("a", MaxReasonBytes), false},
+		{"ASCII over the limit is cut", strings.Repeat("a", MaxReasonBytes+1), true},
+		{"multi-byte runes are not split", strings.Repeat("é", MaxReasonBytes), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ShortReason(tc.in)
+			if len(got) > MaxReasonBytes || !utf8.ValidString(got) {
+				t.Fatalf("%d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
+			}
+			if cut := got != tc.in; cut != tc.cut || (cut && !strings.HasSuffix(got, "…")) {
+				t.Errorf("cut %v (%q...), want cut %v ending in …", cut, got[:min(len(got), 20)], tc.cut)
+			}
+			m := validMessage()
+			m.Reason = got
+			if err := m.Validate(); err != nil {
+				t.Errorf("the shortened reason is refused: %v", err)
+			}
+		})
+	}
 }

@@ -37,6 +37,9 @@ type Options struct {
 	// Nodes is the number of kwok fake nodes, named kwok-node-0, kwok-node-1, ...
 	// (default 1). More can be added later with AddNode.
 	Nodes int
+	// NoFakeNodes runs no kwok and makes no fake node: a cluster of real
+	// nodes only (lab/kubenode), where a DaemonSet must not get fake pods.
+	NoFakeNodes bool
 	// BinDir overrides where the binaries are (default: BinDir()).
 	BinDir string
 	// StartTimeout bounds Start when ctx has no deadline (default 2 minutes).
@@ -232,14 +235,18 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	cp.mu.Lock()
 	cp.kcm = cp.newProcess("kube-controller-manager", cp.kcmArgs())
 	cp.scheduler = cp.newProcess("kube-scheduler", cp.schedulerArgs())
-	cp.kw = cp.newProcess("kwok", cp.kwokArgs())
+	procs := []*process{cp.kcm, cp.scheduler}
+	if !cp.opts.NoFakeNodes {
+		cp.kw = cp.newProcess("kwok", cp.kwokArgs())
+		procs = append(procs, cp.kw)
+	}
 	cp.mu.Unlock()
-	for _, pr := range []*process{cp.kcm, cp.scheduler, cp.kw} {
+	for _, pr := range procs {
 		if err := pr.start(); err != nil {
 			return err
 		}
 	}
-	ctx, cancel = untilExit(ctx, cp.etcd, cp.apiserver, cp.kcm, cp.scheduler, cp.kw)
+	ctx, cancel = untilExit(ctx, append([]*process{cp.etcd, cp.apiserver}, procs...)...)
 	defer cancel()
 
 	v, err := cp.client.Discovery().ServerVersion()
@@ -248,7 +255,11 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 	cp.Version = v.GitVersion
 	cp.Nodes = nil
-	for i := range cp.opts.Nodes {
+	fake := cp.opts.Nodes
+	if cp.opts.NoFakeNodes {
+		fake = 0
+	}
+	for i := range fake {
 		name := fmt.Sprintf("kwok-node-%d", i)
 		if err := cp.createNode(ctx, name); err != nil {
 			return err
@@ -257,14 +268,17 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // self-signed, loopback
 	defer insecure.CloseIdleConnections()
-	for _, c := range []struct {
+	checks := []struct {
 		what string
 		url  string
 	}{
 		{"kube-controller-manager /healthz", "https://127.0.0.1:" + itoa(p.kcm) + "/healthz"},
 		{"kube-scheduler /healthz", "https://127.0.0.1:" + itoa(p.scheduler) + "/healthz"},
-		{"kwok /healthz", "http://127.0.0.1:" + itoa(p.kwok) + "/healthz"},
-	} {
+	}
+	if cp.kw != nil {
+		checks = append(checks, struct{ what, url string }{"kwok /healthz", "http://127.0.0.1:" + itoa(p.kwok) + "/healthz"})
+	}
+	for _, c := range checks {
 		if err := poll(ctx, c.what, func(ctx context.Context) error { return get(ctx, insecure, c.url, "") }); err != nil {
 			return err
 		}
@@ -524,6 +538,9 @@ func (cp *ControlPlane) createNode(ctx context.Context, name string) error {
 // waitNodesReady watches nodes until the named ones are Ready and have lost the
 // node.kubernetes.io/not-ready taint (so pods can be scheduled at once).
 func (cp *ControlPlane) waitNodesReady(ctx context.Context, names ...string) error {
+	if len(names) == 0 {
+		return nil
+	}
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = false

@@ -46,7 +46,10 @@ type dynamicDeps struct {
 // /lib/<triplet>, /usr/lib/<triplet>, /lib, /usr/lib. A library only found
 // through ld.so.conf (e.g. under /usr/local/lib) is an error, as the program
 // would not start in the image.
-func sharedLibraries(bin string) (dynamicDeps, error) {
+//
+// dlopened are sonames the program loads at run time without DT_NEEDED
+// (resolved and followed like the others).
+func sharedLibraries(bin string, dlopened ...string) (dynamicDeps, error) {
 	f, err := elf.Open(bin)
 	if err != nil {
 		return dynamicDeps{}, fmt.Errorf("read ELF headers of %s: %w", bin, err)
@@ -82,6 +85,9 @@ func sharedLibraries(bin string) (dynamicDeps, error) {
 	}
 	if err := enqueue(bin, f); err != nil {
 		return deps, err
+	}
+	for _, so := range dlopened {
+		queue = append(queue, need{so, bin})
 	}
 	// libc needs the loader by its soname; the loader satisfies that itself.
 	found := map[string]bool{}

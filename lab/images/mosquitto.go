@@ -68,7 +68,10 @@ func mosquittoRecipe(arch, bin string, labBin []byte) (recipe, error) {
 		return recipe{}, fmt.Errorf("images: mosquitto at %s is Debian's %s, but MosquittoRef (%s) says %s: change MosquittoRef to match the installed package",
 			bin, pkg.Version, MosquittoRef, want)
 	}
-	deps, err := sharedLibraries(real)
+	// glibc dlopens libgcc_s at pthread_exit and cancellation (Mosquitto's
+	// bridges run threads): without it the broker aborts with "libgcc_s.so.1
+	// must be installed for pthread_exit to work".
+	deps, err := sharedLibraries(real, "libgcc_s.so.1")
 	if err != nil {
 		return recipe{}, fmt.Errorf("images: mosquitto: %w", err)
 	}

@@ -22,16 +22,17 @@ const usage = `amf-lab — AMF's testbed on one machine
 
 Usage:
   amf-lab demo
-      one AMF run and one reactive run of the paper's experiment at 1/4 length,
-      compared; without root, says why and runs the signal benchmark instead
+      one AMF run and three reactive runs of the paper's experiment at 1/4 length
+      on a real node, compared; where no node can run, says why and runs the
+      signal benchmark instead
   amf-lab bench signal [--runs 5] [--keepalive 5s] [--steady 20s] [--keep]
       signal-based detection vs a kubelet-style poller, with real processes
   amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s]
       one real agent under the load of a full node's sidecars
-  amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--scale 0.25] [--out DIR] [--model NAME|PATH]
-      the paper's availability experiment on a real control plane and a lab node
-      (root, cgroup v1; make k8s first); --model: the sidecars' model, an
-      embedded name or a model file (default: the sidecar's default)
+  amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--reactive-runs N] [--scale 0.25] [--out DIR] [--model NAME|PATH]
+      the paper's availability experiment on a real control plane and a real
+      node (kubelet + containerd; root; make deps k8s first); --model: the
+      sidecars' model, an embedded name or a model file (default: the sidecar's)
   amf-lab corpus --out DIR [--seed 1] [--runs 1] [--families a,b] [--parallel 2] [--lead-in 10m] [--append] [--list]
       staged load profiles run in real broker containers, raw counters recorded
       every second with the time of the failure (the lead-time model's corpus)

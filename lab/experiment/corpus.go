@@ -23,7 +23,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/amf-edge/amf/lab/corpus"
-	"github.com/amf-edge/amf/lab/node"
+	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
 )
 
@@ -421,13 +421,13 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	if err != nil {
 		return res, nil, err
 	}
-	evs, unsub := e.node.Subscribe()
+	evs, unsub := e.node.Subscribe(ctx)
 	defer unsub()
-	failed := make(chan node.Event, 1)
+	failed := make(chan kubenode.Event, 1)
 	go func() {
 		for ev := range evs {
 			if ev.Namespace == ns && ev.Pod == pod.Name && ev.Container == testbed.BrokerContainer &&
-				(ev.Type == node.EventOOMKilled || ev.Type == node.EventExited) {
+				(ev.Type == kubenode.EventOOMKilled || ev.Type == kubenode.EventExited) {
 				select {
 				case failed <- ev:
 				default:
@@ -435,7 +435,7 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 			}
 		}
 	}()
-	cg, err := e.node.ContainerCgroup(ns, pod.Name, testbed.BrokerContainer)
+	cg, err := e.node.ContainerCgroup(ctx, ns, pod.Name, testbed.BrokerContainer)
 	if err != nil {
 		return res, nil, err
 	}
@@ -474,7 +474,7 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	if len(run.Traffic) > 0 {
 		// From outside the container, as clients reach a broker: only the
 		// broker's own work is charged to its cgroup.
-		url := "tcp://127.0.0.1:" + strconv.Itoa(ed.BrokerPortA)
+		url := brokerURL(pod, ed.BrokerPortA)
 		go func() {
 			var terr error
 			res.Bursts, terr = publishTraffic(sctx, url, ns, res.Onset, run.Traffic)
@@ -486,8 +486,8 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	select {
 	case ev := <-failed:
 		t := ev.Time
-		res.Failure, res.FailureKind = &t, string(ev.Type)
-		if ev.Type == node.EventExited {
+		res.Failure, res.FailureKind = &t, "oom-killed"
+		if ev.Type == kubenode.EventExited {
 			res.FailureKind = "exited: " + ev.Reason
 		}
 		err = sleep(ctx, 3*time.Second) // the samples up to the kill
@@ -521,7 +521,7 @@ func (e *env) injectProfile(ctx context.Context, ns, pod, name, profile string) 
 		return time.Time{}, err
 	}
 	onset := time.Now()
-	cmd, err := e.node.Exec(ctx, ns, pod, testbed.BrokerContainer, []string{e.stress, "stress", "--profile", profile}, log, log)
+	cmd, err := e.node.Exec(ctx, ns, pod, testbed.BrokerContainer, []string{stressPath, "stress", "--memory-file", "--profile", profile}, log, log)
 	if err != nil {
 		log.Close()
 		return time.Time{}, fmt.Errorf("start the profile in %s/%s: %w", ns, pod, err)

@@ -1,10 +1,11 @@
 // Package experiment is `amf-lab experiment`: the paper's availability experiment
-// on one machine. It starts the real control plane (lab/controlplane), a lab node
-// that runs the edge broker's pods as local processes in real cgroups (lab/node),
-// the RDS and OBU Mosquitto brokers and the edge broker Deployments
-// (lab/testbed), the E2E outage probe (lab/probe), and for each run injects the
-// paper's staged fault into the primary edge broker's container (amf-lab stress,
-// exec'd into its cgroup), then records what happened: onset, detection,
+// on one machine. It starts the real control plane (lab/controlplane) and a real
+// node (lab/kubenode: kubelet + containerd, the lab's images from lab/images),
+// the RDS and OBU Mosquitto brokers, the agent DaemonSet and the edge broker
+// Deployments (lab/testbed), the E2E outage probe (lab/probe), and for each run
+// injects the paper's staged fault into the primary edge broker's container
+// (amf-lab stress, exec'd through the API server, the kubelet and the runtime),
+// then records what happened: onset, detection,
 // confirmation, standby Ready, primary retired, OOM, restarts, healthy-window
 // jitter and the end-to-end service outage. Modes:
 //
@@ -17,8 +18,8 @@
 //   - healthy: the full loop under normal traffic with no fault, to count false
 //     switchovers.
 //
-// The sidecars run Config.Model (an embedded name, or a model file copied
-// where the pods can read it); each run records it, its sha256 and what the
+// The sidecars run Config.Model (an embedded name, or a model file copied to
+// a host folder the pods mount); each run records it, its sha256 and what the
 // primary's sidecar reported in /status.
 //
 // Results (JSON, a summary table beside the paper's figures, SVG plots) go to a

@@ -3,8 +3,11 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,34 +15,34 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/amf-edge/amf/inject"
 	"github.com/amf-edge/amf/lab/controlplane"
-	"github.com/amf-edge/amf/lab/node"
+	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/probe"
-	"github.com/amf-edge/amf/lab/proc"
 	"github.com/amf-edge/amf/lab/testbed"
 )
 
-// NodeName is the lab node's name.
-const NodeName = "amf-lab"
+// NodeName is the real node's name.
+const NodeName = "amf-edge-node"
 
-// env is what every run shares: control plane, lab node, remote brokers, probe.
+// stressPath is the injector inside the lab's Mosquitto image.
+const stressPath = images.LabBinary
+
+// env is what every run shares: control plane, the real node, remote brokers, probe.
 type env struct {
 	cfg      *Config
 	dir      string
 	cp       *controlplane.ControlPlane
 	client   kubernetes.Interface
-	node     *node.Node
-	nodeDone chan error
-	stopNode context.CancelFunc
+	node     *kubenode.Node
 	rds, obu *testbed.Broker
 	probe    *probe.Probe
-	agentCfg string // the agent's kubeconfig
-	// podDir holds what the pods' users (1883, 65532) must reach: the node's
-	// state (volumes, container logs) and copies of the programs they run.
-	// It is under the system's temporary folder, not the results folder,
-	// whose parents may be private (e.g. /root).
+	agent    *testbed.Agent // the DaemonSet's pod, as the current mode runs it
+	// podDir holds what the pods must read from the host (a model file):
+	// under the system's temporary folder, not the results folder, whose
+	// parents may be private (e.g. /root).
 	podDir    string
-	stress    string // amf-lab, as the fault injector runs it inside the container
 	model     sidecarModel
 	keepState bool
 }
@@ -57,139 +60,128 @@ func setup(ctx context.Context, cfg *Config) (_ *env, err error) {
 	if err := os.MkdirAll(e.dir, 0o755); err != nil {
 		return nil, err
 	}
+	e.progress("building the images (pause, Mosquitto from Debian, amf-sidecar, amf-agent, amf-lab; cached)")
+	imgs, err := images.Build(ctx, images.Options{ModuleDir: cfg.Repo, BinDir: filepath.Dir(cfg.Bin.Self)})
+	if err != nil {
+		return nil, err
+	}
 	e.progress("starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler)")
-	e.cp, err = controlplane.Launch(ctx, e.dir, controlplane.Options{}, func(f string, a ...any) { cfg.Log.Info(fmt.Sprintf(f, a...)) })
+	logf := func(f string, a ...any) { cfg.Log.Info(fmt.Sprintf(f, a...)) }
+	e.cp, err = controlplane.Launch(ctx, e.dir, controlplane.Options{ServingIPs: kubenode.ServingIPs(), NoFakeNodes: true}, logf)
 	if err != nil {
 		return nil, err
 	}
 	e.client = e.cp.Client()
 
-	e.progress("starting the lab node %q (pods run as local processes in cgroups)", NodeName)
+	e.progress("starting the node %q: containerd + kubelet + kube-proxy in a network namespace of its own", NodeName)
+	archives := make([]string, len(imgs))
+	for i, im := range imgs {
+		archives[i] = im.Archive
+	}
+	nctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if e.node, err = kubenode.Launch(nctx, kubenode.Config{Name: NodeName, ControlPlane: e.cp, Images: archives, Log: logf}); err != nil {
+		return nil, err
+	}
+	e.progress("node %s Ready: kubelet %s, %s", NodeName, e.node.KubeletVersion, e.node.RuntimeVersion)
 	if e.podDir, err = os.MkdirTemp("", "amf-lab-pods-"); err != nil {
 		return nil, err
 	}
 	if err := os.Chmod(e.podDir, 0o755); err != nil {
 		return nil, err
 	}
-	sidecar := filepath.Join(e.podDir, "bin", "amf-sidecar")
-	e.stress = filepath.Join(e.podDir, "bin", "amf-lab")
-	if err := copyProgram(cfg.Bin.Sidecar, sidecar); err != nil {
-		return nil, err
-	}
-	if err := copyProgram(cfg.Bin.Self, e.stress); err != nil {
-		return nil, err
-	}
-	e.node, err = node.New(node.Config{
-		Name:     NodeName,
-		Client:   e.client,
-		StateDir: filepath.Join(e.podDir, "state"),
-		Images: map[string]node.Image{
-			"eclipse-mosquitto":            {Entrypoint: []string{cfg.Bin.Mosquitto}, Cmd: []string{"-c", testbed.MosquittoConfigDir + "/mosquitto.conf"}},
-			"ghcr.io/amf-edge/amf-sidecar": {Entrypoint: []string{sidecar}},
-		},
-		Log: cfg.Log.With("component", "lab-node"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	nctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.stopNode, e.nodeDone = cancel, make(chan error, 1)
-	go func() { e.nodeDone <- e.node.Run(nctx) }()
-	select {
-	case <-e.node.Ready():
-	case err := <-e.nodeDone:
-		e.nodeDone <- err
-		return nil, fmt.Errorf("lab node: %w", err)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 
-	e.progress("starting the RDS and OBU Mosquitto brokers and the E2E probe (set/speed every 100 ms)")
-	if e.rds, err = testbed.StartMosquitto(ctx, e.dir, "rds-broker", cfg.Bin.Mosquitto); err != nil {
+	e.progress("starting the RDS and OBU Mosquitto brokers (in the node's network) and the E2E probe (set/speed every 100 ms)")
+	site := testbed.Site{NetNS: e.node.NetNS, IP: e.node.IP}
+	if e.rds, err = testbed.StartMosquittoAt(ctx, e.dir, "rds-broker", cfg.Bin.Mosquitto, site); err != nil {
 		return nil, err
 	}
-	if e.obu, err = testbed.StartMosquitto(ctx, e.dir, "obu-broker", cfg.Bin.Mosquitto); err != nil {
+	if e.obu, err = testbed.StartMosquittoAt(ctx, e.dir, "obu-broker", cfg.Bin.Mosquitto, site); err != nil {
 		return nil, err
 	}
 	if e.probe, err = probe.Start(ctx, probe.Config{PublishURL: e.rds.URL(), SubscribeURL: e.obu.URL()}); err != nil {
-		return nil, err
-	}
-	e.agentCfg = filepath.Join(e.dir, "amf-agent.kubeconfig")
-	if err := testbed.ApplyAgentRBAC(ctx, e.cp, cfg.Repo, e.agentCfg); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
 func (e *env) close() {
+	if e.agent != nil {
+		e.agent.Stop()
+	}
 	if e.probe != nil {
 		e.probe.Stop()
-	}
-	if e.stopNode != nil {
-		e.stopNode()
-		select {
-		case <-e.nodeDone:
-		case <-time.After(time.Minute):
-		}
 	}
 	for _, b := range []*testbed.Broker{e.rds, e.obu} {
 		if b != nil {
 			b.Stop()
 		}
 	}
+	if e.node != nil {
+		if e.keepState {
+			e.node.DumpLogs()
+		}
+		e.node.Stop()
+	}
 	if e.cp != nil {
 		e.cp.Stop()
 	}
 	if e.podDir != "" {
-		if e.keepState {
-			e.progress("pod state and container logs kept in %s", e.podDir)
-		} else {
-			os.RemoveAll(e.podDir)
-		}
+		os.RemoveAll(e.podDir)
 	}
 }
 
-// copyProgram copies an executable to dst (mode 0755), creating its folder.
-func copyProgram(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(dst, b, 0o755)
-}
-
-// startAgent starts the agent for a mode: acting (amf, healthy) or observing.
+// startAgent deploys the agent DaemonSet for a mode: acting (amf, healthy) or
+// observing; debug logging, so that each signal is a line.
 func (e *env) startAgent(ctx context.Context, m Mode) (*testbed.Agent, error) {
-	return testbed.StartAgent(ctx, testbed.AgentOptions{
-		Bin: e.cfg.Bin.Agent, Kubeconfig: e.agentCfg, Node: NodeName, Actuate: true, ObserveOnly: m == Observe,
-		LogPath: filepath.Join(e.dir, fmt.Sprintf("amf-agent-%s.log", m)),
-	})
+	if e.agent != nil {
+		e.agent.Stop()
+		e.agent = nil
+	}
+	extra := []string{"--log-level=debug"}
+	if m == Observe {
+		extra = append(extra, "--observe-only")
+	}
+	e.progress("agent: kubectl apply -k manifests/base, arguments %v, waiting for its pod", extra)
+	a, err := testbed.DeployAgent(ctx, e.cp, e.cfg.Repo, NodeName, extra)
+	if err != nil {
+		return nil, err
+	}
+	e.agent = a
+	return a, nil
 }
 
-// edge describes the edge broker Deployments of a run in namespace ns.
-func (e *env) edge(ns string, agent *testbed.Agent) (testbed.Edge, error) {
-	ports := make([]int, 4)
-	for i := range ports {
-		addr, err := proc.FreeAddr()
-		if err != nil {
-			return testbed.Edge{}, err
-		}
-		var p int
-		if _, err := fmt.Sscanf(addr[len("127.0.0.1:"):], "%d", &p); err != nil {
-			return testbed.Edge{}, err
-		}
-		ports[i] = p
-	}
+// edge describes the edge broker Deployments of a run in namespace ns. Each
+// pod has its own network, so both brokers use 1883 and the sidecars 8086.
+func (e *env) edge(ns string, _ *testbed.Agent) (testbed.Edge, error) {
 	ed := testbed.Edge{Namespace: ns, Node: NodeName, RDS: e.rds.Addr, OBU: e.obu.Addr, Bridge: e.cfg.Bridge,
-		BrokerPortA: ports[0], BrokerPortB: ports[1], HealthPortA: ports[2], HealthPortB: ports[3], Policy: e.cfg.Policy,
-		SidecarModel: e.model.arg}
-	if agent != nil {
-		ed.AgentAddr = agent.Addr
+		BrokerPortA: 1883, BrokerPortB: 1883, Policy: e.cfg.Policy,
+		SidecarModel: e.model.arg, BrokerImage: images.MosquittoRef}
+	if e.model.file != "" {
+		ed.ModelDir = filepath.Dir(e.model.arg)
+		ed.SidecarModel = filepath.Join(testbed.ModelMount, filepath.Base(e.model.arg))
 	}
 	return ed, nil
+}
+
+// brokerURL is the MQTT URL of a pod's broker, from the host (the pod's IP is
+// routed to the node).
+func brokerURL(pod *corev1.Pod, port int) string {
+	return "tcp://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port))
+}
+
+// sidecarStatusClient reaches the sidecar's loopback-only health endpoint
+// inside the pod's network namespace.
+func (e *env) sidecarStatusClient(ctx context.Context, ns, pod string) (*http.Client, string, error) {
+	pid, err := e.node.ContainerPID(ctx, ns, pod, inject.SidecarName)
+	if err != nil {
+		return nil, "", err
+	}
+	netns := fmt.Sprintf("/proc/%d/ns/net", pid)
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return kubenode.DialIn(ctx, netns, addr)
+	}}
+	return &http.Client{Transport: tr, Timeout: 500 * time.Millisecond}, fmt.Sprintf("http://127.0.0.1:%d/status", inject.HealthPort), nil
 }
 
 // apply creates a namespace and the run's objects.
@@ -211,8 +203,8 @@ func (e *env) apply(ctx context.Context, ns string, objs testbed.Objects) error 
 	return nil
 }
 
-// remove deletes a run's namespace and waits until its pods are gone (their
-// processes stopped, so ports and bridge client IDs are free for the next run).
+// remove deletes a run's namespace and waits until its pods are gone (so the
+// bridges' client IDs are free for the next run).
 func (e *env) remove(ctx context.Context, ns string) error {
 	err := e.client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {

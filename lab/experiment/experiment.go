@@ -7,10 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/amf-edge/amf/lab/bench"
+	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
 )
 
@@ -38,7 +38,9 @@ func ParseMode(s string) (Mode, error) {
 type Config struct {
 	Modes []Mode // run in this order, sharing one control plane
 	Runs  int    // runs per mode (healthy: one long run)
-	Fault Fault  // default PaperFault
+	// ReactiveRuns, if set, is the reactive mode's number of runs instead of Runs.
+	ReactiveRuns int
+	Fault        Fault // default PaperFault
 	// Healthy is the length of a healthy run (default 30 min).
 	Healthy time.Duration
 	// Tail is how long a run goes on after its outage to measure it (default 30 s,
@@ -107,20 +109,9 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// CanRun says what this machine lacks to run the experiment: it needs root
-// (cgroups, running containers as their users) and writable cgroup v1 memory
-// and cpu controllers.
-func CanRun() error {
-	if os.Geteuid() != 0 {
-		return errors.New("the lab node runs pods in real cgroups and as their users: run as root")
-	}
-	for _, c := range []string{"memory", "cpu"} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, "cgroup.procs")); err != nil {
-			return fmt.Errorf("no cgroup v1 %s controller at /sys/fs/cgroup/%s (the lab node needs cgroup v1): %w", c, c, err)
-		}
-	}
-	return nil
-}
+// CanRun says what this machine lacks to run the experiment: a real node
+// (root, containerd, runc, the CNI plugins, cgroup v1; kubenode.Check).
+func CanRun() error { return kubenode.Check() }
 
 // Run runs the experiment and writes its results (results.json, summary.md,
 // plots) to cfg.Out. It returns the results even when a run failed (that run
@@ -145,6 +136,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, err
 	}
 	defer env.close()
+	res.Node = NodeInfo{Name: env.node.Name, Kubelet: env.node.KubeletVersion, Runtime: env.node.RuntimeVersion}
 	if err := sm.stage(env.podDir); err != nil {
 		return nil, err
 	}

@@ -12,22 +12,19 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/lab/bench"
-	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/lab/testbed"
 )
 
-// requireLab skips (fails with AMF_REQUIRE_K8S=1) where the experiment cannot run.
+// requireLab skips (fails with AMF_REQUIRE_NODE=1) where the experiment
+// cannot run: it needs a real node.
 func requireLab(t *testing.T) (bench.Binaries, string) {
 	t.Helper()
+	kubenodetest.Require(t)
 	fail := t.Skipf
-	if os.Getenv(controlplane.EnvRequire) == "1" {
+	if os.Getenv(kubenode.EnvRequire) == "1" {
 		fail = t.Fatalf
-	}
-	if err := CanRun(); err != nil {
-		fail("experiment cannot run here: %v", err)
-	}
-	if _, err := controlplane.BinDir(); err != nil {
-		fail("Kubernetes control plane not built (%v): run make k8s", err)
 	}
 	repo, err := testbed.RepoRoot()
 	if err != nil {

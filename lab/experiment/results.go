@@ -75,10 +75,18 @@ type Point struct {
 type Results struct {
 	Started  time.Time      `json:"started"`
 	Finished time.Time      `json:"finished"`
+	Node     NodeInfo       `json:"node"`
 	Fault    Fault          `json:"fault"`
 	Bridge   testbed.Bridge `json:"bridge"`
 	Runs     []RunResult    `json:"runs"`
 	Error    string         `json:"error,omitempty"`
+}
+
+// NodeInfo is the node the pods ran on, as its Node object reports it.
+type NodeInfo struct {
+	Name    string `json:"name"`
+	Kubelet string `json:"kubelet"` // status.nodeInfo.kubeletVersion
+	Runtime string `json:"runtime"` // status.nodeInfo.containerRuntimeVersion
 }
 
 // Line is a one-line summary of a run for the progress output.
@@ -140,6 +148,9 @@ var paperReactiveSOT = map[int]string{1: "2.67", 5: "83.31"}
 // Summary writes the tables beside the paper's figures (markdown).
 func (res *Results) Summary(w io.Writer) {
 	f := res.Fault
+	if res.Node.Kubelet != "" {
+		fmt.Fprintf(w, "Node: %s, kubelet %s, %s.\n\n", res.Node.Name, res.Node.Kubelet, res.Node.Runtime)
+	}
 	fmt.Fprintf(w, "Fault: baseline %v, stress %v (%s, %.0f %% of a core), over the limit %v; bridges keepalive_interval %d s, restart_timeout %d s.\n\n",
 		f.Baseline, f.Stress, f.StressMemory, 100*f.StressCPU, f.Overload, res.Bridge.KeepaliveInterval, res.Bridge.RestartTimeout)
 	by := map[Mode][]RunResult{}

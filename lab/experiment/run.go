@@ -9,13 +9,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/amf-edge/amf/actuate"
-	"github.com/amf-edge/amf/lab/node"
+	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/signal"
 )
 
-// record collects what happens during one run, from the agent's log, the lab
-// node's container events and the watches, each with its own timestamp.
+// record collects what happens during one run, from the agent's log, the
+// pods' container events (as the kubelet reports them) and the watches, each
+// with its own timestamp.
 type record struct {
 	ns, primaryPod string
 
@@ -34,16 +35,16 @@ type sample struct {
 	v  float64
 }
 
-func (r *record) consumeNode(ch <-chan node.Event) {
+func (r *record) consumeNode(ch <-chan kubenode.Event) {
 	for ev := range ch {
 		if ev.Namespace != r.ns || ev.Pod != r.primaryPod || ev.Container != testbed.BrokerContainer {
 			continue
 		}
 		r.mu.Lock()
 		switch ev.Type {
-		case node.EventOOMKilled:
+		case kubenode.EventOOMKilled:
 			r.ooms = append(r.ooms, ev.Time)
-		case node.EventRestarted:
+		case kubenode.EventRestarted:
 			r.restarts++
 		}
 		r.mu.Unlock()
@@ -153,7 +154,7 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 		return res, err
 	}
 	rec.primaryPod = pod.Name
-	evs, unsubNode := e.node.Subscribe()
+	evs, unsubNode := e.node.Subscribe(ctx)
 	defer unsubNode()
 	go rec.consumeNode(evs)
 	if err := e.waitFlow(ctx, time.Minute); err != nil {
@@ -162,10 +163,14 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	go e.watchDeploymentReady(runCtx, ns, testbed.StandbyName, rec.setStandbyReady)
-	if cg, err := e.node.ContainerCgroup(ns, pod.Name, testbed.BrokerContainer); err == nil {
+	if cg, err := e.node.ContainerCgroup(ctx, ns, pod.Name, testbed.BrokerContainer); err == nil {
 		go sampleMemory(runCtx, cg, rec.addMemory)
 	}
-	go sampleScore(runCtx, fmt.Sprintf("http://127.0.0.1:%d/status", ed.HealthPortA), rec.addScore, rec.setSidecarModel)
+	hc, url, err := e.sidecarStatusClient(ctx, ns, pod.Name)
+	if err != nil {
+		return res, err
+	}
+	go sampleScore(runCtx, hc, url, rec.addScore, rec.setSidecarModel)
 
 	f := e.cfg.Fault
 	if m == Healthy {
@@ -327,8 +332,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // reactive runs consecutive injections into one plain broker Deployment, as
-// Kubernetes alone handles them: the kernel OOM-kills the container, the lab
-// node restarts it with kubelet's back-off, so each outage is longer.
+// Kubernetes alone handles them: the kernel OOM-kills the container, the
+// kubelet restarts it with its back-off, so each outage is longer.
 func (e *env) reactive(ctx context.Context) (out []RunResult, err error) {
 	const ns = "reactive"
 	defer func() {
@@ -349,7 +354,11 @@ func (e *env) reactive(ctx context.Context) (out []RunResult, err error) {
 		return nil, err
 	}
 	f := e.cfg.Fault
-	for i := 1; i <= e.cfg.Runs; i++ {
+	runs := e.cfg.Runs
+	if e.cfg.ReactiveRuns > 0 {
+		runs = e.cfg.ReactiveRuns
+	}
+	for i := 1; i <= runs; i++ {
 		res := RunResult{Mode: Reactive, Index: i, Namespace: ns}
 		err := func() error {
 			// After a crash the container waits out its back-off (up to 5 min).
@@ -361,12 +370,12 @@ func (e *env) reactive(ctx context.Context) (out []RunResult, err error) {
 				return err
 			}
 			rec := &record{ns: ns, primaryPod: pod.Name}
-			evs, unsub := e.node.Subscribe()
+			evs, unsub := e.node.Subscribe(ctx)
 			defer unsub()
 			go rec.consumeNode(evs)
 			runCtx, stopRun := context.WithCancel(ctx)
 			defer stopRun()
-			if cg, err := e.node.ContainerCgroup(ns, pod.Name, testbed.BrokerContainer); err == nil {
+			if cg, err := e.node.ContainerCgroup(ctx, ns, pod.Name, testbed.BrokerContainer); err == nil {
 				go sampleMemory(runCtx, cg, rec.addMemory)
 			}
 			baseline := time.Now()

@@ -129,8 +129,7 @@ func sampleMemory(ctx context.Context, cgroup string, add func(time.Time, float6
 // second until ctx ends: the agent hears only health changes and anomalous
 // samples, the timeline wants the healthy baseline too. It also passes on
 // the model the sidecar says it runs (source, sha256, any fallback).
-func sampleScore(ctx context.Context, url string, add func(time.Time, float64), model func(string)) {
-	hc := &http.Client{Timeout: 500 * time.Millisecond}
+func sampleScore(ctx context.Context, hc *http.Client, url string, add func(time.Time, float64), model func(string)) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {

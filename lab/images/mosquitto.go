@@ -121,7 +121,7 @@ func mosquittoRecipe(arch, bin string, labBin []byte) (recipe, error) {
 		Labels: map[string]string{
 			"org.opencontainers.image.title":       "mosquitto",
 			"org.opencontainers.image.version":     pkg.Version,
-			"org.opencontainers.image.description": "Debian's mosquitto broker laid out like eclipse-mosquitto, for AMF's lab node; not the Eclipse build",
+			"org.opencontainers.image.description": "Debian's mosquitto broker laid out like eclipse-mosquitto, for AMF's lab; not the Eclipse build",
 			"amf.lab.built-from": fmt.Sprintf("Debian package %s %s (%s) as installed on %s: %s with %d shared libraries and %s from the same system; %s added by lab/images",
 				pkg.Name, pkg.Version, pkg.Arch, osRelease("/etc/os-release"), real, len(deps.Libs), deps.Interp, LabBinary),
 		},

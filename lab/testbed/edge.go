@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -20,7 +21,7 @@ import (
 	"github.com/amf-edge/amf/inject"
 )
 
-// Images the lab node maps to local programs.
+// The broker's image and layout, as manifests/examples use them.
 const (
 	MosquittoImage = "eclipse-mosquitto:2.0.20"
 	// MosquittoConfigDir is where the image reads mosquitto.conf.
@@ -69,11 +70,11 @@ func (c EdgeConfig) Render() string {
 // Edge describes the edge broker Deployments of one run.
 type Edge struct {
 	Namespace string
-	Node      string // node the pods must run on (the lab node)
+	Node      string // node the pods must run on
 	RDS, OBU  string // remote brokers, host:port
 	Bridge    Bridge
-	// Ports of the primary (A) and standby (B): the lab node runs pods in the
-	// host's network namespace, so each broker and sidecar needs its own.
+	// Ports of the primary (A) and standby (B); HealthPort 0 keeps the
+	// sidecar's default (each pod has its own network).
 	BrokerPortA, BrokerPortB int
 	HealthPortA, HealthPortB int
 	AgentAddr                string // the agent's MQTT listener, host:port
@@ -82,13 +83,26 @@ type Edge struct {
 	ClientPrefix string
 	SidecarImage string // default inject.DefaultSidecarImage
 	// SidecarModel is the sidecars' --model, set by inject (Options.Model):
-	// an embedded model's name, or a path the lab node's pods can read.
+	// an embedded model's name, or a path under ModelMount.
 	// Default: the sidecar's default model.
 	SidecarModel string
 	SidecarArgs  []string // appended to the sidecars' arguments
 	// Policy annotations added to the primary (e.g. amf.io/hold).
 	Policy map[string]string
+	// BrokerImage is the broker container's image (default MosquittoImage;
+	// on a real node the lab's image of Debian's Mosquitto).
+	BrokerImage string
+	// ListenHost is the address the edge broker listens on (default: every
+	// address of the pod; the kubelet probes the pod's IP).
+	ListenHost string
+	// ModelDir, when set, is a host folder mounted read-only into the
+	// sidecars at ModelMount (a real node's pods see only what is mounted):
+	// SidecarModel then names a file under ModelMount.
+	ModelDir string
 }
+
+// ModelMount is where the sidecars see Edge.ModelDir.
+const ModelMount = "/amf-models"
 
 // Names of the edge objects.
 const (
@@ -174,7 +188,7 @@ func (e Edge) configMap(name string, port int, suffix string) *corev1.ConfigMap 
 	if prefix == "" {
 		prefix = "edge"
 	}
-	conf := EdgeConfig{Listen: "127.0.0.1:" + strconv.Itoa(port), RDS: e.RDS, OBU: e.OBU, ClientID: prefix + "-" + suffix, Bridge: e.Bridge}
+	conf := EdgeConfig{Listen: e.ListenHost + ":" + strconv.Itoa(port), RDS: e.RDS, OBU: e.OBU, ClientID: prefix + "-" + suffix, Bridge: e.Bridge}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.Namespace},
@@ -209,7 +223,7 @@ func (e Edge) plain(name string, port int, annotations map[string]string) *appsv
 					},
 					Containers: []corev1.Container{{
 						Name:  BrokerContainer,
-						Image: MosquittoImage,
+						Image: cmp.Or(e.BrokerImage, MosquittoImage),
 						Ports: []corev1.ContainerPort{{Name: "mqtt", ContainerPort: int32(port), Protocol: corev1.ProtocolTCP}},
 						Resources: corev1.ResourceRequirements{
 							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("50Mi")},
@@ -230,7 +244,7 @@ func (e Edge) plain(name string, port int, annotations map[string]string) *appsv
 	}
 }
 
-// adapt fits an injected Deployment to the lab's shared network namespace: its
+// adapt fits an injected Deployment to a run: its
 // own configuration, broker port and health port, and the agent's address.
 func (e Edge) adapt(d *appsv1.Deployment, config string, brokerPort, healthPort int) error {
 	spec := &d.Spec.Template.Spec
@@ -267,10 +281,15 @@ func (e Edge) adapt(d *appsv1.Deployment, config string, brokerPort, healthPort 
 			}
 		}
 	}
-	// Spelled out so that the lab node, which has no mount namespaces, maps the
-	// projected token's mount path (a flag default would not be rewritten).
+	// Spelled out, so a run's pods say where their token is.
 	sidecar.Args = append(sidecar.Args, "--token-file="+inject.TokenDir+"/token")
 	sidecar.Args = append(sidecar.Args, e.SidecarArgs...)
+	if e.ModelDir != "" {
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "amf-models", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: e.ModelDir, Type: ptr.To(corev1.HostPathDirectory)},
+		}})
+		sidecar.VolumeMounts = append(sidecar.VolumeMounts, corev1.VolumeMount{Name: "amf-models", MountPath: ModelMount, ReadOnly: true})
+	}
 	for i := range sidecar.Env {
 		if sidecar.Env[i].Name == "AMF_AGENT" && e.AgentAddr != "" {
 			_, port, _ := strings.Cut(e.AgentAddr, ":")

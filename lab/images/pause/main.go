@@ -1,4 +1,4 @@
-// Command pause is the lab node's pod sandbox process, in the image
+// Command pause is the lab's pod sandbox process, in the image
 // amf.lab/pause:v1: it holds the pod's namespaces open by doing nothing until
 // SIGTERM or SIGINT, then exits 0. With shareProcessNamespace it is PID 1 of
 // the pod, so the kernel hands it every orphaned process of every container:

@@ -1,0 +1,114 @@
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/amf-edge/amf/lab/controlplane"
+)
+
+// AgentDaemonSet is the agent's DaemonSet in manifests/base.
+const AgentDaemonSet = "amf-agent"
+
+// DeployAgent installs the agent as a user does — `kubectl apply -k
+// manifests/base` from repo — and sets the container's arguments to the
+// DaemonSet's own plus extra (e.g. --log-level=debug, --observe-only); it
+// returns once the agent's pod on node runs those arguments and is Ready, with
+// its log followed (Lines, Subscribe). Applying it again with other extra
+// arguments rolls the pod and follows the new one.
+func DeployAgent(ctx context.Context, cp *controlplane.ControlPlane, repo, node string, extra []string) (*Agent, error) {
+	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
+		return nil, fmt.Errorf("kubectl apply -k manifests/base: %w: %s", err, out)
+	}
+	c := cp.Client()
+	ds, err := c.AppsV1().DaemonSets(AgentNamespace).Get(ctx, AgentDaemonSet, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	args := append(slices.Clone(ds.Spec.Template.Spec.Containers[0].Args), extra...)
+	patch, err := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.AppsV1().DaemonSets(AgentNamespace).Patch(ctx, AgentDaemonSet, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("set the agent's arguments: %w", err)
+	}
+	pod, err := waitAgentPod(ctx, c, node, args, 2*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{Addr: pod.Status.HostIP + ":1884", Pod: pod.Name}
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.stop = cancel
+	a.followed = make(chan struct{})
+	go func() {
+		defer close(a.followed)
+		a.follow(lctx, c, pod.Name)
+	}()
+	return a, nil
+}
+
+// waitAgentPod waits (watch) for the agent's pod on node that runs args and is Ready.
+func waitAgentPod(ctx context.Context, c kubernetes.Interface, node string, args []string, timeout time.Duration) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lw := cache.NewFilteredListWatchFromClient(c.CoreV1().RESTClient(), "pods", AgentNamespace, func(o *metav1.ListOptions) {
+		o.LabelSelector = "app.kubernetes.io/name=amf-agent"
+		o.FieldSelector = "spec.nodeName=" + node
+	})
+	var got *corev1.Pod
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || ev.Type == watch.Deleted || p.DeletionTimestamp != nil || !slices.Equal(p.Spec.Containers[0].Args, args) {
+			return false, nil
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				got = p
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no Ready agent pod on %s running %s within %v: %w", node, strings.Join(args, " "), timeout, err)
+	}
+	return got, nil
+}
+
+// follow streams the pod's log (through the API server and the kubelet, as
+// kubectl logs -f does) into onLine until ctx ends; a container restart ends a
+// stream, and the next one starts where the log continues.
+func (a *Agent) follow(ctx context.Context, c kubernetes.Interface, pod string) {
+	since := metav1.NewTime(time.Now().Add(-time.Hour))
+	for ctx.Err() == nil {
+		rc, err := c.CoreV1().Pods(AgentNamespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true, SinceTime: &since}).Stream(ctx)
+		if err == nil {
+			sc := bufio.NewScanner(rc)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				a.onLine(sc.Text())
+			}
+			rc.Close()
+			since = metav1.NewTime(time.Now())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond): // the restarted container's log is not there at once
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package manifests_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
+)
+
+// brokerWithExporter is a broker Deployment as a user writes it before AMF:
+// Mosquitto (the container with the port named mqtt) beside a second app
+// container, as an exporter often is.
+func brokerWithExporter(ns string) *appsv1.Deployment {
+	labels := map[string]string{"app.kubernetes.io/name": "edge-broker", "app.kubernetes.io/instance": "edge-broker-a"}
+	limits := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("100Mi")}
+	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("50Mi")}
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: "edge-broker-a", Namespace: ns, Annotations: map[string]string{"amf.io/standby": "edge-broker-b", "amf.io/redundancy": "cold"}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{
+						{
+							Name: "mosquitto", Image: images.MosquittoRef,
+							Ports:     []corev1.ContainerPort{{Name: "mqtt", ContainerPort: 1883}},
+							Resources: corev1.ResourceRequirements{Limits: limits, Requests: requests},
+						},
+						{
+							Name: "exporter", Image: images.PauseRef,
+							Ports:     []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9234}},
+							Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi")}},
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+// TestInstallOnARealNode is the install path as a user runs it, on a real
+// kubelet + containerd node with a cgroup root of its own: kubectl apply -k
+// manifests/base, a broker with an exporter beside it injected by the
+// amf-agent binary (inject --standby --container mosquitto) and applied. The
+// agent's pod becomes Ready and authenticates the sidecar by TokenReview; the
+// sidecar, a native sidecar, finds the mosquitto container's cgroup among the
+// pause, exporter and its own, reads the pod's network counters, probes the
+// broker, and the agent patches the readiness gate, so the pod is Ready.
+func TestInstallOnARealNode(t *testing.T) {
+	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
+	cs := cp.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
+		t.Fatalf("kubectl apply -k manifests/base: %v: %s", err, out)
+	}
+	agent := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
+	t.Logf("agent pod %s Ready on %s", agent.Name, agent.Spec.NodeName)
+
+	const ns = "mqtt"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := yaml.Marshal(brokerWithExporter(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	injected, warnings := injectWithBinary(t, repo, plain, "--standby", "--container", "mosquitto")
+	t.Logf("inject said: %s", warnings)
+	if out, err := cp.Kubectl(ctx, bytes.NewReader(injected), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply the injected broker: %v: %s", err, out)
+	}
+	broker := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
+	gate := false
+	for _, c := range broker.Status.Conditions {
+		if c.Type == "amf.io/healthy" && c.Status == corev1.ConditionTrue {
+			gate = true
+		}
+	}
+	if !gate {
+		t.Errorf("pod %s is Ready without the amf.io/healthy condition: %+v", broker.Name, broker.Status.Conditions)
+	}
+	var brokerID string
+	for _, s := range broker.Status.ContainerStatuses {
+		if s.Name == "mosquitto" {
+			_, brokerID, _ = strings.Cut(s.ContainerID, "://")
+		}
+	}
+	if len(broker.Status.InitContainerStatuses) != 1 || broker.Status.InitContainerStatuses[0].Name != "amf-sidecar" || broker.Status.InitContainerStatuses[0].State.Running == nil {
+		t.Errorf("the sidecar does not run as a native sidecar: %+v", broker.Status.InitContainerStatuses)
+	}
+	podDir := filepath.Dir(mustCgroup(ctx, t, n, ns, broker.Name, "mosquitto"))
+	ents, _ := os.ReadDir(filepath.Join("/sys/fs/cgroup/memory", podDir))
+	var containers int
+	for _, e := range ents {
+		if e.IsDir() {
+			containers++
+		}
+	}
+	if containers != 4 {
+		t.Errorf("%s: %d container cgroups, want 4 (pause, sidecar, mosquitto, exporter)", podDir, containers)
+	}
+
+	st := sidecarStatus(ctx, t, n, ns, broker.Name)
+	if !strings.Contains(st.Target, brokerID[:12]) || !strings.Contains(st.Target, "/"+n.Cgroup+"/kubepods/") {
+		t.Errorf("sidecar target %q: want container %s under /%s/kubepods", st.Target, brokerID[:12], n.Cgroup)
+	}
+	if st.State != "healthy" {
+		t.Errorf("sidecar state %q (%s), want healthy", st.State, st.TransitionReason)
+	}
+	if st.MemoryReference == nil || st.MemoryReference.Source != "container_limit" || st.MemoryReference.Value != 100<<20 {
+		t.Errorf("memory reference %+v, want the container's 100 Mi limit", st.MemoryReference)
+	}
+	// The pod's own network: bytes move on its interface when the probe runs,
+	// and the host's eth0 is not in it.
+	if st.Features == nil {
+		t.Fatalf("sidecar reports no features: %+v", st)
+	}
+	logs, err := cs.CoreV1().Pods("amf-system").GetLogs(agent.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logs), `"msg":"client connected"`) || !strings.Contains(string(logs), broker.Name) {
+		t.Errorf("the agent's log shows no authenticated connection from %s:\n%s", broker.Name, logs)
+	}
+}
+
+// sidecarState is the part of the sidecar's /status this test reads.
+type sidecarState struct {
+	State            string          `json:"state"`
+	TransitionReason string          `json:"transition_reason"`
+	Target           string          `json:"target"`
+	Features         json.RawMessage `json:"features"`
+	MemoryReference  *struct {
+		Value  float64 `json:"value"`
+		Source string  `json:"source"`
+	} `json:"memory_reference"`
+}
+
+// sidecarStatus reads the sidecar's loopback-only /status from inside the pod's network.
+func sidecarStatus(ctx context.Context, t *testing.T, n *kubenode.Node, ns, pod string) sidecarState {
+	t.Helper()
+	pid, err := n.ContainerPID(ctx, ns, pod, "amf-sidecar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	netns := fmt.Sprintf("/proc/%d/ns/net", pid)
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return kubenode.DialIn(ctx, netns, addr)
+	}}}
+	resp, err := hc.Get("http://127.0.0.1:8086/status")
+	if err != nil {
+		t.Fatalf("sidecar /status: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var st sidecarState
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("sidecar /status %q: %v", b, err)
+	}
+	return st
+}
+
+func mustCgroup(ctx context.Context, t *testing.T, n *kubenode.Node, ns, pod, container string) string {
+	t.Helper()
+	cg, err := n.ContainerCgroup(ctx, ns, pod, container)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cg
+}
+
+// injectWithBinary runs `amf-agent inject` (built from this module) on in.
+func injectWithBinary(t *testing.T, repo string, in []byte, args ...string) (out []byte, stderr string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "amf-agent")
+	if b, err := exec.Command("go", "build", "-C", repo, "-o", bin, "./cmd/amf-agent").CombinedOutput(); err != nil {
+		t.Fatalf("go build amf-agent: %v: %s", err, b)
+	}
+	cmd := exec.Command(bin, append([]string{"inject"}, args...)...)
+	cmd.Stdin = bytes.NewReader(in)
+	var e bytes.Buffer
+	cmd.Stderr = &e
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("amf-agent inject %s: %v: %s", strings.Join(args, " "), err, e.String())
+	}
+	return out, e.String()
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitNodePod watches the pods of ns matching selector until one satisfies ok.
+func waitNodePod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns, func(o *metav1.ListOptions) { o.LabelSelector = selector })
+	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
+		p, isPod := ev.Object.(*corev1.Pod)
+		return isPod && ev.Type != watch.Deleted && p.DeletionTimestamp == nil && ok(p), nil
+	})
+	if err != nil {
+		pods, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		b, _ := json.MarshalIndent(pods, "", " ")
+		t.Fatalf("no pod %s in %s: %v\n%s", selector, ns, err, b)
+	}
+	return ev.Object.(*corev1.Pod)
+}

@@ -144,8 +144,11 @@ func TestInstallOnARealNode(t *testing.T) {
 	if st.MemoryReference == nil || st.MemoryReference.Source != "container_limit" || st.MemoryReference.Value != 100<<20 {
 		t.Errorf("memory reference %+v, want the container's 100 Mi limit", st.MemoryReference)
 	}
-	// The pod's own network: bytes move on its interface when the probe runs,
-	// and the host's eth0 is not in it.
+	// Network counters from the sidecar's own /proc, whose network namespace is
+	// the pod's (every container of a pod shares it), not a host mount.
+	if _, netSrc, _ := strings.Cut(st.Target, "network "); !strings.HasPrefix(netSrc, "/proc/") || strings.Contains(netSrc, "/host/") {
+		t.Errorf("sidecar reads network counters from %q, want its own /proc/<pid>/net/dev (the pod's network)", netSrc)
+	}
 	if st.Features == nil {
 		t.Fatalf("sidecar reports no features: %+v", st)
 	}

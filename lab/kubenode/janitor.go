@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // janitorScript tears a node down: every process in its cgroups (frozen first,
@@ -56,8 +59,59 @@ while [ $i -lt 100 ]; do
 done
 for h in /sys/fs/cgroup/*/"$cg"; do [ -d "$h" ] && echo "kubenode janitor: cgroup $h left" >&2; done
 for d in "$@"; do rm -rf -- "$d"; done
+# The kubelet sets kernel tunables machine-wide at start (kubeletTunables): the
+# last node to go puts back what the machine had before the first one came.
+if [ -n "${AMF_JANITOR_SLOT:-}" ]; then
+	exec 8>>` + lockDir + `/sysctl.lock
+	flock 8
+	others=0
+	for l in ` + lockDir + `/[0-9]*.lock; do
+		[ "$l" = "` + lockDir + `/$AMF_JANITOR_SLOT.lock" ] && continue
+		flock -n "$l" true || others=1
+	done
+	if [ $others = 0 ] && [ -f ` + lockDir + `/sysctl.orig ]; then
+		while read -r name value; do
+			echo "$value" >/proc/sys/"$name" || echo "kubenode janitor: could not restore $name" >&2
+		done <` + lockDir + `/sysctl.orig
+		rm -f ` + lockDir + `/sysctl.orig
+	fi
+fi
 exit 0
 `
+
+// kubeletTunables are the sysctls the kubelet sets for the whole machine when
+// it starts (protectKernelDefaults: false, its default), as paths under
+// /proc/sys. A lab node must leave the machine as it found it.
+var kubeletTunables = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+// saveTunables records the machine's values of kubeletTunables, unless a
+// running node already did (then they are the kubelet's, not the machine's).
+func saveTunables() error {
+	lock, err := os.OpenFile(filepath.Join(lockDir, "sysctl.lock"), os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return err
+	}
+	orig := filepath.Join(lockDir, "sysctl.orig")
+	if _, err := os.Stat(orig); err == nil {
+		return nil
+	}
+	var b strings.Builder
+	for _, t := range kubeletTunables {
+		v, err := os.ReadFile(filepath.Join("/proc/sys", t))
+		if err != nil {
+			continue // not on this kernel: the kubelet skips it too
+		}
+		fmt.Fprintf(&b, "%s %s\n", t, strings.TrimSpace(string(v)))
+	}
+	return writeAtomic(orig, []byte(b.String()), 0o600)
+}
 
 // janitor is the process that tears the node down when its pipe closes.
 type janitor struct {
@@ -69,7 +123,7 @@ type janitor struct {
 // startJanitor starts the janitor for cgroup cg and paths. lock (the node
 // index's lock file) is handed to it, so the index stays taken until the
 // teardown has finished, even after the lab process is gone.
-func startJanitor(cg string, paths []string, lock *os.File, logPath string) (*janitor, error) {
+func startJanitor(cg string, slot int, paths []string, lock *os.File, logPath string) (*janitor, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -82,6 +136,7 @@ func startJanitor(cg string, paths []string, lock *os.File, logPath string) (*ja
 	}
 	cmd := exec.Command("/bin/sh", append([]string{"-c", janitorScript, "kubenode-janitor", cg}, paths...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, logf, logf
+	cmd.Env = append(os.Environ(), fmt.Sprintf("AMF_JANITOR_SLOT=%d", slot))
 	cmd.ExtraFiles = []*os.File{lock}
 	// Its own process group and no death signal: it must outlive the lab process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -243,8 +243,11 @@ func (n *Node) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	if n.janitor, err = startJanitor(n.Cgroup, []string{n.Dir, n.runDir}, n.lock, filepath.Join(lockDir, strconv.Itoa(n.Index)+".janitor.log")); err != nil {
+	if n.janitor, err = startJanitor(n.Cgroup, n.Index, []string{n.Dir, n.runDir}, n.lock, filepath.Join(lockDir, strconv.Itoa(n.Index)+".janitor.log")); err != nil {
 		return err
+	}
+	if err := saveTunables(); err != nil {
+		return fmt.Errorf("record the kernel tunables the kubelet sets: %w", err)
 	}
 	if err := n.makeCgroups(); err != nil {
 		return err

@@ -224,17 +224,23 @@ func TestDiscoveryOnARealKubeletLayout(t *testing.T) {
 		kubeletRoot string
 		want        string   // container
 		err         []string // in the error, with want ""
+		// byComm: the case needs the pause child's process name, which an
+		// emulator (AMF_TEST_EXEC_WRAPPER, qemu-user) replaces with its own.
+		byComm bool
 	}{
 		{name: "the broker by name", q: PodQuery{Name: "mosquitto", LogDir: logs}, want: "mosquitto"},
 		{name: "the exporter by name", q: PodQuery{Name: "exporter", LogDir: logs}, want: "exporter"},
 		{name: "the broker by name under the kubelet root given", q: PodQuery{Name: "mosquitto", LogDir: logs}, kubeletRoot: kubeletRoot, want: "mosquitto"},
 		{name: "a name that matches nothing", q: PodQuery{Name: "broker", LogDir: logs},
 			err: []string{`has no container "broker"`, "names amf-sidecar, exporter, mosquitto"}},
-		{name: "without names, the sidecar and pause are recognised and two are left", q: PodQuery{},
+		{name: "without names, the sidecar and pause are recognised and two are left", q: PodQuery{}, byComm: true,
 			err: []string{"2 containers could be the target", ids["amf-sidecar"] + " (the caller's own container)", ids["pause"] + " (the pod's sandbox (pause) container)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.byComm && os.Getenv("AMF_TEST_EXEC_WRAPPER") != "" {
+				t.Skip("children run under an emulator, whose process name hides the pause child's")
+			}
 			res := find(t, tc.q, tc.kubeletRoot)
 			if res.PodPath != podPath {
 				t.Errorf("pod found at %q, want %s", res.PodPath, podPath)

@@ -154,7 +154,6 @@ func TestOOMKilledContainerIsRestartedWithTheKubeletsBackoff(t *testing.T) {
 	waitPod(t, c, p.Name, time.Minute, "running", running)
 	evs, stop := n.Subscribe(ctx)
 	defer stop()
-	var starts []time.Time
 	for crash := 1; crash <= 2; crash++ {
 		waitPod(t, c, p.Name, time.Minute, "running again", func(p *corev1.Pod) bool {
 			return running(p) && p.Status.ContainerStatuses[0].RestartCount == int32(crash-1)
@@ -183,7 +182,6 @@ func TestOOMKilledContainerIsRestartedWithTheKubeletsBackoff(t *testing.T) {
 				t.Fatalf("crash %d: no restart within a minute", crash)
 			}
 		}
-		starts = append(starts, restart.Time)
 		t.Logf("crash %d: OOMKilled at %v, restarted %v later", crash, oom.Time.Format(time.RFC3339), restart.Time.Sub(oom.Time))
 		if d := restart.Time.Sub(oom.Time); crash == 2 && d < 9*time.Second {
 			t.Errorf("second restart %v after the crash: want the kubelet's 10 s back-off", d)

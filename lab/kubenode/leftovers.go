@@ -21,6 +21,7 @@ const (
 	labelPodName      = "io.kubernetes.pod.name"
 	labelPodNamespace = "io.kubernetes.pod.namespace"
 	labelKind         = "io.cri-containerd.kind" // "sandbox" or "container"
+	labelContainer    = "io.kubernetes.container.name"
 )
 
 // cniNetwork is the name in cniConfig: host-local keeps its reservations in
@@ -31,8 +32,9 @@ const cniNetwork = "amf-lab"
 // longer binds to it — what a fault may leak and the kubelet or containerd
 // should have cleaned: a running sandbox or container (a process left), a pod
 // cgroup under the node's kubepods, a pod address reserved by the CNI plugin
-// for a sandbox that no longer runs. Stopped containers are not listed: the
-// kubelet's container GC removes them within a minute by design.
+// for a sandbox that no longer runs — and a pod's sandbox or container
+// running twice. Stopped containers are not listed: the kubelet's container
+// GC removes them within a minute by design.
 //
 // Call it when the node is quiet: a pod being started or torn down at the
 // same moment may show for an instant.
@@ -50,6 +52,11 @@ func (n *Node) Leftovers(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var left []string
+	// A pod runs one sandbox and each of its containers once: a second one
+	// running is a leak too (a start the kubelet did not finish before it
+	// died, then did again).
+	type slot struct{ uid, kind, container string }
+	runs := map[slot][]string{}
 	for id := range running {
 		out, err := n.Ctr(ctx, "containers", "info", id)
 		if err != nil {
@@ -65,6 +72,15 @@ func (n *Node) Leftovers(ctx context.Context) ([]string, error) {
 		if uid := l[labelPodUID]; uid == "" || !bound[uid] {
 			left = append(left, fmt.Sprintf("running %s %.12s of pod %s/%s (uid %s), which the API server does not bind to the node",
 				l[labelKind], id, l[labelPodNamespace], l[labelPodName], uid))
+			continue
+		}
+		k := slot{l[labelPodUID], l[labelKind], l[labelContainer]}
+		runs[k] = append(runs[k], fmt.Sprintf("%.12s of pod %s/%s", id, l[labelPodNamespace], l[labelPodName]))
+	}
+	for k, ids := range runs {
+		if len(ids) > 1 {
+			sort.Strings(ids)
+			left = append(left, fmt.Sprintf("%s %q running %d times in one pod: %s", k.kind, k.container, len(ids), strings.Join(ids, ", ")))
 		}
 	}
 	// Pod cgroups: the kubelet removes one before it lets the API server

@@ -21,8 +21,9 @@ import (
 
 // TestLeftoversNamesWhatNoPodOwns: a running pod and a pod deleted the
 // ordinary way leave nothing to report; a container running behind the
-// kubelet's back under a pod UID the API server does not know, and a pod
-// address reserved for a sandbox that does not run, are reported.
+// kubelet's back under a pod UID the API server does not know, a second run
+// of a running pod's container, and a pod address reserved for a sandbox
+// that does not run, are reported.
 func TestLeftoversNamesWhatNoPodOwns(t *testing.T) {
 	cp, n := kubenodetest.Start(t, kubenodetest.Options{})
 	c := cp.Client()
@@ -43,12 +44,15 @@ func TestLeftoversNamesWhatNoPodOwns(t *testing.T) {
 			}
 		}
 	}
+	var kept string
 	for _, name := range []string{"kept", "deleted"} {
 		p := pod(name, n.Name, images.MosquittoRef, nil)
 		if _, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitPod(t, c, p.Name, time.Minute, "running", running)
+		if got := waitPod(t, c, p.Name, time.Minute, "running", running); name == "kept" {
+			kept = string(got.UID)
+		}
 	}
 	check("two running pods")
 	if err := c.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
@@ -75,9 +79,17 @@ func TestLeftoversNamesWhatNoPodOwns(t *testing.T) {
 	ctr("run", "-d", "--null-io", "--snapshotter", "overlayfs", "--cgroup", "/"+n.Cgroup+"/stray",
 		"--label", "io.kubernetes.pod.uid=00000000-0000-0000-0000-00000000beef", "--label", "io.cri-containerd.kind=container",
 		images.PauseRef, "stray")
+	// And one that claims to be the kept pod's container main: a second run
+	// of a container the pod runs already.
+	ctr("run", "-d", "--null-io", "--snapshotter", "overlayfs", "--cgroup", "/"+n.Cgroup+"/twin",
+		"--label", "io.kubernetes.pod.uid="+kept, "--label", "io.kubernetes.pod.namespace=default", "--label", "io.kubernetes.pod.name=kept",
+		"--label", "io.kubernetes.container.name=main", "--label", "io.cri-containerd.kind=container",
+		images.PauseRef, "twin")
 	defer func() {
-		_, _ = n.Ctr(context.Background(), "tasks", "delete", "--force", "stray")
-		_, _ = n.Ctr(context.Background(), "containers", "delete", "stray")
+		for _, id := range []string{"stray", "twin"} {
+			_, _ = n.Ctr(context.Background(), "tasks", "delete", "--force", id)
+			_, _ = n.Ctr(context.Background(), "containers", "delete", id)
+		}
 	}()
 	// An address reserved for a sandbox that is not running (as a runtime
 	// killed between the CNI ADD and its own record of the sandbox leaves one).
@@ -86,5 +98,6 @@ func TestLeftoversNamesWhatNoPodOwns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Remove(filepath.Join(reservations, "10.214.99.99"))
-	check("a stray container and address", "pod address 10.214.99.99 reserved for sandbox 0123456789ab", "running container stray")
+	check("a stray container, a twin and an address", `container "main" running 2 times in one pod`,
+		"pod address 10.214.99.99 reserved for sandbox 0123456789ab", "running container stray")
 }

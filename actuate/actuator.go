@@ -47,10 +47,11 @@ type Config struct {
 	// Instance names this agent in Events (reportingInstance), e.g. the node.
 	Instance string
 	// ResumeOnStart lists the Deployments once when Run starts and resumes
-	// every switchover whose record is in progress, also those no pod will
-	// signal for again (a primary already scaled to 0 in phase Retiring).
-	// Without it a switchover resumes on the primary's next signal. Needs
-	// list on deployments (RulesWithResume).
+	// every switchover whose record is in progress at once, also those no
+	// pod will signal for again (a primary already scaled to 0 in phase
+	// Retiring whose standby does not name it in amf.io/primary). Without
+	// it a switchover resumes on the next signal of the primary or of the
+	// standby that names it. Needs list on deployments (RulesWithResume).
 	ResumeOnStart bool
 	// Registerer receives the actuator's metrics (amf_actuate_*); nil: not registered.
 	Registerer prometheus.Registerer
@@ -309,10 +310,52 @@ func (a *Actuator) handleSignal(ctx context.Context, s Signal) {
 	if w.invalid != nil {
 		a.warnInvalid(w)
 	}
-	if !w.managed || a.workloads[w.key] != w {
-		return // unmanaged, or retired while being loaded (resume)
+	if !w.managed {
+		if w.invalid == nil {
+			a.resumeFromStandby(ctx, w, pk)
+		}
+		return
+	}
+	if a.workloads[w.key] != w {
+		return // retired while being loaded (resume)
 	}
 	a.step(ctx, w, Sample(s.At, s.State, s.Probability))
+}
+
+// resumeFromStandby loads the primary that an unmanaged Deployment names as
+// a standby (amf.io/primary: written by inject --standby and by every role
+// exchange), unless this agent knows it already. Loading it resumes a
+// switchover in progress. It matters for one stop: after the primary was
+// scaled to 0 and before the roles were exchanged, the primary has no pod
+// left to signal, and its standby, which serves now, has no policy; without
+// ResumeOnStart (manifests/base's agent cannot list Deployments) nothing
+// else would load the primary again, and the pair would stay unprotected
+// with the record in Retiring. The standby's sidecar re-sends its state
+// whenever it reconnects, so a restarted agent hears it at once.
+func (a *Actuator) resumeFromStandby(ctx context.Context, standby *workload, pod podKey) {
+	name := standby.annotations[AnnPrimary]
+	if name == "" || name == standby.key.name {
+		return
+	}
+	k := podKey{standby.key.ns, name}
+	if _, known := a.workloads[k]; known {
+		return // loaded by this agent: its own signals and watch drive it
+	}
+	d, err := a.cs.AppsV1().Deployments(k.ns).Get(ctx, k.name, metav1.GetOptions{})
+	if err != nil {
+		a.log.Warn("primary of a standby not read", slog.String("deployment", k.String()), slog.String("standby", standby.key.String()),
+			slog.String("pod", pod.String()), slog.String("error", err.Error()))
+		return
+	}
+	var rec Record
+	if raw := d.Annotations[AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) == nil && (rec.Active() || rec.Restore) {
+		a.log.Info("resuming switchover", slog.String("deployment", k.String()), slog.String("phase", string(rec.Phase)),
+			slog.String("signalled_by", pod.String()))
+	}
+	w := a.load(ctx, d)
+	if w.invalid != nil {
+		a.warnInvalid(w)
+	}
 }
 
 // warnInvalid reports a signal of a workload whose policy is invalid: a

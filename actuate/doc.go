@@ -49,8 +49,10 @@
 // load, a get and a patch carrying the resourceVersion read), and each action
 // is idempotent (the scale is one update of the scale subresource without a
 // resourceVersion). A restarted agent resumes a workload on its next signal,
-// or at once with Config.ResumeOnStart (amf-agent --resume-on-start). A
-// failed action is tried again after 2 s while the phase is unchanged.
+// or on the next signal of a standby that names it (amf.io/primary, which
+// inject --standby and every role exchange write), or at once with
+// Config.ResumeOnStart (amf-agent --resume-on-start). A failed action is
+// tried again after 2 s while the phase is unchanged.
 //
 // The write order. A step's record is written before its actions, with one
 // exception: the standby's scale-up of a decision (switchover or failover)
@@ -86,11 +88,13 @@
 // The trade-off of ResumeOnStart: it needs list on Deployments
 // (RulesWithResume), so the agent can read every Deployment in scope (specs,
 // including literal env values; bind the rules per namespace with a Role to
-// narrow that). Without it, a switchover whose primary no longer signals is
-// not resumed: one stopped after the primary was scaled to 0 but before the
-// roles were exchanged leaves the new primary without a policy (unprotected)
-// until someone restarts the agent with it; every other phase resumes on the
-// primary's next sample.
+// narrow that). Without it, a switchover stopped after the primary was
+// scaled to 0 but before the roles were exchanged (the primary has no pod
+// left to signal, the standby serves without a policy) resumes on the
+// standby's next signal, which its sidecar sends whenever it reconnects to
+// the restarted agent; a standby that does not name its primary in
+// amf.io/primary leaves it unprotected until an agent with ResumeOnStart
+// runs. Every other phase resumes on the primary's next sample.
 //
 // Events are queued after a step's cluster actions and written by a
 // goroutine of their own, so their round trips never hold up the loop that

@@ -217,6 +217,72 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 	}
 }
 
+// TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal: an
+// agent stopped right after it scaled the primary to 0 and before it
+// exchanged the roles leaves a primary with no pod to signal, and a standby
+// that now serves without a policy. A fresh agent without ResumeOnStart
+// (manifests/base's agent: no list on Deployments) hears only the standby's
+// pod, whose sidecar re-sends its state when it reconnects; the standby
+// names its primary (amf.io/primary, as inject --standby writes it), so that
+// signal resumes the primary's record: the roles are exchanged and the
+// standby is the primary, protected again. Found on a real node, with the
+// agent's container killed at that moment (lab/faults).
+func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *testing.T) {
+	ctx, _, cp, admin := startCluster(t, 120*time.Second)
+	cfg := agentConfig(ctx, t, cp, actuate.Rules())
+	var w wire
+	w.install(cfg)
+	agentClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const p, s = "stopped-retired-p", "stopped-retired-s"
+	ready := readyLog{a: p, b: s}
+	watched := make(chan struct{})
+	wctx, stopWatch := context.WithCancel(ctx)
+	go func() { defer close(watched); ready.watch(wctx, t, admin) }()
+	mustCreate(t, func() error {
+		return createDeployment(ctx, admin, s, 0, map[string]string{actuate.AnnRole: "standby", actuate.AnnPrimary: p})
+	})
+	mustCreate(t, func() error {
+		return createDeployment(ctx, admin, p, 1, map[string]string{actuate.AnnStandby: s, actuate.AnnHold: "1s"})
+	})
+	pod := onlyPod(ctx, t, admin, p)
+	waitDeployment(ctx, t, admin, p, "Ready", func(d *appsv1.Deployment) bool { return d.Status.ReadyReplicas == 1 })
+
+	ctx1, stop1 := context.WithCancel(ctx)
+	stopped := w.expect(scaleTo(p, 0), stop1)
+	send1, done1 := runActuator(ctx1, t, agentClient, false)
+	for range 3 {
+		send1(pod, signal.Anomalous)
+	}
+	waitDeployment(ctx, t, admin, p, "record Confirm", func(d *appsv1.Deployment) bool { return recordOf(d).Phase == actuate.PhaseConfirm })
+	for range 3 {
+		send1(pod, signal.Anomalous)
+	}
+	awaitWire(ctx, t, stopped, "the primary's scale to 0")
+	done1()
+	if d := getDeployment(ctx, t, admin, s); d.Annotations[actuate.AnnRole] != "standby" || recordOf(getDeployment(ctx, t, admin, p)).Phase != actuate.PhaseRetiring {
+		t.Fatalf("the agent did not stop between the retirement and the role exchange: standby's annotations %v", d.Annotations)
+	}
+	waitDeployment(ctx, t, admin, p, "without a pod", func(d *appsv1.Deployment) bool { return d.Status.Replicas == 0 })
+
+	send2, done2 := runActuator(ctx, t, agentClient, false)
+	defer done2()
+	send2(onlyPod(ctx, t, admin, s), signal.Healthy)
+	waitDeployment(ctx, t, admin, s, "the new primary", func(d *appsv1.Deployment) bool {
+		return d.Annotations[actuate.AnnRole] == "primary" && d.Annotations[actuate.AnnStandby] == p && !recordOf(d).LastSwitch.IsZero()
+	})
+	waitDeployment(ctx, t, admin, p, "its standby", func(d *appsv1.Deployment) bool {
+		_, rec := d.Annotations[actuate.AnnRecord]
+		return d.Annotations[actuate.AnnRole] == "standby" && d.Annotations[actuate.AnnPrimary] == s && !rec && *d.Spec.Replicas == 0
+	})
+	done2()
+	stopWatch()
+	<-watched
+	ready.check(t)
+}
+
 // runActuator runs an Actuator until ctx ends or done is called (which waits
 // for Run to return). send hands it a sample and reports false once it
 // stopped.

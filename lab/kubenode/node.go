@@ -107,6 +107,8 @@ type Node struct {
 	janitor    *janitor
 	relay      net.Listener
 
+	restartMu sync.Mutex // RestartDaemon, one at a time
+
 	mu       sync.Mutex
 	holder   *daemon
 	daemons  map[string]*daemon
@@ -704,6 +706,7 @@ func poll(ctx context.Context, what string, d *daemon, f func() error) error {
 // daemon is one of the node's processes, its output in logs/<name>.log.
 type daemon struct {
 	name, logPath string
+	args          []string // the daemon's own arguments (startDaemon's), for a restart
 	cmd           *exec.Cmd
 	onLine        func(string)
 	done          chan struct{}
@@ -734,12 +737,18 @@ func (n *Node) startDaemon(name string, args ...string) error {
 	if err != nil {
 		return err
 	}
+	d.args = args
+	// Registered under the lock that Stop takes, so a daemon started while
+	// the node stops is either in the list Stop waits for or not started.
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return fmt.Errorf("%s not started: the node is stopping", name)
+	}
 	if err := d.start(); err != nil {
 		return err
 	}
-	n.mu.Lock()
 	n.daemons[name] = d
-	n.mu.Unlock()
 	return nil
 }
 

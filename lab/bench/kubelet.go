@@ -253,6 +253,11 @@ func (b *nodeBench) progress(format string, args ...any) {
 	fmt.Fprintf(b.cfg.Progress, format+"\n", args...)
 }
 
+// working are the states of a sidecar whose broker answers its probe:
+// anomalous is the model's view (of a fresh container's young windows, or
+// of a load), which fails nothing over by itself.
+var working = []signal.State{signal.Healthy, signal.Anomalous}
+
 // brokerPod is one of a round's two broker pods.
 type brokerPod struct {
 	kind      string // ProbeExec or ProbeTCP
@@ -325,7 +330,7 @@ func (b *nodeBench) startPods(ctx context.Context, ns string) ([]*brokerPod, err
 	var pods []*brokerPod
 	for _, kind := range []string{ProbeExec, ProbeTCP} {
 		name := "broker-" + strings.ToLower(kind)
-		d, err := brokerDeployment(ns, name, kind)
+		d, err := brokerDeployment(ns, name, kind, b.node.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +349,7 @@ func (b *nodeBench) startPods(ctx context.Context, ns string) ([]*brokerPod, err
 			b.rep.Liveness = *brokerContainer(pod).LivenessProbe
 			b.rep.GracePeriod = ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, 0)
 		}
-		if _, err := b.feed.awaitLine(ctx, 90*time.Second, p, signal.Healthy, p.createdAt); err != nil {
+		if _, err := b.feed.awaitLine(ctx, 90*time.Second, p, p.createdAt, working...); err != nil {
 			return nil, err
 		}
 	}
@@ -360,12 +365,12 @@ func brokerContainer(p *corev1.Pod) *corev1.Container {
 	return &corev1.Container{}
 }
 
-// brokerDeployment is a plain Mosquitto Deployment as a user writes it —
+// brokerDeployment is a plain Mosquitto Deployment on node as a user writes it —
 // the testbed's limits (500m, 100 Mi), a liveness probe of the given kind at
 // the kubelet's defaults, the default grace period — injected with the
 // sidecar by package inject (what `amf-agent inject` writes). Redundancy
 // none: the benchmark compares detection, the kubelet alone acts.
-func brokerDeployment(ns, name, kind string) (*appsv1.Deployment, error) {
+func brokerDeployment(ns, name, kind, node string) (*appsv1.Deployment, error) {
 	var live corev1.ProbeHandler
 	switch kind {
 	case ProbeExec:
@@ -387,7 +392,7 @@ func brokerDeployment(ns, name, kind string) (*appsv1.Deployment, error) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					NodeSelector:                 map[string]string{corev1.LabelHostname: NodeName},
+					NodeSelector:                 map[string]string{corev1.LabelHostname: node},
 					AutomountServiceAccountToken: ptr.To(false),
 					EnableServiceLinks:           ptr.To(false),
 					Containers: []corev1.Container{{
@@ -510,7 +515,7 @@ func (b *nodeBench) crash(ctx context.Context, p *brokerPod) error {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill the broker of %s (PID %d): %w", p, pid, err)
 	}
-	l, err := b.feed.awaitLine(ctx, 30*time.Second, p, signal.Unhealthy, killed)
+	l, err := b.feed.awaitLine(ctx, 30*time.Second, p, killed, signal.Unhealthy)
 	if err != nil {
 		return err
 	}
@@ -550,7 +555,7 @@ func (b *nodeBench) awaitRestarted(ctx context.Context, p *brokerPod, since time
 			switch l.To {
 			case string(signal.Unhealthy):
 				down = i
-			case string(signal.Healthy), string(signal.Anomalous):
+			case string(signal.Healthy), string(signal.Anomalous): // working
 				up = i
 			}
 		}
@@ -587,12 +592,14 @@ func (b *nodeBench) hang(ctx context.Context, pods []*brokerPod) error {
 	}
 	resumed := false
 	defer func() {
-		if !resumed {
-			_ = syscall.Kill(tcpPod.pid, syscall.SIGCONT)
+		if !resumed { // an error on the way: leave no broker stopped (PIDs a few seconds old)
+			for _, p := range pods {
+				_ = syscall.Kill(p.pid, syscall.SIGCONT)
+			}
 		}
 	}()
 	for _, p := range pods {
-		l, err := b.feed.awaitLine(ctx, 30*time.Second, p, signal.Unhealthy, stopped[p])
+		l, err := b.feed.awaitLine(ctx, 30*time.Second, p, stopped[p], signal.Unhealthy)
 		if err != nil {
 			return err
 		}
@@ -637,7 +644,7 @@ func (b *nodeBench) hang(ctx context.Context, pods []*brokerPod) error {
 	if err := syscall.Kill(tcpPod.pid, syscall.SIGCONT); err != nil {
 		return fmt.Errorf("resume the broker of %s (PID %d): %w", tcpPod, tcpPod.pid, err)
 	}
-	if _, err := b.feed.awaitLine(ctx, 30*time.Second, tcpPod, signal.Healthy, stopped[tcpPod]); err != nil {
+	if _, err := b.feed.awaitLine(ctx, 30*time.Second, tcpPod, stopped[tcpPod], working...); err != nil {
 		return err
 	}
 	return b.awaitRestarted(ctx, execPod, stopped[execPod])
@@ -732,11 +739,11 @@ func (b *nodeBench) countLoad(pods []*brokerPod, runs map[*brokerPod]*loadRun) e
 			}
 			killed = append(killed, decided)
 		}
-		falseHere := 0
+		falseHere, anomalous := 0, 0
 		for _, l := range b.feed.lines(p, r.from, r.to) {
 			switch l.To {
 			case string(signal.Anomalous):
-				res.Anomalous++
+				anomalous++
 			case string(signal.Unhealthy):
 				caused := false
 				for _, k := range killed {
@@ -749,6 +756,7 @@ func (b *nodeBench) countLoad(pods []*brokerPod, runs map[*brokerPod]*loadRun) e
 			}
 		}
 		res.FalseSignals += falseHere
+		res.Anomalous += anomalous
 		lat := r.rec.Latency(r.from, r.to)
 		res.MaxLatency = max(res.MaxLatency, lat.Max)
 		for _, s := range r.rec.Sends {
@@ -758,7 +766,7 @@ func (b *nodeBench) countLoad(pods []*brokerPod, runs map[*brokerPod]*loadRun) e
 		}
 		res.Lost += len(r.rec.Lost(r.from, r.to))
 		b.progress("  (c) load on %s (%s liveness): %d failed liveness probes, %d kubelet restarts, %d false unhealthy, %d anomalous; MQTT max round trip %s, %d lost",
-			p.name, p.kind, len(fails), len(ends), falseHere, res.Anomalous, ms(lat.Max), len(r.rec.Lost(r.from, r.to)))
+			p.name, p.kind, len(fails), len(ends), falseHere, anomalous, ms(lat.Max), len(r.rec.Lost(r.from, r.to)))
 	}
 	return nil
 }
@@ -859,15 +867,20 @@ func (f *feed) await(ctx context.Context, timeout time.Duration, what string, fo
 	}
 }
 
-// awaitLine waits for the agent's transition of p's pod to state, received
-// at or after since.
-func (f *feed) awaitLine(ctx context.Context, timeout time.Duration, p *brokerPod, state signal.State, since time.Time) (testbed.AgentLine, error) {
+// awaitLine waits for the agent's transition of p's pod to one of states,
+// received at or after since.
+func (f *feed) awaitLine(ctx context.Context, timeout time.Duration, p *brokerPod, since time.Time, states ...signal.State) (testbed.AgentLine, error) {
 	var got testbed.AgentLine
-	err := f.await(ctx, timeout, fmt.Sprintf("%s at the agent for %s (amf-system logs ds/amf-agent)", state, p), func() bool {
+	err := f.await(ctx, timeout, fmt.Sprintf("%v at the agent for %s (kubectl -n amf-system logs ds/amf-agent)", states, p), func() bool {
 		for _, l := range f.all {
-			if l.Namespace == p.ns && l.Pod == p.name && l.To == string(state) && !l.Received.Before(since) {
-				got = l
-				return true
+			if l.Namespace != p.ns || l.Pod != p.name || l.Received.Before(since) {
+				continue
+			}
+			for _, s := range states {
+				if l.To == string(s) {
+					got = l
+					return true
+				}
 			}
 		}
 		return false

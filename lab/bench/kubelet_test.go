@@ -3,10 +3,14 @@ package bench
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/inject"
+	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/lab/testbed"
@@ -100,5 +104,59 @@ func TestNodeBenchSignalsBeforeTheKubelet(t *testing.T) {
 	}
 	if line := out.String(); !strings.Contains(line, `"hang_pcm_p99_ms"`) || !strings.Contains(line, `"false_signals":0`) {
 		t.Errorf("last line lacks the fields: %s", line)
+	}
+}
+
+func TestBrokerDeploymentIsInjectedWithTheLivenessProbeAtItsDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		kind    string
+		exec    bool
+		tcp     bool
+		refused bool
+	}{
+		{kind: ProbeExec, exec: true},
+		{kind: ProbeTCP, tcp: true},
+		{kind: "httpGet", refused: true},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			d, err := brokerDeployment("ns", "broker", tc.kind, "node-a")
+			if tc.refused {
+				if err == nil {
+					t.Fatal("an unknown probe kind was accepted")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := d.Spec.Template.Spec
+			if len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != inject.SidecarName {
+				t.Fatalf("init containers %v: want the injected sidecar", spec.InitContainers)
+			}
+			if spec.NodeSelector["kubernetes.io/hostname"] != "node-a" {
+				t.Errorf("node selector %v", spec.NodeSelector)
+			}
+			if d.Annotations[actuate.AnnRedundancy] != string(actuate.None) {
+				t.Errorf("redundancy %q: the kubelet alone must act", d.Annotations[actuate.AnnRedundancy])
+			}
+			c := spec.Containers[0]
+			if c.Name != testbed.BrokerContainer || c.Image != images.MosquittoRef || c.Resources.Limits.Cpu().String() != "500m" {
+				t.Errorf("broker container %s %s, CPU limit %s", c.Name, c.Image, c.Resources.Limits.Cpu())
+			}
+			lp := c.LivenessProbe
+			if lp == nil {
+				t.Fatal("no liveness probe")
+			}
+			// Left for the API server to default: what a user who writes none gets.
+			if lp.PeriodSeconds != 0 || lp.TimeoutSeconds != 0 || lp.FailureThreshold != 0 {
+				t.Errorf("liveness sets period %d, timeout %d, threshold %d", lp.PeriodSeconds, lp.TimeoutSeconds, lp.FailureThreshold)
+			}
+			if got := lp.Exec != nil && slices.Equal(lp.Exec.Command, LivenessCommand); got != tc.exec {
+				t.Errorf("exec liveness %v, want %v", lp.Exec, tc.exec)
+			}
+			if got := lp.TCPSocket != nil && lp.TCPSocket.Port.StrVal == inject.MQTTPortName; got != tc.tcp {
+				t.Errorf("tcpSocket liveness %v, want %v", lp.TCPSocket, tc.tcp)
+			}
+		})
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +34,7 @@ Usage:
       signal benchmark instead
   amf-lab bench signal [--runs 5] [--keepalive 5s] [--steady 20s] [--keep]
       signal-based detection vs a kubelet-style poller, with real processes
-  amf-lab bench signal --node [--runs 5] [--load-cpu 2] [--load-for 60s] [--keep] [-v]
+  amf-lab bench signal --node [--runs 5] [--load-cpu 2,64] [--load-for 60s] [--keep] [-v]
       the same against the real kubelet (root; make deps k8s first): broker
       pods with the sidecar on a real node, crashed, hung and loaded; the
       agent's signal vs the pod status and the kubelet's liveness probes
@@ -117,8 +119,8 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	steady := fs.Duration("steady", 20*time.Second, "how long to measure the sidecar's steady-state CPU and RSS (0: skip)")
 	keep := fs.Bool("keep", false, "keep the run's logs")
 	node := fs.Bool("node", false, "against the real kubelet: broker pods on a real node (kubelet + containerd)")
-	loadCPU := fs.Float64("load-cpu", bench.DefaultLoad.CPU, "--node: cores burnt in the 500m broker container in case (c)")
-	loadFor := fs.Duration("load-for", bench.DefaultLoad.Duration, "--node: length of each round's load in case (c)")
+	loadCPU := fs.String("load-cpu", "2,64", "--node: case (c)'s loads, comma-separated: busy threads (cores of demand) in the 500m broker container")
+	loadFor := fs.Duration("load-for", bench.DefaultLoads[0].Duration, "--node: length of each load in case (c)")
 	verbose := fs.Bool("v", false, "--node: log the node and the control plane to standard error")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -130,8 +132,17 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	defer done()
 	if *node {
-		return benchNode(ctx, bench.NodeConfig{Runs: *runs, Load: bench.Load{CPU: *loadCPU, Duration: *loadFor, Traffic: bench.DefaultLoad.Traffic},
-			BinDir: filepath.Dir(bins.Self), WorkDir: dir, Progress: stderr}, *verbose, keep, stdout, stderr)
+		var loads []bench.Load
+		for _, f := range strings.Split(*loadCPU, ",") {
+			cpu, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || cpu <= 0 {
+				fmt.Fprintf(stderr, "amf-lab bench signal: --load-cpu %q: want positive numbers of cores, e.g. 2,64\n", *loadCPU)
+				return 2
+			}
+			loads = append(loads, bench.Load{CPU: cpu, Duration: *loadFor, Traffic: bench.DefaultLoads[0].Traffic})
+		}
+		return benchNode(ctx, bench.NodeConfig{Runs: *runs, Loads: loads, BinDir: filepath.Dir(bins.Self), WorkDir: dir, Progress: stderr},
+			*verbose, keep, stdout, stderr)
 	}
 	rep, err := bench.RunSignal(ctx, bench.SignalConfig{Runs: *runs, KeepAlive: *keepAlive, Steady: *steady,
 		Bin: bins, WorkDir: dir, Progress: stderr})

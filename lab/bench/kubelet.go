@@ -55,14 +55,19 @@ type Load struct {
 	Traffic time.Duration
 }
 
-// DefaultLoad burns 2 cores in a 500m container: the broker's cgroup is
-// throttled for the whole minute, as a broker at its limit is.
-var DefaultLoad = Load{CPU: 2, Duration: 60 * time.Second, Traffic: 10 * time.Millisecond}
+// DefaultLoads are two levels of case (c), each for a minute in the 500m
+// container: 2 busy threads (4 × its limit, throttled all along, as a
+// broker at its limit is), and 64, whose contention in the throttled
+// cgroup is where the exec probe's short-lived processes start to wait.
+var DefaultLoads = []Load{
+	{CPU: 2, Duration: 60 * time.Second, Traffic: 10 * time.Millisecond},
+	{CPU: 64, Duration: 60 * time.Second, Traffic: 10 * time.Millisecond},
+}
 
 // NodeConfig configures RunNode.
 type NodeConfig struct {
-	Runs int  // rounds, each with one fault of every case (default 5)
-	Load Load // case (c) (default DefaultLoad)
+	Runs  int    // rounds, each with one fault of every case (default 5)
+	Loads []Load // case (c)'s levels, each in every round (default DefaultLoads)
 	// Repo is the AMF repository: the agent is installed from its
 	// manifests/base, and the images are built from its module.
 	Repo string
@@ -103,7 +108,6 @@ type NodeReport struct {
 	// Liveness is the probe as the API server defaulted it (exec pod).
 	Liveness    corev1.Probe
 	GracePeriod int64 // the broker pods' terminationGracePeriodSeconds
-	Load        Load
 
 	// (a) broker crash, both pods.
 	CrashSignal Case // SIGKILL → the agent has unhealthy
@@ -120,12 +124,14 @@ type NodeReport struct {
 	HangTCPRuns  int
 	HangTCPWatch Case // how long each tcpSocket pod stayed hung, unnoticed by its probe
 
-	// (c) heavy but healthy load, per pod kind.
-	LoadRuns map[string]*LoadResult
+	// (c) heavy but healthy load, per level and pod kind.
+	LoadRuns []*LoadResult
 }
 
-// LoadResult counts case (c) on one kind of pod.
+// LoadResult counts case (c) at one load on one kind of pod.
 type LoadResult struct {
+	Load             Load
+	Kind             string // ProbeExec or ProbeTCP
 	Runs             int
 	Restarts         int // the kubelet killed the loaded broker
 	LivenessFailures int // failed liveness probes (the kubelet's log)
@@ -134,6 +140,45 @@ type LoadResult struct {
 	Reasons          []string
 	MaxLatency       time.Duration // the MQTT traffic's largest round trip during the load
 	Sent, Lost       int
+	// Cores and Throttled are, per run, the broker container's CPU use
+	// (cores, from cpuacct) and the share of CFS periods it was throttled in
+	// while the injector ran: the evidence that it was at its limit.
+	Cores, Throttled []float64
+}
+
+// cpuStat is a container cgroup's CPU counters (cgroup v1).
+type cpuStat struct {
+	at                 time.Time
+	usage              time.Duration // cpuacct.usage
+	periods, throttled int64         // cpu.stat nr_periods, nr_throttled
+}
+
+func readCPUStat(cg string) (cpuStat, error) {
+	st := cpuStat{at: time.Now()}
+	u, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", cg, "cpuacct.usage"))
+	if err != nil {
+		return st, err
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(u)), 10, 64)
+	if err != nil {
+		return st, fmt.Errorf("cpuacct.usage of %s: %w", cg, err)
+	}
+	st.usage = time.Duration(n)
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", cg, "cpu.stat"))
+	if err != nil {
+		return st, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "nr_periods":
+			st.periods = n
+		case "nr_throttled":
+			st.throttled = n
+		}
+	}
+	return st, nil
 }
 
 // nodeBench is one run of RunNode.
@@ -156,8 +201,8 @@ func RunNode(ctx context.Context, cfg NodeConfig) (_ *NodeReport, err error) {
 	if cfg.Runs <= 0 {
 		cfg.Runs = 5
 	}
-	if cfg.Load == (Load{}) {
-		cfg.Load = DefaultLoad
+	if len(cfg.Loads) == 0 {
+		cfg.Loads = DefaultLoads
 	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
@@ -177,9 +222,12 @@ func RunNode(ctx context.Context, cfg NodeConfig) (_ *NodeReport, err error) {
 		defer stop()
 	}
 	b.client = b.cp.Client()
-	b.rep = &NodeReport{Kubelet: b.node.KubeletVersion, Runtime: b.node.RuntimeVersion, Load: cfg.Load, LoadRuns: map[string]*LoadResult{
-		ProbeExec: {}, ProbeTCP: {},
-	}}
+	b.rep = &NodeReport{Kubelet: b.node.KubeletVersion, Runtime: b.node.RuntimeVersion}
+	for _, l := range cfg.Loads {
+		for _, kind := range []string{ProbeExec, ProbeTCP} {
+			b.rep.LoadRuns = append(b.rep.LoadRuns, &LoadResult{Load: l, Kind: kind})
+		}
+	}
 
 	b.progress("agent: kubectl apply -k manifests/base, --observe-only (the kubelet alone acts on the brokers)")
 	if b.agent, err = testbed.DeployAgent(ctx, b.cp, cfg.Repo, b.node.Name, []string{"--observe-only"}); err != nil {
@@ -285,22 +333,26 @@ func (b *nodeBench) round(ctx context.Context, i int) (err error) {
 		return err
 	}
 	b.progress("round %d/%d: pods %s (exec liveness) and %s (tcpSocket liveness) healthy at the agent", i, b.cfg.Runs, pods[0], pods[1])
-	loads, err := b.load(ctx, pods)
-	if err != nil {
-		return fmt.Errorf("case (c), load: %w", err)
-	}
-	for _, p := range pods {
-		ends := b.feed.events(p, loads[p].from, loads[p].to, kubenode.EventExited, kubenode.EventOOMKilled)
-		if len(ends) == 0 {
-			continue
-		}
-		b.progress("  (c) the kubelet restarted the loaded broker of %s: waiting for it to work again", p)
-		decided, err := b.killDecision(p, loads[p].from, ends[len(ends)-1])
+	var loads []map[*brokerPod]*loadRun
+	for _, l := range b.cfg.Loads {
+		runs, err := b.load(ctx, pods, l)
 		if err != nil {
-			return err
+			return fmt.Errorf("case (c), load: %w", err)
 		}
-		if err := b.awaitRestarted(ctx, p, decided); err != nil {
-			return fmt.Errorf("case (c): %w", err)
+		loads = append(loads, runs)
+		for _, p := range pods {
+			ends := b.feed.events(p, runs[p].from, runs[p].to, kubenode.EventExited, kubenode.EventOOMKilled)
+			if len(ends) == 0 {
+				continue
+			}
+			b.progress("  (c) the kubelet restarted the loaded broker of %s: waiting for it to work again", p)
+			decided, err := b.killDecision(p, runs[p].from, ends[len(ends)-1])
+			if err != nil {
+				return err
+			}
+			if err := b.awaitRestarted(ctx, p, decided); err != nil {
+				return fmt.Errorf("case (c): %w", err)
+			}
 		}
 	}
 	for _, p := range pods {
@@ -308,9 +360,11 @@ func (b *nodeBench) round(ctx context.Context, i int) (err error) {
 			return fmt.Errorf("case (a), crash of %s: %w", p, err)
 		}
 	}
-	// Every line of the load is in now (the log is one ordered stream).
-	if err := b.countLoad(pods, loads); err != nil {
-		return err
+	// Every line of the loads is in now (the log is one ordered stream).
+	for i, runs := range loads {
+		if err := b.countLoad(pods, b.cfg.Loads[i], runs); err != nil {
+			return err
+		}
 	}
 	if err := b.hang(ctx, pods); err != nil {
 		return fmt.Errorf("case (b), hang: %w", err)
@@ -656,6 +710,9 @@ func (b *nodeBench) kubeletLog() string { return filepath.Join(b.node.Dir, "logs
 type loadRun struct {
 	from, to time.Time
 	rec      *probe.Recording
+	// cores and throttled while the injector ran; negative where the
+	// container ended before it did (its cgroup is gone).
+	cores, throttled float64
 }
 
 // load is case (c): `amf-lab stress` exec'd into both broker containers
@@ -663,8 +720,7 @@ type loadRun struct {
 // with MQTT traffic through each broker, for Load.Duration. The window
 // counted runs one probe period past the load: a probe that started under
 // it may fail after it.
-func (b *nodeBench) load(ctx context.Context, pods []*brokerPod) (map[*brokerPod]*loadRun, error) {
-	l := b.cfg.Load
+func (b *nodeBench) load(ctx context.Context, pods []*brokerPod, l Load) (map[*brokerPod]*loadRun, error) {
 	profile := fmt.Sprintf("%s:cpu=%g", l.Duration, l.CPU)
 	b.progress("  (c) load: amf-lab stress --profile %s in both broker containers, MQTT traffic every %v through each", profile, l.Traffic)
 	runs := map[*brokerPod]*loadRun{}
@@ -687,9 +743,20 @@ func (b *nodeBench) load(ctx context.Context, pods []*brokerPod) (map[*brokerPod
 		stderr *bytes.Buffer
 	}
 	execs := map[*brokerPod]injector{}
+	cgroups, before := map[*brokerPod]string{}, map[*brokerPod]cpuStat{}
+	for _, p := range pods {
+		cg, err := b.node.ContainerCgroup(ctx, p.ns, p.name, testbed.BrokerContainer)
+		if err != nil {
+			return nil, err
+		}
+		if before[p], err = readCPUStat(cg); err != nil {
+			return nil, fmt.Errorf("CPU counters of %s's broker: %w", p, err)
+		}
+		cgroups[p] = cg
+	}
 	for _, p := range pods {
 		var stderr bytes.Buffer
-		runs[p] = &loadRun{from: time.Now()}
+		runs[p] = &loadRun{from: time.Now(), cores: -1, throttled: -1}
 		cmd, err := b.node.Exec(ctx, p.ns, p.name, testbed.BrokerContainer, []string{images.LabBinary, "stress", "--profile", profile}, io.Discard, &stderr)
 		if err != nil {
 			return nil, err
@@ -700,6 +767,13 @@ func (b *nodeBench) load(ctx context.Context, pods []*brokerPod) (map[*brokerPod
 		// A broker the kubelet killed ends its injector with it: not an error.
 		if err := execs[p].cmd.Wait(); err != nil {
 			b.progress("  (c) the injector in %s ended: %v %s", p, err, strings.TrimSpace(execs[p].stderr.String()))
+		}
+		if after, err := readCPUStat(cgroups[p]); err == nil {
+			s0 := before[p]
+			runs[p].cores = float64(after.usage-s0.usage) / float64(after.at.Sub(s0.at))
+			if dp := after.periods - s0.periods; dp > 0 {
+				runs[p].throttled = float64(after.throttled-s0.throttled) / float64(dp)
+			}
 		}
 	}
 	period := time.Duration(b.rep.Liveness.PeriodSeconds) * time.Second
@@ -718,10 +792,15 @@ func (b *nodeBench) load(ctx context.Context, pods []*brokerPod) (map[*brokerPod
 // broker is the kubelet's (nothing else touched it); an unhealthy at the
 // agent is false unless it came after the kubelet's decision to kill
 // (its failureThreshold-th failed probe before the broker's end).
-func (b *nodeBench) countLoad(pods []*brokerPod, runs map[*brokerPod]*loadRun) error {
+func (b *nodeBench) countLoad(pods []*brokerPod, l Load, runs map[*brokerPod]*loadRun) error {
 	for _, p := range pods {
 		r := runs[p]
-		res := b.rep.LoadRuns[p.kind]
+		var res *LoadResult
+		for _, lr := range b.rep.LoadRuns {
+			if lr.Load == l && lr.Kind == p.kind {
+				res = lr
+			}
+		}
 		res.Runs++
 		fails, err := probeFailures(b.kubeletLog(), r.from, r.to, p.ns+"/"+p.name, testbed.BrokerContainer)
 		if err != nil {
@@ -765,8 +844,11 @@ func (b *nodeBench) countLoad(pods []*brokerPod, runs map[*brokerPod]*loadRun) e
 			}
 		}
 		res.Lost += len(r.rec.Lost(r.from, r.to))
-		b.progress("  (c) load on %s (%s liveness): %d failed liveness probes, %d kubelet restarts, %d false unhealthy, %d anomalous; MQTT max round trip %s, %d lost",
-			p.name, p.kind, len(fails), len(ends), falseHere, anomalous, ms(lat.Max), len(r.rec.Lost(r.from, r.to)))
+		if r.cores >= 0 {
+			res.Cores, res.Throttled = append(res.Cores, r.cores), append(res.Throttled, r.throttled)
+		}
+		b.progress("  (c) cpu=%g on %s (%s liveness): broker container at %.2f cores, throttled in %.0f %% of CFS periods; %d failed liveness probes, %d kubelet restarts, %d false unhealthy, %d anomalous; MQTT max round trip %s, %d lost",
+			l.CPU, p.name, p.kind, r.cores, 100*r.throttled, len(fails), len(ends), falseHere, anomalous, ms(lat.Max), len(r.rec.Lost(r.from, r.to)))
 	}
 	return nil
 }

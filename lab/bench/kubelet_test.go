@@ -32,7 +32,7 @@ func TestNodeBenchSignalsBeforeTheKubelet(t *testing.T) {
 	defer cancel()
 	var progress bytes.Buffer
 	rep, err := RunNode(ctx, NodeConfig{Runs: 1, Repo: repo, ControlPlane: cp, Node: node, Progress: &progress,
-		Load: Load{CPU: 0.3, Duration: 15 * time.Second, Traffic: 50 * time.Millisecond}})
+		Loads: []Load{{CPU: 0.3, Duration: 15 * time.Second, Traffic: 50 * time.Millisecond}}})
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +97,12 @@ func TestNodeBenchSignalsBeforeTheKubelet(t *testing.T) {
 		t.Errorf("tcpSocket liveness failed on %d of %d hangs, want 0 of 1", rep.HangTCPSeen, rep.HangTCPRuns)
 	}
 	// A light load: the broker works, so nothing may restart or signal it.
-	for kind, lr := range rep.LoadRuns {
-		if lr.Runs != 1 || lr.Restarts != 0 || lr.FalseSignals != 0 || lr.Sent == 0 || lr.Lost > 0 {
-			t.Errorf("%s pod under a light load: %+v, want 1 run, no restart, no false signal, traffic without loss", kind, lr)
+	if len(rep.LoadRuns) != 2 {
+		t.Errorf("%d load results, want one per pod", len(rep.LoadRuns))
+	}
+	for _, lr := range rep.LoadRuns {
+		if lr.Runs != 1 || lr.Restarts != 0 || lr.FalseSignals != 0 || lr.Sent == 0 || lr.Lost > 0 || len(lr.Cores) != 1 {
+			t.Errorf("%s pod under a light load: %+v, want 1 run, no restart, no false signal, traffic without loss, its CPU measured", lr.Kind, lr)
 		}
 	}
 	if line := out.String(); !strings.Contains(line, `"hang_pcm_p99_ms"`) || !strings.Contains(line, `"false_signals":0`) {

@@ -121,14 +121,11 @@ func PrintNode(w io.Writer, r *NodeReport) error {
 	}
 	fmt.Fprintf(w, "(a) finishedAt in the pod status (whole seconds) at the kill's second or the next: %d of %d\n", r.CrashFinishedSameSecond, len(r.CrashStatus.Samples))
 	fmt.Fprintf(w, "(b) tcpSocket liveness failed on %d of %d hangs\n", r.HangTCPSeen, r.HangTCPRuns)
-	fmt.Fprintf(w, "(c) load: amf-lab stress cpu=%g for %v in the 500m container, MQTT traffic every %v:\n", r.Load.CPU, r.Load.Duration, r.Load.Traffic)
-	for _, kind := range []string{ProbeExec, ProbeTCP} {
-		lr := r.LoadRuns[kind]
-		if lr == nil {
-			continue
-		}
-		fmt.Fprintf(w, "    %-9s liveness: %d runs, %d failed liveness probes, %d kubelet restarts; %d false unhealthy signals, %d anomalous; MQTT max round trip %s, %d of %d lost\n",
-			kind, lr.Runs, lr.LivenessFailures, lr.Restarts, lr.FalseSignals, lr.Anomalous, msf(lr.MaxLatency), lr.Lost, lr.Sent)
+	fmt.Fprintf(w, "(c) load: amf-lab stress cpu=N (N busy threads) in each 500m broker container, MQTT traffic through each:\n")
+	for _, lr := range r.LoadRuns {
+		fmt.Fprintf(w, "    cpu=%-3g %-9s liveness: %d × %v, broker container at %s cores, throttled in %s of CFS periods; %d failed liveness probes, %d kubelet restarts; %d false unhealthy signals, %d anomalous; MQTT every %v: max round trip %s, %d of %d lost\n",
+			lr.Load.CPU, lr.Kind, lr.Runs, lr.Load.Duration, span(lr.Cores, 1, "%.2f"), span(lr.Throttled, 100, "%.0f %%"), lr.LivenessFailures, lr.Restarts,
+			lr.FalseSignals, lr.Anomalous, lr.Load.Traffic, msf(lr.MaxLatency), lr.Lost, lr.Sent)
 		for _, reason := range lr.Reasons {
 			fmt.Fprintf(w, "        false unhealthy: %s\n", reason)
 		}
@@ -139,4 +136,16 @@ func PrintNode(w io.Writer, r *NodeReport) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// span writes the range of vs (each times scale) in format, or "—".
+func span(vs []float64, scale float64, format string) string {
+	if len(vs) == 0 {
+		return "—"
+	}
+	lo, hi := slices.Min(vs)*scale, slices.Max(vs)*scale
+	if a, b := fmt.Sprintf(format, lo), fmt.Sprintf(format, hi); a != b {
+		return a + "–" + b
+	}
+	return fmt.Sprintf(format, lo)
 }

@@ -59,7 +59,7 @@ func TestPrintNodeEndsWithTheJSONLineOfEveryCase(t *testing.T) {
 		CrashSignal: Case{Samples: d(2, 5)}, CrashStatus: Case{Samples: d(400, 1000)},
 		HangSignal: Case{Samples: d(1500, 2500)}, HangDecided: Case{Samples: d(25000)}, HangStatus: Case{Samples: d(55000)},
 		HangTCPRuns: 1,
-		LoadRuns:    map[string]*LoadResult{ProbeExec: {Runs: 1, Restarts: 2, FalseSignals: 0}, ProbeTCP: {Runs: 1, FalseSignals: 1}},
+		LoadRuns:    []*LoadResult{{Kind: ProbeExec, Runs: 1, Restarts: 2, FalseSignals: 0}, {Kind: ProbeTCP, Runs: 1, FalseSignals: 1}},
 	}
 	var out bytes.Buffer
 	if err := PrintNode(&out, r); err != nil {

@@ -102,7 +102,7 @@ k8s: ## build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kube
 
 deps: ## install the Debian packages the tests use (root)
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-sklearn mosquitto qemu-user-static \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-sklearn mosquitto mosquitto-clients qemu-user-static \
 		containerd runc containernetworking-plugins iptables iproute2 util-linux qemu-system-x86 e2fsprogs
 
 clean:

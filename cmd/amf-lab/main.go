@@ -11,11 +11,18 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/amf-edge/amf/lab/bench"
 	"github.com/amf-edge/amf/lab/broker"
+	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/testbed"
 )
 
 const usage = `amf-lab — AMF's testbed on one machine
@@ -27,6 +34,10 @@ Usage:
       signal benchmark instead
   amf-lab bench signal [--runs 5] [--keepalive 5s] [--steady 20s] [--keep]
       signal-based detection vs a kubelet-style poller, with real processes
+  amf-lab bench signal --node [--runs 5] [--load-cpu 2,64] [--load-for 60s] [--keep] [-v]
+      the same against the real kubelet (root; make deps k8s first): broker
+      pods with the sidecar on a real node, crashed, hung and loaded; the
+      agent's signal vs the pod status and the kubelet's liveness probes
   amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s]
       one real agent under the load of a full node's sidecars
   amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--reactive-runs N] [--scale 0.25] [--out DIR] [--model NAME|PATH]
@@ -107,6 +118,10 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	keepAlive := fs.Duration("keepalive", 5*time.Second, "sidecar → agent MQTT keep-alive (bounds the freeze case)")
 	steady := fs.Duration("steady", 20*time.Second, "how long to measure the sidecar's steady-state CPU and RSS (0: skip)")
 	keep := fs.Bool("keep", false, "keep the run's logs")
+	node := fs.Bool("node", false, "against the real kubelet: broker pods on a real node (kubelet + containerd)")
+	loadCPU := fs.String("load-cpu", "2,64", "--node: case (c)'s loads, comma-separated: busy threads (cores of demand) in the 500m broker container")
+	loadFor := fs.Duration("load-for", bench.DefaultLoads[0].Duration, "--node: length of each load in case (c)")
+	verbose := fs.Bool("v", false, "--node: log the node and the control plane to standard error")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -116,6 +131,19 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	defer done()
+	if *node {
+		var loads []bench.Load
+		for _, f := range strings.Split(*loadCPU, ",") {
+			cpu, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || cpu <= 0 {
+				fmt.Fprintf(stderr, "amf-lab bench signal: --load-cpu %q: want positive numbers of cores, e.g. 2,64\n", *loadCPU)
+				return 2
+			}
+			loads = append(loads, bench.Load{CPU: cpu, Duration: *loadFor, Traffic: bench.DefaultLoads[0].Traffic})
+		}
+		return benchNode(ctx, bench.NodeConfig{Runs: *runs, Loads: loads, BinDir: filepath.Dir(bins.Self), WorkDir: dir, Progress: stderr},
+			*verbose, keep, stdout, stderr)
+	}
 	rep, err := bench.RunSignal(ctx, bench.SignalConfig{Runs: *runs, KeepAlive: *keepAlive, Steady: *steady,
 		Bin: bins, WorkDir: dir, Progress: stderr})
 	if err != nil {
@@ -124,6 +152,37 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	if err := bench.PrintSignal(stdout, rep); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// benchNode is `amf-lab bench signal --node`.
+func benchNode(ctx context.Context, cfg bench.NodeConfig, verbose bool, keep *bool, stdout, stderr io.Writer) int {
+	if err := kubenode.Check(); err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench signal --node: cannot run a node here: %v\n", err)
+		return 1
+	}
+	repo, err := testbed.RepoRoot()
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench signal --node: %v\n", err)
+		return 1
+	}
+	cfg.Repo = repo
+	if verbose {
+		cfg.Log = func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }
+	} else {
+		// client-go's watches log their cancellation at shutdown through klog.
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
+	}
+	rep, err := bench.RunNode(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench signal --node: %v\n", err)
+		*keep = true
+		return 1
+	}
+	if err := bench.PrintNode(stdout, rep); err != nil {
 		return 1
 	}
 	return 0

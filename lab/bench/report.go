@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -61,3 +62,90 @@ func PrintSignal(w io.Writer, r *SignalReport) error {
 func msv(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*100) / 100 }
 
 func msf(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// NodeLine is the last line of `amf-lab bench signal --node`: p99s in ms,
+// pcm = the kubelet's side; ratios are pcm / scm of the p99s.
+type NodeLine struct {
+	SCM       float64 `json:"scm_p99_ms"`
+	PCM       float64 `json:"pcm_p99_ms"`
+	Ratio     float64 `json:"ratio"`
+	HangSCM   float64 `json:"hang_scm_p99_ms"`
+	HangPCM   float64 `json:"hang_pcm_p99_ms"` // the kubelet's decision (exec liveness)
+	HangRatio float64 `json:"hang_ratio"`
+	// HangPCMStatus is the hung broker's end in the pod status (after the
+	// grace period).
+	HangPCMStatus float64 `json:"hang_pcm_status_p99_ms"`
+	HangTCPSeen   int     `json:"hang_tcp_detected"` // hangs a tcpSocket liveness probe failed on at all
+	FalseRestarts int     `json:"false_restarts"`    // the kubelet restarted a loaded, working broker
+	FalseSignals  int     `json:"false_signals"`     // unhealthy at the agent for a loaded, working broker
+}
+
+// Line computes the report's last line.
+func (r *NodeReport) Line() NodeLine {
+	p99 := func(c Case) time.Duration { return Summarise(c.Samples).P99 }
+	ratio := func(pcm, scm time.Duration) float64 {
+		if scm <= 0 {
+			return 0
+		}
+		return math.Round(float64(pcm)/float64(scm)*10) / 10
+	}
+	l := NodeLine{
+		SCM: msv(p99(r.CrashSignal)), PCM: msv(p99(r.CrashStatus)), Ratio: ratio(p99(r.CrashStatus), p99(r.CrashSignal)),
+		HangSCM: msv(p99(r.HangSignal)), HangPCM: msv(p99(r.HangDecided)), HangRatio: ratio(p99(r.HangDecided), p99(r.HangSignal)),
+		HangPCMStatus: msv(p99(r.HangStatus)), HangTCPSeen: r.HangTCPSeen,
+	}
+	for _, lr := range r.LoadRuns {
+		l.FalseRestarts += lr.Restarts
+		l.FalseSignals += lr.FalseSignals
+	}
+	return l
+}
+
+// PrintNode writes the node benchmark's table and its final JSON line.
+func PrintNode(w io.Writer, r *NodeReport) error {
+	lv := r.Liveness
+	fmt.Fprintf(w, "\nnode: kubelet %s, %s; broker: Mosquitto (%s), limits 500m CPU, 100 Mi; sidecar injected, agent DaemonSet observing\n", r.Kubelet, r.Runtime, "amf.lab/mosquitto:2.0.11-debian")
+	fmt.Fprintf(w, "liveness (as the API server defaulted it): period %d s, timeout %d s, failureThreshold %d; exec %q vs tcpSocket on mqtt; terminationGracePeriodSeconds %d\n",
+		lv.PeriodSeconds, lv.TimeoutSeconds, lv.FailureThreshold, strings.Join(LivenessCommand, " "), r.GracePeriod)
+	fmt.Fprintf(w, "%-78s %4s %10s %10s %10s %10s\n", "case (latency from the fault)", "n", "min", "median", "p99", "max")
+	for _, c := range []Case{
+		{"(a) broker crash (SIGKILL) → agent has unhealthy (both pods)", r.CrashSignal.Samples},
+		{"(a) broker crash → kubelet shows it: termination on a pod watch (both pods)", r.CrashStatus.Samples},
+		{"(b) broker hung (SIGSTOP) → agent has unhealthy (both pods)", r.HangSignal.Samples},
+		{"(b) broker hung → kubelet decides: 3rd failed exec liveness probe (its log)", r.HangDecided.Samples},
+		{fmt.Sprintf("(b) broker hung → termination on a pod watch (SIGKILL after %d s grace)", r.GracePeriod), r.HangStatus.Samples},
+		{"(b) broker hung, tcpSocket liveness: hung this long, not detected", r.HangTCPWatch.Samples},
+	} {
+		s := Summarise(c.Samples)
+		fmt.Fprintf(w, "%-78s %4d %10s %10s %10s %10s\n", c.Name, s.N, msf(s.Min), msf(s.Median), msf(s.P99), msf(s.Max))
+	}
+	fmt.Fprintf(w, "(a) finishedAt in the pod status (whole seconds) at the kill's second or the next: %d of %d\n", r.CrashFinishedSameSecond, len(r.CrashStatus.Samples))
+	fmt.Fprintf(w, "(b) tcpSocket liveness failed on %d of %d hangs\n", r.HangTCPSeen, r.HangTCPRuns)
+	fmt.Fprintf(w, "(c) load: amf-lab stress cpu=N (N busy threads) in each 500m broker container, MQTT traffic through each:\n")
+	for _, lr := range r.LoadRuns {
+		fmt.Fprintf(w, "    cpu=%-3g %-9s liveness: %d × %v, broker container at %s cores, throttled in %s of CFS periods; %d failed liveness probes, %d kubelet restarts; %d false unhealthy signals, %d anomalous; MQTT every %v: max round trip %s, %d of %d lost\n",
+			lr.Load.CPU, lr.Kind, lr.Runs, lr.Load.Duration, span(lr.Cores, 1, "%.2f"), span(lr.Throttled, 100, "%.0f %%"), lr.LivenessFailures, lr.Restarts,
+			lr.FalseSignals, lr.Anomalous, lr.Load.Traffic, msf(lr.MaxLatency), lr.Lost, lr.Sent)
+		for _, reason := range lr.Reasons {
+			fmt.Fprintf(w, "        false unhealthy: %s\n", reason)
+		}
+	}
+	b, err := json.Marshal(r.Line())
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// span writes the range of vs (each times scale) in format, or "—".
+func span(vs []float64, scale float64, format string) string {
+	if len(vs) == 0 {
+		return "—"
+	}
+	lo, hi := slices.Min(vs)*scale, slices.Max(vs)*scale
+	if a, b := fmt.Sprintf(format, lo), fmt.Sprintf(format, hi); a != b {
+		return a + "–" + b
+	}
+	return fmt.Sprintf(format, lo)
+}

@@ -46,3 +46,32 @@ func TestPrintSignalEndsWithTheJSONLine(t *testing.T) {
 		t.Fatalf("JSON line %+v", last)
 	}
 }
+
+func TestPrintNodeEndsWithTheJSONLineOfEveryCase(t *testing.T) {
+	d := func(ms ...float64) []time.Duration {
+		var out []time.Duration
+		for _, m := range ms {
+			out = append(out, time.Duration(m*float64(time.Millisecond)))
+		}
+		return out
+	}
+	r := &NodeReport{
+		CrashSignal: Case{Samples: d(2, 5)}, CrashStatus: Case{Samples: d(400, 1000)},
+		HangSignal: Case{Samples: d(1500, 2500)}, HangDecided: Case{Samples: d(25000)}, HangStatus: Case{Samples: d(55000)},
+		HangTCPRuns: 1,
+		LoadRuns:    []*LoadResult{{Kind: ProbeExec, Runs: 1, Restarts: 2, FalseSignals: 0}, {Kind: ProbeTCP, Runs: 1, FalseSignals: 1}},
+	}
+	var out bytes.Buffer
+	if err := PrintNode(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var got NodeLine
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
+		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
+	}
+	want := NodeLine{SCM: 5, PCM: 1000, Ratio: 200, HangSCM: 2500, HangPCM: 25000, HangRatio: 10, HangPCMStatus: 55000, FalseRestarts: 2, FalseSignals: 1}
+	if got != want {
+		t.Fatalf("JSON line %+v\nwant      %+v", got, want)
+	}
+}

@@ -1,6 +1,7 @@
 // Package bench holds the lab's benchmarks that need real processes: the
-// signal-based (SCM) versus polling (PCM) detection benchmark and the agent load
-// benchmark. Each starts real brokers, sidecars and agents on loopback.
+// signal-based (SCM) versus polling (PCM) detection benchmark, on loopback
+// against a kubelet-style poller (RunSignal) and on a real node against the
+// real kubelet (RunNode), and the agent load benchmark.
 package bench
 
 import (

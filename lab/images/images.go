@@ -41,6 +41,10 @@ const PauseUser = 65535
 // DefaultMosquitto is where Debian's mosquitto package puts the broker.
 const DefaultMosquitto = "/usr/sbin/mosquitto"
 
+// DefaultMosquittoSub is where Debian's mosquitto-clients package puts
+// mosquitto_sub.
+const DefaultMosquittoSub = "/usr/bin/mosquitto_sub"
+
 // Image is one built image.
 type Image struct {
 	Name string // Pause, Mosquitto, Sidecar, Agent or Lab
@@ -68,6 +72,9 @@ type Options struct {
 	// Mosquitto is the broker binary, a file of Debian's mosquitto package
 	// (default DefaultMosquitto).
 	Mosquitto string
+	// MosquittoSub is the client beside it in the image, a file of Debian's
+	// mosquitto-clients package (default DefaultMosquittoSub).
+	MosquittoSub string
 	// BinDir optionally holds prebuilt static linux/GOARCH binaries named
 	// after their programs (BinDir/amf-lab, ..., as `make build` writes
 	// them); programs missing there are built.
@@ -84,6 +91,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Mosquitto == "" {
 		o.Mosquitto = DefaultMosquitto
+	}
+	if o.MosquittoSub == "" {
+		o.MosquittoSub = DefaultMosquittoSub
 	}
 	return o, nil
 }
@@ -158,7 +168,7 @@ func Build(ctx context.Context, opts Options) ([]Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	mosq, err := mosquittoRecipe(arch, opts.Mosquitto, bins[Lab])
+	mosq, err := mosquittoRecipe(arch, opts.Mosquitto, opts.MosquittoSub, bins[Lab])
 	if err != nil {
 		return nil, err
 	}

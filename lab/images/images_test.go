@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func TestMosquittoImageSaysWhereItCameFrom(t *testing.T) {
 	}
 	from := cf.Config.Labels["amf.lab.built-from"]
 	t.Logf("amf.lab.built-from: %s", from)
-	for _, want := range []string{"Debian package mosquitto 2.0.11-", "/usr/sbin/mosquitto", "shared libraries", LabBinary} {
+	for _, want := range []string{"Debian packages mosquitto and mosquitto-clients 2.0.11-", "/usr/sbin/mosquitto", MosquittoSub, "shared libraries", LabBinary} {
 		if !strings.Contains(from, want) {
 			t.Errorf("label amf.lab.built-from %q lacks %q", from, want)
 		}
@@ -271,6 +272,12 @@ func TestMosquittoRunsInItsImage(t *testing.T) {
 			}
 			if uid := procUID(t, c.Process.Pid); uid != tc.wantUID {
 				t.Errorf("broker runs as uid %s, want %s", uid, tc.wantUID)
+			}
+			// The exec liveness probe users of the eclipse image write: the
+			// broker's retained $SYS version comes back at once.
+			out, err := inRoot(ctx, root, tc.uid, tc.uid, MosquittoSub, "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "$SYS/#", "-C", "1", "-W", "3").CombinedOutput()
+			if err != nil || !bytes.HasPrefix(out, []byte("mosquitto version 2.0.11")) {
+				t.Errorf("mosquitto_sub in the image: %v\n%s", err, out)
 			}
 		})
 	}

@@ -23,6 +23,12 @@ const (
 	// LabBinary is where the mosquitto image holds amf-lab, whose fault
 	// injector is exec'd in the broker container.
 	LabBinary = "/usr/local/bin/amf-lab"
+	// MosquittoSub is the MQTT client the eclipse-mosquitto image ships
+	// beside its broker, and what users of that image run as an MQTT-level
+	// exec liveness probe (mosquitto_sub -t '$SYS/#' -C 1 -W 3): a tcpSocket
+	// probe passes against a frozen broker, whose kernel still completes the
+	// handshake.
+	MosquittoSub = "/usr/bin/mosquitto_sub"
 )
 
 // mosquittoConf is the image's default config: the Eclipse image's stock
@@ -51,9 +57,11 @@ type debianPackage struct {
 }
 
 // mosquittoRecipe is Debian's mosquitto at bin (a file of the mosquitto
-// package) with the transitive closure of its shared libraries and the
-// loader, laid out like eclipse-mosquitto, plus amf-lab (labBin).
-func mosquittoRecipe(arch, bin string, labBin []byte) (recipe, error) {
+// package) and its mosquitto_sub at sub (of mosquitto-clients: Debian splits
+// the clients off, the eclipse image has both), with the transitive closure
+// of their shared libraries and the loader, laid out like eclipse-mosquitto,
+// plus amf-lab (labBin).
+func mosquittoRecipe(arch, bin, sub string, labBin []byte) (recipe, error) {
 	real, err := filepath.EvalSymlinks(bin)
 	if err != nil {
 		return recipe{}, fmt.Errorf("images: mosquitto: %w (install Debian's mosquitto package: make deps)", err)
@@ -75,6 +83,21 @@ func mosquittoRecipe(arch, bin string, labBin []byte) (recipe, error) {
 	if err != nil {
 		return recipe{}, fmt.Errorf("images: mosquitto: %w", err)
 	}
+	realSub, err := filepath.EvalSymlinks(sub)
+	if err != nil {
+		return recipe{}, fmt.Errorf("images: mosquitto_sub: %w (install Debian's mosquitto-clients package: make deps)", err)
+	}
+	subPkg, err := dpkgOwner("/var/lib/dpkg", "mosquitto-clients", realSub)
+	if err != nil {
+		return recipe{}, fmt.Errorf("images: mosquitto_sub at %s: %w", sub, err)
+	}
+	if subPkg.Version != pkg.Version {
+		return recipe{}, fmt.Errorf("images: mosquitto-clients %s and mosquitto %s differ: install both from the same release (make deps)", subPkg.Version, pkg.Version)
+	}
+	subDeps, err := sharedLibraries(realSub)
+	if err != nil {
+		return recipe{}, fmt.Errorf("images: mosquitto_sub: %w", err)
+	}
 	if deps.Arch != arch {
 		return recipe{}, fmt.Errorf("images: mosquitto at %s is a linux/%s program, the images are linux/%s", bin, deps.Arch, arch)
 	}
@@ -87,11 +110,18 @@ func mosquittoRecipe(arch, bin string, labBin []byte) (recipe, error) {
 	if err != nil {
 		return recipe{}, fmt.Errorf("images: mosquitto: %w", err)
 	}
+	subData, err := os.ReadFile(realSub)
+	if err != nil {
+		return recipe{}, fmt.Errorf("images: mosquitto_sub: %w", err)
+	}
 	errs := []error{
 		t.file(MosquittoBinary, 0o755, 0, 0, data),
+		t.file(MosquittoSub, 0o755, 0, 0, subData),
 		t.hostFile(deps.Interp),
+		t.hostFile(subDeps.Interp),
 	}
-	for _, lib := range deps.Libs {
+	// Libraries both need are the same host files: the tree keeps one.
+	for _, lib := range append(deps.Libs, subDeps.Libs...) {
 		errs = append(errs, t.hostFile(lib))
 	}
 	m := MosquittoUser
@@ -122,8 +152,8 @@ func mosquittoRecipe(arch, bin string, labBin []byte) (recipe, error) {
 			"org.opencontainers.image.title":       "mosquitto",
 			"org.opencontainers.image.version":     pkg.Version,
 			"org.opencontainers.image.description": "Debian's mosquitto broker laid out like eclipse-mosquitto, for AMF's lab; not the Eclipse build",
-			"amf.lab.built-from": fmt.Sprintf("Debian package %s %s (%s) as installed on %s: %s with %d shared libraries and %s from the same system; %s added by lab/images",
-				pkg.Name, pkg.Version, pkg.Arch, osRelease("/etc/os-release"), real, len(deps.Libs), deps.Interp, LabBinary),
+			"amf.lab.built-from": fmt.Sprintf("Debian packages %s and %s %s (%s) as installed on %s: %s and %s with %d and %d shared libraries and %s from the same system; %s added by lab/images",
+				pkg.Name, subPkg.Name, pkg.Version, pkg.Arch, osRelease("/etc/os-release"), real, realSub, len(deps.Libs), len(subDeps.Libs), deps.Interp, LabBinary),
 		},
 	})
 }

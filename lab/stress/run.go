@@ -218,10 +218,20 @@ func (m *memory) release() error { return m.set(context.Background(), 0) }
 // its own OS thread, each busy for cores/n of every 100 ms slice, their slices
 // staggered so the load is spread over the period rather than bunched (a
 // container's CFS quota is enforced per 100 ms period too).
+//
+// Each worker gets a P of its own: Go sizes GOMAXPROCS to the machine's CPUs
+// (and a container's limit, at least 2), and workers beyond it would take
+// turns on the Ps, so a load of more cores than that would put only
+// GOMAXPROCS threads before the kernel's scheduler, not n.
 func burn(cores float64) (stop func()) {
 	n, duty := split(cores)
 	if n == 0 {
 		return func() {}
+	}
+	restore := func() {}
+	if prev := runtime.GOMAXPROCS(0); n > prev {
+		runtime.GOMAXPROCS(n)
+		restore = func() { runtime.GOMAXPROCS(prev) }
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -236,6 +246,7 @@ func burn(cores float64) (stop func()) {
 	return func() {
 		close(done)
 		wg.Wait()
+		restore()
 	}
 }
 

@@ -3,6 +3,7 @@ package stress
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -71,5 +72,21 @@ func TestRunStopsWithContext(t *testing.T) {
 func TestRunRejectsInvalidProfile(t *testing.T) {
 	if err := Run(t.Context(), Profile{}, nil); err == nil {
 		t.Fatal("empty profile accepted")
+	}
+}
+
+// More workers than Ps would take turns: each gets a P while it burns,
+// and the process's GOMAXPROCS is back afterwards.
+func TestBurnGivesEveryWorkerItsOwnP(t *testing.T) {
+	prev := runtime.GOMAXPROCS(0)
+	n := prev + 2
+	stop := burn(float64(n))
+	got := runtime.GOMAXPROCS(0)
+	stop()
+	if got != n {
+		t.Errorf("GOMAXPROCS %d while burning %d cores, want %d", got, n, n)
+	}
+	if after := runtime.GOMAXPROCS(0); after != prev {
+		t.Errorf("GOMAXPROCS %d after burning, want %d back", after, prev)
 	}
 }

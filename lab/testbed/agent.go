@@ -29,11 +29,15 @@ type AgentLine struct {
 	Probability *float64  `json:"probability"`
 	Reason      string    `json:"reason"`
 	SampleTime  time.Time `json:"sample_time"`
-	Deployment  string    `json:"deployment"`
-	Action      string    `json:"action"`
-	Phase       string    `json:"phase"`
-	DryRun      bool      `json:"dry_run"`
-	Error       string    `json:"error"`
+	// Received is when the agent's broker took the signal in (its intake
+	// hook, before the state and the log): the moment the agent has it.
+	Received   time.Time `json:"received"`
+	Source     string    `json:"source"`
+	Deployment string    `json:"deployment"`
+	Action     string    `json:"action"`
+	Phase      string    `json:"phase"`
+	DryRun     bool      `json:"dry_run"`
+	Error      string    `json:"error"`
 }
 
 // Agent is the agent DaemonSet's pod on a node (DeployAgent) and what it logged.

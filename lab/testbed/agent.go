@@ -53,10 +53,12 @@ type Agent struct {
 	subs  []chan AgentLine
 }
 
-func (a *Agent) onLine(s string) {
+// onLine passes on a log line that is newer than after (the last line
+// passed on, when a stream starts again) and returns its time.
+func (a *Agent) onLine(s string, after time.Time) (time.Time, bool) {
 	var l AgentLine
-	if json.Unmarshal([]byte(s), &l) != nil || l.Msg == "" {
-		return
+	if json.Unmarshal([]byte(s), &l) != nil || l.Msg == "" || !l.Time.After(after) {
+		return time.Time{}, false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -67,6 +69,7 @@ func (a *Agent) onLine(s string) {
 		default: // a slow reader still has Lines
 		}
 	}
+	return l.Time, true
 }
 
 // Lines returns a copy of every line logged so far.

@@ -91,20 +91,29 @@ func waitAgentPod(ctx context.Context, c kubernetes.Interface, node string, args
 }
 
 // follow streams the pod's log (through the API server and the kubelet, as
-// kubectl logs -f does) into onLine until ctx ends; a container restart ends a
-// stream, and the next one starts where the log continues.
+// kubectl logs -f does) into onLine until ctx ends. A stream ends when the
+// container restarts or the kubelet does; the next one starts at the second
+// of the last line read (the API's SinceTime has whole seconds) and skips
+// the lines up to that line's own time, so nothing is read twice, and a
+// restarted container's first lines are not lost to a SinceTime taken after
+// it started.
 func (a *Agent) follow(ctx context.Context, c kubernetes.Interface, pod string) {
-	since := metav1.NewTime(time.Now().Add(-time.Hour))
+	var last time.Time // the time of the last line passed on
 	for ctx.Err() == nil {
+		since := metav1.NewTime(time.Now().Add(-time.Hour))
+		if !last.IsZero() {
+			since = metav1.NewTime(last)
+		}
 		rc, err := c.CoreV1().Pods(AgentNamespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true, SinceTime: &since}).Stream(ctx)
 		if err == nil {
 			sc := bufio.NewScanner(rc)
 			sc.Buffer(make([]byte, 64<<10), 1<<20)
 			for sc.Scan() {
-				a.onLine(sc.Text())
+				if t, ok := a.onLine(sc.Text(), last); ok {
+					last = t
+				}
 			}
 			rc.Close()
-			since = metav1.NewTime(time.Now())
 		}
 		select {
 		case <-ctx.Done():

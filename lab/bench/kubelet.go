@@ -355,7 +355,12 @@ func (b *nodeBench) round(ctx context.Context, i int) (err error) {
 			}
 		}
 	}
-	for _, p := range pods {
+	for i, p := range pods {
+		if i > 0 {
+			if err := b.settle(ctx, pods); err != nil {
+				return fmt.Errorf("case (a): %w", err)
+			}
+		}
 		if err := b.crash(ctx, p); err != nil {
 			return fmt.Errorf("case (a), crash of %s: %w", p, err)
 		}
@@ -556,6 +561,50 @@ func (b *nodeBench) brokerPID(ctx context.Context, p *brokerPod) (int, error) {
 	return 0, fmt.Errorf("no PID 1 of the container among the processes of %s (cgroup %s)", p, cg)
 }
 
+// CrashSpacing is how long the round waits between one broker's restart and
+// the next crash, once every pod of the round is Ready again: the restart's
+// aftermath (the runtime's container start, the kubelet's status updates, the
+// sidecar's rediscovery) must not share the node's CPU with the next crash's
+// signal, which would measure the benchmark's own previous step. A schedule,
+// not a synchronisation: the Ready wait before it is the synchronisation.
+const CrashSpacing = 5 * time.Second
+
+// settle waits until every pod of the round has its containers Ready in the
+// API, then CrashSpacing more.
+func (b *nodeBench) settle(ctx context.Context, pods []*brokerPod) error {
+	for _, p := range pods {
+		if _, err := waitPod(ctx, b.client, p.ns, "broker-"+strings.ToLower(p.kind), 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	return pause(ctx, CrashSpacing)
+}
+
+// throttled reads how many CFS periods the container of p has been throttled
+// in so far (cgroup v1 cpu.stat nr_throttled), -1 if it cannot be read: a
+// sidecar at its CPU limit when the broker dies delays the signal by up to a
+// period, which the progress line then says.
+func (b *nodeBench) throttled(ctx context.Context, p *brokerPod, container string) int64 {
+	cg, err := b.node.ContainerCgroup(ctx, p.ns, p.name, container)
+	if err != nil {
+		return -1
+	}
+	stat, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu,cpuacct", cg, "cpu.stat"))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(stat), "\n") {
+		if v, ok := strings.CutPrefix(line, "nr_throttled "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
 // crash is case (a): SIGKILL of the broker from the host, then the agent's
 // unhealthy and the kubelet's termination in the pod status are awaited;
 // the round goes on once the kubelet has restarted it and the sidecar says
@@ -565,6 +614,7 @@ func (b *nodeBench) crash(ctx context.Context, p *brokerPod) error {
 	if err != nil {
 		return err
 	}
+	throttledBefore := b.throttled(ctx, p, inject.SidecarName)
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill the broker of %s (PID %d): %w", p, pid, err)
@@ -572,6 +622,10 @@ func (b *nodeBench) crash(ctx context.Context, p *brokerPod) error {
 	l, err := b.feed.awaitLine(ctx, 30*time.Second, p, killed, signal.Unhealthy)
 	if err != nil {
 		return err
+	}
+	sidecarThrottled := "unknown"
+	if after := b.throttled(ctx, p, inject.SidecarName); throttledBefore >= 0 && after >= 0 {
+		sidecarThrottled = strconv.FormatInt(after-throttledBefore, 10)
 	}
 	ev, err := b.feed.awaitEvent(ctx, 30*time.Second, p, killed, kubenode.EventExited, kubenode.EventOOMKilled)
 	if err != nil {
@@ -584,8 +638,8 @@ func (b *nodeBench) crash(ctx context.Context, p *brokerPod) error {
 	if f := ev.Time.Truncate(time.Second); f.Equal(sec) || f.Equal(sec.Add(time.Second)) {
 		b.rep.CrashFinishedSameSecond++
 	}
-	b.progress("  (a) crash %s (%s): agent has unhealthy after %s, the pod status shows it after %s (finishedAt %s, kill at %s)",
-		p.name, p.kind, ms(scm), ms(pcm), ev.Time.UTC().Format("15:04:05"), killed.UTC().Format("15:04:05.000"))
+	b.progress("  (a) crash %s (%s): agent has unhealthy after %s, the pod status shows it after %s (finishedAt %s, kill at %s; sidecar throttled in %s CFS periods meanwhile)",
+		p.name, p.kind, ms(scm), ms(pcm), ev.Time.UTC().Format("15:04:05"), killed.UTC().Format("15:04:05.000"), sidecarThrottled)
 	return b.awaitRestarted(ctx, p, killed)
 }
 

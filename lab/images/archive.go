@@ -34,6 +34,8 @@ func (r recipe) archive(dir string) (Image, error) {
 	// A missing, damaged or foreign file is made again (the rename replaces it).
 	if d, size, err := readArchive(path, r.ref); err == nil {
 		img.Digest, img.Size = d, size
+		now := time.Now()
+		_ = os.Chtimes(path, now, now) // in use: pruneOld keeps it
 		return img, nil
 	}
 	built, err := r.build()
@@ -228,13 +230,20 @@ func readArchive(path, ref string) (v1.Hash, int64, error) {
 	return none, 0, fmt.Errorf("read %s: no image named %s", path, ref)
 }
 
-// pruneOld removes name's archives other than keep: each input change makes
-// a new archive, and old ones would pile up in the cache. Errors are
-// ignored: a file left behind only costs space.
+// pruneAge is how long an archive may go unused before pruneOld removes it.
+// Another checkout of the project (a worktree, CI's clone) on the same
+// machine may be building or importing its own version of an image right
+// now; only archives nobody has used for a day are surely nobody's.
+const pruneAge = 24 * time.Hour
+
+// pruneOld removes name's archives other than keep that have not been used
+// for pruneAge: each input change makes a new archive, and old ones would
+// pile up in the cache. Errors are ignored: a file left behind only costs
+// space.
 func pruneOld(dir, name, keep string) {
 	old, _ := filepath.Glob(filepath.Join(dir, name+"-"+strings.Repeat("[0-9a-f]", 32)+".tar"))
 	for _, p := range old {
-		if p != keep {
+		if fi, err := os.Stat(p); p != keep && err == nil && time.Since(fi.ModTime()) > pruneAge {
 			os.Remove(p)
 		}
 	}

@@ -1,11 +1,9 @@
 package controlplane
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/amf-edge/amf/lab/proc"
 )
 
 // errPortTaken marks a start that failed because a port picked as free was taken
@@ -98,25 +98,7 @@ func (p *process) stop(grace time.Duration) {
 }
 
 // logTail returns at most n bytes from the end of the log, starting at a line.
-func (p *process) logTail(n int64) string {
-	f, err := os.Open(p.logPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(fi.Size()-n, 0)
-	b, _ := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
-	if off > 0 {
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	return string(b)
-}
+func (p *process) logTail(n int64) string { return proc.LogTail(p.logPath, n) }
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1. They are released
 // before use, so another process may take one meanwhile: Start retries then.

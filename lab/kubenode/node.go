@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/proc"
 )
 
 // MaxNodes is how many nodes can run on one machine at once (each takes an
@@ -794,16 +795,5 @@ func (d *daemon) start() error {
 	return nil
 }
 
-// logTail returns the last max bytes of the daemon's log.
-func (d *daemon) logTail(max int64) string {
-	f, err := os.Open(d.logPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > max {
-		_, _ = f.Seek(-max, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(f)
-	return string(b)
-}
+// logTail returns the end of the daemon's log, starting at a line.
+func (d *daemon) logTail(max int64) string { return proc.LogTail(d.logPath, max) }

@@ -247,7 +247,7 @@ func (o *observer) podsOf(name string) (ever, now int) {
 }
 
 // completed: the roles are exchanged — the standby is the primary, Ready,
-// its record Idle with the switchover's time — and the old primary is at 0
+// its record Idle with the switchover's time — and the old primary is the standby at 0
 // replicas with no pod left (observer locked).
 func (o *observer) completed() bool {
 	a, b := o.deps[testbed.PrimaryName], o.deps[testbed.StandbyName]
@@ -256,8 +256,11 @@ func (o *observer) completed() bool {
 	}
 	rec, ok := record(b)
 	_, left := o.podsOf(testbed.PrimaryName)
+	// Both halves of the role exchange: the agent writes the new primary
+	// first, then the old one (actuate's retire), so the old primary's role
+	// is the exchange's last write.
 	return ok && b.Annotations[actuate.AnnRole] == "primary" && rec.Phase == actuate.PhaseIdle && !rec.LastSwitch.IsZero() &&
-		deploymentReady(b) && replicas(a) == 0 && left == 0
+		a.Annotations[actuate.AnnRole] == "standby" && deploymentReady(b) && replicas(a) == 0 && left == 0
 }
 
 // aborted: after a switchover was under way, the primary kept its role and

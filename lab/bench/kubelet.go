@@ -581,28 +581,19 @@ func (b *nodeBench) settle(ctx context.Context, pods []*brokerPod) error {
 }
 
 // throttled reads how many CFS periods the container of p has been throttled
-// in so far (cgroup v1 cpu.stat nr_throttled), -1 if it cannot be read: a
-// sidecar at its CPU limit when the broker dies delays the signal by up to a
-// period, which the progress line then says.
+// in so far, -1 if it cannot be read: a sidecar at its CPU limit when the
+// broker dies delays the signal by up to a period, which the progress line
+// then says.
 func (b *nodeBench) throttled(ctx context.Context, p *brokerPod, container string) int64 {
 	cg, err := b.node.ContainerCgroup(ctx, p.ns, p.name, container)
 	if err != nil {
 		return -1
 	}
-	stat, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu,cpuacct", cg, "cpu.stat"))
+	st, err := readCPUStat(cg)
 	if err != nil {
 		return -1
 	}
-	for _, line := range strings.Split(string(stat), "\n") {
-		if v, ok := strings.CutPrefix(line, "nr_throttled "); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return -1
-			}
-			return n
-		}
-	}
-	return -1
+	return st.throttled
 }
 
 // crash is case (a): SIGKILL of the broker from the host, then the agent's

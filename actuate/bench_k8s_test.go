@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/signal"
 )
@@ -156,7 +157,7 @@ func (r *rig) pair(b *testing.B, i int, hold string) (primary, standby, pod stri
 	primary, standby = fmt.Sprintf("bench-%d-p", i), fmt.Sprintf("bench-%d-s", i)
 	mustCreate(b, func() error { return createDeployment(r.ctx, r.admin, standby, 0, nil) })
 	mustCreate(b, func() error {
-		return createDeployment(r.ctx, r.admin, primary, 1, map[string]string{actuate.AnnStandby: standby, actuate.AnnHold: hold})
+		return createDeployment(r.ctx, r.admin, primary, 1, map[string]string{contract.AnnStandby: standby, contract.AnnHold: hold})
 	})
 	pod = onlyPod(r.ctx, b, r.admin, primary)
 	// A primary that has been running, not one whose controllers are still

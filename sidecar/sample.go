@@ -9,6 +9,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
@@ -138,12 +139,12 @@ func MarshalRecord(rec Record) ([]byte, error) {
 			MemoryLimitBytes: rec.Stats.MemoryLimitBytes,
 			DiskBytes:        rec.Stats.DiskBytes,
 		},
-		Features: make(map[string]*float64, infer.NumFeatures),
+		Features: make(map[string]*float64, contract.NumFeatures),
 	}
 	if rec.Stats.HasNetwork {
 		out.Raw.NetworkBytes = &rec.Stats.NetworkBytes
 	}
-	for i, name := range infer.FeatureNames() {
+	for i, name := range contract.FeatureNames() {
 		if rec.Features.Why[i] != infer.Defined {
 			out.Features[name] = nil
 			if out.Undefined == nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
@@ -82,8 +83,8 @@ func TestSamplingGoesOnAfterTheTargetVanishes(t *testing.T) {
 		t.Fatalf("records = %d, want 3", len(recs))
 	}
 	// The windows survived the failure: the rate spans all three readings.
-	if v := recs[2].Features; v.Why[infer.CPUPercent] != infer.Defined {
-		t.Fatalf("cpu_percent after the failure is undefined: %v", v.Why[infer.CPUPercent])
+	if v := recs[2].Features; v.Why[contract.CPUPercent] != infer.Defined {
+		t.Fatalf("cpu_percent after the failure is undefined: %v", v.Why[contract.CPUPercent])
 	}
 }
 
@@ -92,10 +93,10 @@ func TestClockSteppingBackRestartsTheWindows(t *testing.T) {
 	if len(errs) != 0 {
 		t.Fatalf("errors = %v, want none", errs)
 	}
-	if why := recs[2].Features.Why[infer.CPUPercent]; why != infer.TooFewSamples {
+	if why := recs[2].Features.Why[contract.CPUPercent]; why != infer.TooFewSamples {
 		t.Fatalf("first sample after the step back: cpu_percent %v, want a fresh window", why)
 	}
-	if why := recs[3].Features.Why[infer.CPUPercent]; why != infer.Defined {
+	if why := recs[3].Features.Why[contract.CPUPercent]; why != infer.Defined {
 		t.Fatalf("second sample after the step back: cpu_percent %v", why)
 	}
 }
@@ -147,11 +148,11 @@ func TestSamplingARealProcess(t *testing.T) {
 		<-tick.C
 	}
 	v := last.Features
-	if v.Why[infer.CPUPercent] != infer.Defined || !(v.Values[infer.CPUPercent] > 0) {
-		t.Fatalf("cpu_percent of a busy process = %v (%v)", v.Values[infer.CPUPercent], v.Why[infer.CPUPercent])
+	if v.Why[contract.CPUPercent] != infer.Defined || !(v.Values[contract.CPUPercent] > 0) {
+		t.Fatalf("cpu_percent of a busy process = %v (%v)", v.Values[contract.CPUPercent], v.Why[contract.CPUPercent])
 	}
-	if !(v.Values[infer.MemoryPercent] > 0) {
-		t.Fatalf("memory_percent = %v", v.Values[infer.MemoryPercent])
+	if !(v.Values[contract.MemoryPercent] > 0) {
+		t.Fatalf("memory_percent = %v", v.Values[contract.MemoryPercent])
 	}
 	line, err := MarshalRecord(last)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
@@ -160,7 +161,7 @@ func New(cfg Config) (*Sidecar, error) {
 // model.Windows.CheckInterval for why faster sampling is fine and slower is
 // not).
 func FeatureConfig(m *model.Model, interval time.Duration) (infer.Config, error) {
-	names := infer.FeatureNames()
+	names := contract.FeatureNames()
 	if err := m.CheckFeatureNames(names[:]); err != nil {
 		return infer.Config{}, err
 	}
@@ -529,20 +530,20 @@ func (s *Sidecar) shutdown() {
 // fractions say which share of the plain value the training data's 100 % was (0.5
 // for ToD-K8s-OOD, whose pod sums count each container twice), so CPU (percent and
 // growth, against one core) and memory (percent and growth) are divided by them.
-func normalise(x *[infer.NumFeatures]float64, n model.Normalisation) {
+func normalise(x *[contract.NumFeatures]float64, n model.Normalisation) {
 	if f := n.CPUReferenceFraction; f > 0 && f != 1 {
-		x[infer.CPUPercent] /= f
-		x[infer.CPUGrowthRate] /= f
+		x[contract.CPUPercent] /= f
+		x[contract.CPUGrowthRate] /= f
 	}
 	if f := n.MemoryReferenceFraction; f > 0 && f != 1 {
-		x[infer.MemoryPercent] /= f
-		x[infer.MemoryGrowthRate] /= f
+		x[contract.MemoryPercent] /= f
+		x[contract.MemoryGrowthRate] /= f
 	}
 }
 
 // toSignalFeatures converts a feature vector to the wire form, nil for undefined.
 func toSignalFeatures(v *infer.Vector) *signal.Features {
-	var p [infer.NumFeatures]*float64
+	var p [contract.NumFeatures]*float64
 	for i := range v.Values {
 		if v.Why[i] == infer.Defined {
 			x := v.Values[i]
@@ -550,8 +551,8 @@ func toSignalFeatures(v *infer.Vector) *signal.Features {
 		}
 	}
 	return &signal.Features{
-		CPUPercent: p[infer.CPUPercent], MemoryPercent: p[infer.MemoryPercent],
-		NetworkIOBytesPerSec: p[infer.NetworkIOBytesPerSec], DiskIOBytesPerSec: p[infer.DiskIOBytesPerSec],
-		CPUGrowthRate: p[infer.CPUGrowthRate], MemoryGrowthRate: p[infer.MemoryGrowthRate],
+		CPUPercent: p[contract.CPUPercent], MemoryPercent: p[contract.MemoryPercent],
+		NetworkIOBytesPerSec: p[contract.NetworkIOBytesPerSec], DiskIOBytesPerSec: p[contract.DiskIOBytesPerSec],
+		CPUGrowthRate: p[contract.CPUGrowthRate], MemoryGrowthRate: p[contract.MemoryGrowthRate],
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
 )
@@ -137,7 +138,7 @@ func TestSpecAtTheLimitsDefinesEveryFeature(t *testing.T) {
 				}
 				for i, why := range v.Why {
 					if why != infer.Defined {
-						t.Fatalf("at +%d ms %s undefined: %v", ts-start, infer.FeatureNames()[i], why)
+						t.Fatalf("at +%d ms %s undefined: %v", ts-start, contract.FeatureNames()[i], why)
 					}
 				}
 			}

@@ -157,6 +157,13 @@ func startAgent(t *testing.T, mod func(*Config)) *testAgent {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.Serve(ctx) }()
+	// Tests begin once the agent serves, never racing with its start.
+	select {
+	case <-a.Started():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Serve: %v", err)
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {

@@ -1,4 +1,4 @@
-package sidecar
+package detect
 
 import (
 	"context"
@@ -39,6 +39,13 @@ type Sampler struct {
 // has no memory limit (cgroup.Reader's MemoryReference says what bounds the
 // target then).
 func (s *Sampler) SetMemoryReference(bytes float64) { s.memRef = bytes }
+
+// SetSource makes src the target (a rediscovered container has a new
+// cgroup); the windows are kept.
+func (s *Sampler) SetSource(src Source) { s.src = src }
+
+// HasSource reports whether there is a target to read.
+func (s *Sampler) HasSource() bool { return s.src != nil }
 
 // NewSampler returns a sampler with feature windows cfg.
 func NewSampler(src Source, cfg infer.Config, log *slog.Logger) (*Sampler, error) {

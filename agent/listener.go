@@ -93,8 +93,10 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 		select {
 		case l.slots <- struct{}{}:
 		default:
-			_ = conn.Close()
+			// Counted before the close, so a client that sees the refusal
+			// also finds it counted.
 			l.onRefuse(conn.RemoteAddr().String())
+			_ = conn.Close()
 			continue
 		}
 		tc := &trackedConn{Conn: conn}

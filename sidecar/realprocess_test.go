@@ -54,15 +54,26 @@ func TestSamplingARealProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	var last detect.Record
-	// Read until two readings are far enough apart in time for a rate; the
-	// ticker only spaces them, the assertion does not depend on its period.
+	// Read until the child has been given CPU time since the first reading
+	// (on a loaded machine that can take a while) and there are at least three
+	// readings; the ticker only spaces them, the assertion does not depend on
+	// its period.
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for i := 0; i < 3; i++ {
+	deadline := time.After(30 * time.Second)
+	var first detect.Record
+	for i := 0; i < 3 || !(last.Stats.CPUSeconds > first.Stats.CPUSeconds); i++ {
 		if last, err = s.Sample(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		<-tick.C
+		if i == 0 {
+			first = last
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("the busy child was given no CPU time in 30 s (%v → %v CPU seconds)", first.Stats.CPUSeconds, last.Stats.CPUSeconds)
+		}
 	}
 	v := last.Features
 	if v.Why[contract.CPUPercent] != infer.Defined || !(v.Values[contract.CPUPercent] > 0) {

@@ -24,17 +24,6 @@ import (
 	"github.com/amf-edge/amf/signal"
 )
 
-// Signal is one health observation of a pod, as the agent received it.
-type Signal struct {
-	Namespace, Pod string
-	State          signal.State
-	Probability    *float64 // model score; nil when absent
-	// Transition reports a change of the pod's state (the readiness-gate
-	// condition is patched on transitions only).
-	Transition bool
-	At         time.Time
-}
-
 // Config configures an Actuator.
 type Config struct {
 	// Client talks to the API server; required. It needs exactly Rules().
@@ -159,7 +148,7 @@ const unmanagedTTL = 30 * time.Second
 
 // Run consumes signals until ctx ends or in is closed. API errors are logged
 // and the step is retried on the next input; they never stop Run.
-func (a *Actuator) Run(ctx context.Context, in <-chan Signal) error {
+func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	ectx, stopEvents := context.WithCancel(ctx)
@@ -187,6 +176,12 @@ func (a *Actuator) Run(ctx context.Context, in <-chan Signal) error {
 		case s, ok := <-in:
 			if !ok {
 				return nil
+			}
+			if s.Missed > 0 {
+				// A lost sample only delays a debounce (counts restart at the
+				// next clear sample); a lost transition is repaired by the next
+				// one. Say so loudly: the actuator is too slow for the load.
+				a.log.Warn("actuation missed signals", slog.Uint64("missed", s.Missed))
 			}
 			a.handleSignal(ctx, s)
 		case r := <-a.readyCh:
@@ -283,7 +278,7 @@ func (a *Actuator) resetTimer(t *time.Timer) {
 	t.Reset(wait)
 }
 
-func (a *Actuator) handleSignal(ctx context.Context, s Signal) {
+func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 	pk := podKey{s.Namespace, s.Pod}
 	var pod *corev1.Pod
 	if s.Transition {
@@ -320,7 +315,7 @@ func (a *Actuator) handleSignal(ctx context.Context, s Signal) {
 	if a.workloads[w.key] != w {
 		return // retired while being loaded (resume)
 	}
-	a.step(ctx, w, Sample(s.At, s.State, s.Probability))
+	a.step(ctx, w, Sample(s.Received, s.State, s.Probability()))
 }
 
 // resumeFromStandby loads the primary that an unmanaged Deployment names as

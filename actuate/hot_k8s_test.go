@@ -7,7 +7,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
@@ -52,7 +51,7 @@ func TestHotStandbySwitchover(t *testing.T) {
 	send := func(pod string, st signal.State) {
 		t.Helper()
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.9), At: time.Now()}:
+		case signals <- observation(testNS, pod, st, 0.9, false):
 		case <-ctx.Done():
 			t.Fatalf("signal for %s not taken: %v", pod, ctx.Err())
 		}

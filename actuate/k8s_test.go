@@ -79,13 +79,13 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signals := make(chan actuate.Signal)
+	signals := make(chan signal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
 	send := func(pod string, st signal.State, transition bool) {
 		t.Helper()
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.93), Transition: transition, At: time.Now()}:
+		case signals <- observation(testNS, pod, st, 0.93, transition):
 		case <-ctx.Done():
 			t.Fatalf("signal for %s not taken: %v", pod, ctx.Err())
 		}
@@ -257,7 +257,7 @@ func TestResumeAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	runDone := make(chan error, 1)
-	go func() { runDone <- act.Run(ctx, make(chan actuate.Signal)) }()
+	go func() { runDone <- act.Run(ctx, make(chan signal.Observation)) }()
 
 	waitDeployment(ctx, t, admin, "broker-a", "retired on resume", func(d *appsv1.Deployment) bool {
 		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[contract.AnnRole] == "standby"
@@ -306,7 +306,7 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 	signals, runDone := startActuator(ctx, t, agentClient)
 	send := func(pod string, st signal.State) {
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.9), At: time.Now()}:
+		case signals <- observation(testNS, pod, st, 0.9, false):
 		case <-ctx.Done():
 			t.Fatalf("signal not taken: %v", ctx.Err())
 		}
@@ -357,7 +357,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 	signals, runDone := startActuator(ctx, t, agentClient)
 	send := func(st signal.State) {
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: podA, State: st, Probability: ptr.To(0.9), At: time.Now()}:
+		case signals <- observation(testNS, podA, st, 0.9, false):
 		case <-ctx.Done():
 			t.Fatalf("signal not taken: %v", ctx.Err())
 		}
@@ -509,13 +509,13 @@ func startCluster(t *testing.T, timeout time.Duration) (context.Context, context
 
 // startActuator runs an actuator on client, logging to the test, until ctx ends;
 // it returns the channel to send signals on and Run's result.
-func startActuator(ctx context.Context, t *testing.T, client kubernetes.Interface) (chan actuate.Signal, chan error) {
+func startActuator(ctx context.Context, t *testing.T, client kubernetes.Interface) (chan signal.Observation, chan error) {
 	t.Helper()
 	act, err := actuate.New(actuate.Config{Client: client, Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	signals := make(chan actuate.Signal)
+	signals := make(chan signal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
 	return signals, runDone
@@ -707,4 +707,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 		w.t.Logf("%s", p)
 	}
 	return len(p), nil
+}
+
+// observation is what the agent's tracker hands the actuator for one signal
+// of pod in ns, received now.
+func observation(ns, pod string, st signal.State, p float64, transition bool) signal.Observation {
+	return signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: pod}, State: st, Transition: transition,
+		Source: signal.SourcePublish, Message: &signal.Message{State: st, Probability: &p}, Received: time.Now()}
 }

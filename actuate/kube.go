@@ -249,7 +249,7 @@ func readinessValue(st signal.State) (corev1.ConditionStatus, bool) {
 // patchReadinessGate sets the amf.io/healthy condition of a pod that declares
 // it as a readiness gate. A strategic merge patch of status.conditions merges
 // by type, so only this condition is touched, never the kubelet's.
-func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s Signal) {
+func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s signal.Observation) {
 	declared := false
 	for _, g := range pod.Spec.ReadinessGates {
 		declared = declared || g.ConditionType == contract.ConditionHealthy
@@ -265,7 +265,7 @@ func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s Si
 	}
 	cond := corev1.PodCondition{
 		Type: contract.ConditionHealthy, Status: status, Reason: reasonOf(s.State),
-		Message: "signalled " + string(s.State), LastTransitionTime: metav1.NewTime(s.At),
+		Message: "signalled " + string(s.State), LastTransitionTime: metav1.NewTime(s.Received),
 	}
 	b, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
 	if err != nil {

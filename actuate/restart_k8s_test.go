@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
@@ -294,12 +293,12 @@ func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, res
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	signals := make(chan actuate.Signal)
+	signals := make(chan signal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
 	send = func(pod string, st signal.State) bool {
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.93), At: time.Now()}:
+		case signals <- observation(testNS, pod, st, 0.93, false):
 			return true
 		case <-ctx.Done():
 			return false

@@ -111,7 +111,7 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 			t.Fatal(err)
 		}
 		actx, acancel := context.WithCancel(ctx)
-		wait := StartActuation(actx, ta.Tracker(), act, nil)
+		wait := StartActuation(actx, ta.Tracker(), act)
 		return func() {
 			acancel()
 			if err := wait(); err != nil {

@@ -205,7 +205,7 @@ func (ta *testAgent) nextEvent(t *testing.T, id Identity) Event {
 			if !ok {
 				t.Fatalf("event channel closed while waiting for %s", id)
 			}
-			if ev.Identity == id {
+			if ev.PodID == id {
 				return ev
 			}
 		case <-deadline:

@@ -75,7 +75,7 @@ func TestTokenReviewMapsTheReviewToAnIdentity(t *testing.T) {
 		err    error
 	}{
 		{"pod-bound token", "", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "broker-7f57c8d79b-f2m5m") },
-			Identity{"tod", "broker-7f57c8d79b-f2m5m"}, nil},
+			Identity{Namespace: "tod", Pod: "broker-7f57c8d79b-f2m5m"}, nil},
 		{"not authenticated", "", func() authnv1.TokenReviewStatus {
 			return authnv1.TokenReviewStatus{Authenticated: false, Error: "token has expired"}
 		}, Identity{}, ErrUnauthenticated},
@@ -112,7 +112,7 @@ func TestTokenReviewMapsTheReviewToAnIdentity(t *testing.T) {
 		{"pod name that cannot be a topic", "", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b/+") },
 			Identity{}, ErrUnauthenticated},
 		{"pod on this agent's node", "edge-1", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b-1") },
-			Identity{"tod", "b-1"}, nil},
+			Identity{Namespace: "tod", Pod: "b-1"}, nil},
 		{"pod on another node", "edge-2", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b-1") },
 			Identity{}, ErrUnauthenticated},
 		{"token without a node", "edge-1", func() authnv1.TokenReviewStatus {

@@ -148,7 +148,7 @@ func run(args []string, stderr io.Writer) error {
 	log.Info("actuation on", slog.Bool("dry_run", *observeOnly), slog.Bool("resume_on_start", *resume))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wait := agent.StartActuation(ctx, a.Tracker(), act, log)
+	wait := agent.StartActuation(ctx, a.Tracker(), act)
 	err = a.Run(ctx)
 	cancel()
 	if aerr := wait(); aerr != nil && err == nil {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,7 +175,9 @@ func startAgent(t *testing.T, mod func(*Config)) *testAgent {
 					t.Errorf("Serve: %v", err)
 				}
 			case <-time.After(waitFor):
-				t.Errorf("agent did not stop within %v", waitFor)
+				var buf bytes.Buffer
+				_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+				t.Errorf("agent did not stop within %v; goroutines:\n%s", waitFor, buf.String())
 			}
 		})
 	}

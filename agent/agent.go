@@ -159,6 +159,14 @@ func New(cfg Config) (*Agent, error) {
 			log.Warn("connection refused", slog.String("remote", remote), slog.String("reason", refuseCapacity),
 				slog.Int("max_clients", cfg.MaxClients))
 		},
+		disconnect: func(id string) {
+			// GetAll copies the map under one read lock; see tcpListener.disconnect.
+			for _, cl := range a.server.Clients.GetAll() {
+				if cl.Net.Listener == id && !cl.Closed() {
+					_ = a.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+				}
+			}
+		},
 		onDone: func(tc *trackedConn) {
 			// mochi skips OnDisconnect when CONNACK cannot be written.
 			if s := tc.sess.Load(); s != nil {

@@ -20,19 +20,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
-
-// Signal is one health observation of a pod, as the agent received it.
-type Signal struct {
-	Namespace, Pod string
-	State          signal.State
-	Probability    *float64 // model score; nil when absent
-	// Transition reports a change of the pod's state (the readiness-gate
-	// condition is patched on transitions only).
-	Transition bool
-	At         time.Time
-}
 
 // Config configures an Actuator.
 type Config struct {
@@ -158,7 +148,7 @@ const unmanagedTTL = 30 * time.Second
 
 // Run consumes signals until ctx ends or in is closed. API errors are logged
 // and the step is retried on the next input; they never stop Run.
-func (a *Actuator) Run(ctx context.Context, in <-chan Signal) error {
+func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	ectx, stopEvents := context.WithCancel(ctx)
@@ -186,6 +176,12 @@ func (a *Actuator) Run(ctx context.Context, in <-chan Signal) error {
 		case s, ok := <-in:
 			if !ok {
 				return nil
+			}
+			if s.Missed > 0 {
+				// A lost sample only delays a debounce (counts restart at the
+				// next clear sample); a lost transition is repaired by the next
+				// one. Say so loudly: the actuator is too slow for the load.
+				a.log.Warn("actuation missed signals", slog.Uint64("missed", s.Missed))
 			}
 			a.handleSignal(ctx, s)
 		case r := <-a.readyCh:
@@ -234,14 +230,14 @@ func (a *Actuator) resumeAll(ctx context.Context) {
 	for i := range list.Items {
 		d := &list.Items[i]
 		var rec Record
-		if raw := d.Annotations[AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) != nil {
+		if raw := d.Annotations[contract.AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) != nil {
 			continue // load would start it from Idle: nothing to resume
 		}
 		why := string(rec.Phase)
 		if !rec.Active() && !rec.Restore {
-			p, managed, err := ParsePolicy(d.Name, d.Annotations)
+			p, managed, err := contract.ParsePolicy(d.Name, d.Annotations)
 			sb := byKey[podKey{d.Namespace, p.Standby}]
-			if !managed || err != nil || p.Redundancy != Cold || sb == nil || !statusOf(sb).scaled {
+			if !managed || err != nil || p.Redundancy != contract.Cold || sb == nil || !statusOf(sb).scaled {
 				continue
 			}
 			why = "orphaned standby"
@@ -282,7 +278,7 @@ func (a *Actuator) resetTimer(t *time.Timer) {
 	t.Reset(wait)
 }
 
-func (a *Actuator) handleSignal(ctx context.Context, s Signal) {
+func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 	pk := podKey{s.Namespace, s.Pod}
 	var pod *corev1.Pod
 	if s.Transition {
@@ -319,7 +315,7 @@ func (a *Actuator) handleSignal(ctx context.Context, s Signal) {
 	if a.workloads[w.key] != w {
 		return // retired while being loaded (resume)
 	}
-	a.step(ctx, w, Sample(s.At, s.State, s.Probability))
+	a.step(ctx, w, Sample(s.Received, s.State, s.Probability()))
 }
 
 // resumeFromStandby loads the primary that an unmanaged Deployment names as
@@ -333,7 +329,7 @@ func (a *Actuator) handleSignal(ctx context.Context, s Signal) {
 // with the record in Retiring. The standby's sidecar re-sends its state
 // whenever it reconnects, so a restarted agent hears it at once.
 func (a *Actuator) resumeFromStandby(ctx context.Context, standby *workload, pod podKey) {
-	name := standby.annotations[AnnPrimary]
+	name := standby.annotations[contract.AnnPrimary]
 	if name == "" || name == standby.key.name {
 		return
 	}
@@ -348,7 +344,7 @@ func (a *Actuator) resumeFromStandby(ctx context.Context, standby *workload, pod
 		return
 	}
 	var rec Record
-	if raw := d.Annotations[AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) == nil && (rec.Active() || rec.Restore) {
+	if raw := d.Annotations[contract.AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) == nil && (rec.Active() || rec.Restore) {
 		a.log.Info("resuming switchover", slog.String("deployment", k.String()), slog.String("phase", string(rec.Phase)),
 			slog.String("signalled_by", pod.String()))
 	}
@@ -424,7 +420,7 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 	a.loads++
 	w := &workload{key: k, uid: string(d.UID), annotations: d.Annotations, loaded: a.now(), gen: a.loads}
 	a.workloads[k] = w
-	p, managed, err := ParsePolicy(d.Name, d.Annotations)
+	p, managed, err := contract.ParsePolicy(d.Name, d.Annotations)
 	if !managed {
 		return w
 	}
@@ -433,10 +429,10 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 		return w
 	}
 	var rec Record
-	w.written = d.Annotations[AnnRecord]
+	w.written = d.Annotations[contract.AnnRecord]
 	if w.written != "" {
 		if err := json.Unmarshal([]byte(w.written), &rec); err != nil {
-			a.emitKey(w, true, "InvalidRecord", "Invalid", fmt.Sprintf("%s not readable (%v): starting from Idle", AnnRecord, err))
+			a.emitKey(w, true, "InvalidRecord", "Invalid", fmt.Sprintf("%s not readable (%v): starting from Idle", contract.AnnRecord, err))
 			rec = Record{}
 		}
 	}
@@ -461,7 +457,7 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	go a.watchStandby(wctx, k, w.gen, p.Standby, sb)
-	if sb != nil && statusOf(sb).scaled && p.Redundancy == Cold && !rec.Active() {
+	if sb != nil && statusOf(sb).scaled && p.Redundancy == contract.Cold && !rec.Active() {
 		a.step(ctx, w, Orphaned(a.now()))
 		if a.workloads[k] != w {
 			return a.workloads[k] // reloaded: the record had moved
@@ -572,7 +568,7 @@ func (a *Actuator) reload(ctx context.Context, w *workload) {
 }
 
 // recordPointer is the JSON pointer (RFC 6901) of the record annotation.
-var recordPointer = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(AnnRecord, "~", "~0"), "/", "~1")
+var recordPointer = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(contract.AnnRecord, "~", "~0"), "/", "~1")
 
 // errRecordMoved means someone else changed the record since we read it.
 var errRecordMoved = errors.New("switchover record changed by someone else")
@@ -615,12 +611,12 @@ func (a *Actuator) writeRecord(ctx context.Context, w *workload) error {
 		if err != nil {
 			return fmt.Errorf("get: %w", err)
 		}
-		if d.Annotations[AnnRecord] != w.written {
+		if d.Annotations[contract.AnnRecord] != w.written {
 			return errRecordMoved
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 			"resourceVersion": d.ResourceVersion,
-			"annotations":     map[string]string{AnnRecord: string(b)},
+			"annotations":     map[string]string{contract.AnnRecord: string(b)},
 		}})
 		_, err = a.cs.AppsV1().Deployments(w.key.ns).Patch(ctx, w.key.name, mergePatch, patch, metav1.PatchOptions{FieldManager: fieldManager})
 		if apierrors.IsConflict(err) && attempt < 5 {

@@ -12,9 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/signal"
 )
@@ -111,7 +111,7 @@ type rig struct {
 	ctx     context.Context
 	admin   kubernetes.Interface
 	wire    *wire
-	signals chan actuate.Signal
+	signals chan signal.Observation
 }
 
 func startRig(b *testing.B) *rig {
@@ -122,7 +122,7 @@ func startRig(b *testing.B) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &rig{ctx: ctx, admin: cp.Client(), wire: &wire{}, signals: make(chan actuate.Signal)}
+	r := &rig{ctx: ctx, admin: cp.Client(), wire: &wire{}, signals: make(chan signal.Observation)}
 	mustCreate(b, func() error {
 		_, err := r.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
 		return err
@@ -156,7 +156,7 @@ func (r *rig) pair(b *testing.B, i int, hold string) (primary, standby, pod stri
 	primary, standby = fmt.Sprintf("bench-%d-p", i), fmt.Sprintf("bench-%d-s", i)
 	mustCreate(b, func() error { return createDeployment(r.ctx, r.admin, standby, 0, nil) })
 	mustCreate(b, func() error {
-		return createDeployment(r.ctx, r.admin, primary, 1, map[string]string{actuate.AnnStandby: standby, actuate.AnnHold: hold})
+		return createDeployment(r.ctx, r.admin, primary, 1, map[string]string{contract.AnnStandby: standby, contract.AnnHold: hold})
 	})
 	pod = onlyPod(r.ctx, b, r.admin, primary)
 	// A primary that has been running, not one whose controllers are still
@@ -171,7 +171,7 @@ func (r *rig) pair(b *testing.B, i int, hold string) (primary, standby, pod stri
 func (r *rig) send(tb testing.TB, pod string, st signal.State) {
 	tb.Helper()
 	select {
-	case r.signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.93), At: time.Now()}:
+	case r.signals <- observation(testNS, pod, st, 0.93, false):
 	case <-r.ctx.Done():
 		tb.Fatalf("signal for %s not taken: %v", pod, r.ctx.Err())
 	}

@@ -21,7 +21,7 @@
 //     patches the amf.io/healthy readiness-gate condition of pods that
 //     declare it.
 //
-// Policy lives on the primary Deployment as annotations (see ParsePolicy):
+// Policy lives on the primary Deployment as annotations (see contract.ParsePolicy):
 //
 //	amf.io/standby:       <deployment in the same namespace>   (required)
 //	amf.io/redundancy:    cold | hot | none                     (default cold)

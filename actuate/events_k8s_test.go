@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -20,7 +21,7 @@ func TestRepeatedWarningIsOneEventSeries(t *testing.T) {
 	ctx, _, cp, admin := startCluster(t, 90*time.Second)
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{actuate.AnnStandby: "broker-d", actuate.AnnRedundancy: "warm"})
+		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{contract.AnnStandby: "broker-d", contract.AnnRedundancy: "warm"})
 	})
 	pod := onlyPod(ctx, t, admin, "broker-c")
 	send, done := runActuator(ctx, t, agentClient, false)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -153,13 +154,13 @@ type Action struct {
 // Gate is the switchover state machine of one primary. It is pure: Step reads
 // no clock and does no I/O, so the driver owns time and the cluster.
 type Gate struct {
-	Policy Policy
+	Policy contract.Policy
 	Rec    Record
 }
 
 // NewGate returns a Gate for a primary with policy p, resuming from rec (the
 // zero Record for a fresh start).
-func NewGate(p Policy, rec Record) *Gate {
+func NewGate(p contract.Policy, rec Record) *Gate {
 	if rec.Phase == "" {
 		rec.Phase = PhaseIdle
 	}
@@ -192,7 +193,7 @@ func (g *Gate) classify(in Input) class {
 	return classIgnore
 }
 
-func (g *Gate) cold() bool { return g.Policy.Redundancy == Cold }
+func (g *Gate) cold() bool { return g.Policy.Redundancy == contract.Cold }
 
 func event(reason, format string, args ...any) Action {
 	return Action{Kind: ActEvent, Reason: reason, Message: fmt.Sprintf(format, args...)}
@@ -243,7 +244,7 @@ func (g *Gate) Deadline() (time.Time, bool) {
 // for a scale-up of the standby, which it sends while the record is written
 // (see early).
 func (g *Gate) Step(in Input) []Action {
-	if g.Policy.Redundancy == None {
+	if g.Policy.Redundancy == contract.None {
 		return nil
 	}
 	switch in.Kind {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -80,15 +81,15 @@ func switchover() []step {
 }
 
 func TestGate(t *testing.T) {
-	cold := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	cold := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
 	hot := cold
-	hot.Redundancy = Hot
+	hot.Redundancy = contract.Hot
 	none := cold
-	none.Redundancy = None
+	none.Redundancy = contract.None
 	sec := time.Second
 	tests := []struct {
 		name   string
-		policy Policy
+		policy contract.Policy
 		rec    Record
 		steps  []step
 	}{
@@ -284,7 +285,7 @@ func TestGate(t *testing.T) {
 // emitted while the latest standby observation was Ready.
 func TestGateRetireNeedsReadyStandby(t *testing.T) {
 	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick, orphaned}
-	p := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
 	p.Gates.Hold = 0
 	p.Gates.Debounce, p.Gates.Reconfirm = 1, 1
 	n := len(alphabet)
@@ -315,12 +316,12 @@ func TestGateRetireNeedsReadyStandby(t *testing.T) {
 }
 
 func TestGateResume(t *testing.T) {
-	cold := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	cold := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
 	hot := cold
-	hot.Redundancy = Hot
+	hot.Redundancy = contract.Hot
 	tests := []struct {
 		name string
-		p    Policy
+		p    contract.Policy
 		rec  Record
 		want []string
 	}{
@@ -341,7 +342,7 @@ func TestGateResume(t *testing.T) {
 }
 
 func TestGateDeadline(t *testing.T) {
-	p := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
 	d := time.Unix(1000, 0)
 	tests := []struct {
 		name string
@@ -367,7 +368,7 @@ func TestGateDeadline(t *testing.T) {
 }
 
 func TestGatePersist(t *testing.T) {
-	p := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
 	at := time.Unix(1000, 0)
 	g := NewGate(p, Record{})
 	old := g.Rec
@@ -381,7 +382,7 @@ func TestGatePersist(t *testing.T) {
 	if !g.Persist(old) {
 		t.Error("the decision is not persisted before acting")
 	}
-	h := NewGate(Policy{Standby: "b", Redundancy: Hot, Gates: DefaultGates()}, Record{Restore: true})
+	h := NewGate(contract.Policy{Standby: "b", Redundancy: contract.Hot, Gates: contract.DefaultGates()}, Record{Restore: true})
 	old = h.Rec
 	h.Step(scaledUp(at))
 	if !h.Persist(old) {
@@ -390,7 +391,7 @@ func TestGatePersist(t *testing.T) {
 }
 
 func TestGateRetired(t *testing.T) {
-	g := NewGate(Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}, Record{Phase: PhaseRetiring, Confirmed: 3})
+	g := NewGate(contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}, Record{Phase: PhaseRetiring, Confirmed: 3})
 	at := time.Unix(5000, 0)
 	g.Retired(at)
 	if g.Rec.Phase != PhaseIdle || !g.Rec.LastSwitch.Equal(at) || g.Rec.Confirmed != 0 {

@@ -7,9 +7,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -36,7 +36,7 @@ func TestHotStandbySwitchover(t *testing.T) {
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "hot-b", 1, nil) })
 	mustCreate(t, func() error {
 		return createDeployment(ctx, admin, "hot-a", 1, map[string]string{
-			actuate.AnnStandby: "hot-b", actuate.AnnRedundancy: "hot", actuate.AnnHold: hold.String(),
+			contract.AnnStandby: "hot-b", contract.AnnRedundancy: "hot", contract.AnnHold: hold.String(),
 		})
 	})
 	for _, n := range []string{"hot-a", "hot-b"} {
@@ -51,7 +51,7 @@ func TestHotStandbySwitchover(t *testing.T) {
 	send := func(pod string, st signal.State) {
 		t.Helper()
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.9), At: time.Now()}:
+		case signals <- observation(testNS, pod, st, 0.9, false):
 		case <-ctx.Done():
 			t.Fatalf("signal for %s not taken: %v", pod, ctx.Err())
 		}
@@ -66,7 +66,7 @@ func TestHotStandbySwitchover(t *testing.T) {
 		send(podA, signal.Anomalous)
 	}
 	waitDeployment(ctx, t, admin, "hot-a", "retired (0 replicas, role standby)", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 	})
 	if retired := time.Since(decided); retired < hold {
 		t.Errorf("primary retired %v after the decision, before the %v hold", retired, hold)
@@ -80,13 +80,13 @@ func TestHotStandbySwitchover(t *testing.T) {
 	if *b.Spec.Replicas != 1 {
 		t.Errorf("hot standby at %d replicas", *b.Spec.Replicas)
 	}
-	if b.Annotations[actuate.AnnRole] != "primary" || b.Annotations[actuate.AnnStandby] != "hot-a" || b.Annotations[actuate.AnnRedundancy] != "hot" {
+	if b.Annotations[contract.AnnRole] != "primary" || b.Annotations[contract.AnnStandby] != "hot-a" || b.Annotations[contract.AnnRedundancy] != "hot" {
 		t.Fatalf("new primary's annotations: %v", b.Annotations)
 	}
 
 	// The old primary comes back as the new hot standby: a fresh pod.
 	waitDeployment(ctx, t, admin, "hot-a", "back as the hot standby (1 Ready)", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 1 && d.Status.ReadyReplicas == 1 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 1 && d.Status.ReadyReplicas == 1 && d.Annotations[contract.AnnRole] == "standby"
 	})
 	if p := onlyPod(ctx, t, admin, "hot-a"); p == podA {
 		t.Errorf("the hot standby is the retired pod %s, not a fresh one", p)
@@ -100,10 +100,10 @@ func TestHotStandbySwitchover(t *testing.T) {
 	// A crash of the new primary: failover back at once, and hot-b returns.
 	send(podB, signal.Gone)
 	waitDeployment(ctx, t, admin, "hot-a", "the primary again", func(d *appsv1.Deployment) bool {
-		return d.Annotations[actuate.AnnRole] == "primary" && d.Annotations[actuate.AnnStandby] == "hot-b"
+		return d.Annotations[contract.AnnRole] == "primary" && d.Annotations[contract.AnnStandby] == "hot-b"
 	})
 	waitDeployment(ctx, t, admin, "hot-b", "back as the hot standby", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 1 && d.Status.ReadyReplicas == 1 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 1 && d.Status.ReadyReplicas == 1 && d.Annotations[contract.AnnRole] == "standby"
 	})
 	if p := onlyPod(ctx, t, admin, "hot-b"); p == podB {
 		t.Errorf("the hot standby is the failed pod %s, not a fresh one", p)

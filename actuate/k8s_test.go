@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/signal"
 )
@@ -59,11 +60,11 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	go ready.watch(ctx, t, admin)
 	mustCreate(t, func() error {
 		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{
-			actuate.AnnStandby: "broker-b", actuate.AnnRedundancy: "cold", actuate.AnnHold: "2s",
+			contract.AnnStandby: "broker-b", contract.AnnRedundancy: "cold", contract.AnnHold: "2s",
 		})
 	})
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{actuate.AnnStandby: "broker-d", actuate.AnnRedundancy: "warm"})
+		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{contract.AnnStandby: "broker-d", contract.AnnRedundancy: "warm"})
 	})
 	waitDeployment(ctx, t, admin, "broker-a", "1 Ready replica", func(d *appsv1.Deployment) bool { return d.Status.ReadyReplicas == 1 })
 	podA := onlyPod(ctx, t, admin, "broker-a")
@@ -78,13 +79,13 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signals := make(chan actuate.Signal)
+	signals := make(chan signal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
 	send := func(pod string, st signal.State, transition bool) {
 		t.Helper()
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.93), Transition: transition, At: time.Now()}:
+		case signals <- observation(testNS, pod, st, 0.93, transition):
 		case <-ctx.Done():
 			t.Fatalf("signal for %s not taken: %v", pod, ctx.Err())
 		}
@@ -94,7 +95,7 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	// leaves the kubelet's (kwok's) conditions alone.
 	send(podA, signal.Healthy, true)
 	waitPod(ctx, t, admin, podA, "amf.io/healthy=True next to Ready", func(p *corev1.Pod) bool {
-		return condition(p, actuate.ConditionHealthy) == corev1.ConditionTrue && condition(p, corev1.PodReady) != ""
+		return condition(p, contract.ConditionHealthy) == corev1.ConditionTrue && condition(p, corev1.PodReady) != ""
 	})
 
 	// Invalid policy: a Warning Event, nothing scaled.
@@ -126,17 +127,17 @@ func TestSwitchoverAndFailover(t *testing.T) {
 		send(podA, signal.Anomalous, false)
 	}
 	waitDeployment(ctx, t, admin, "broker-a", "retired and standby", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 	})
 	retired := time.Since(decided)
 	if retired < 2*time.Second {
 		t.Errorf("primary retired %v after the decision, before the 2 s hold", retired)
 	}
 	b := getDeployment(ctx, t, admin, "broker-b")
-	if b.Annotations[actuate.AnnStandby] != "broker-a" || b.Annotations[actuate.AnnRole] != "primary" || b.Annotations[actuate.AnnHold] != "2s" {
+	if b.Annotations[contract.AnnStandby] != "broker-a" || b.Annotations[contract.AnnRole] != "primary" || b.Annotations[contract.AnnHold] != "2s" {
 		t.Fatalf("new primary's annotations after the exchange: %v", b.Annotations)
 	}
-	if a := getDeployment(ctx, t, admin, "broker-a"); a.Annotations[actuate.AnnStandby] != "" || a.Annotations[actuate.AnnPrimary] != "broker-b" {
+	if a := getDeployment(ctx, t, admin, "broker-a"); a.Annotations[contract.AnnStandby] != "" || a.Annotations[contract.AnnPrimary] != "broker-b" {
 		t.Fatalf("old primary's annotations after the exchange: %v", a.Annotations)
 	}
 	t.Logf("switchover: decision → primary retired in %v; overlap (both Ready) %v", retired.Round(time.Millisecond), ready.overlap().Round(time.Millisecond))
@@ -157,10 +158,10 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	failed := time.Now()
 	send(podB, signal.Gone, true)
 	waitDeployment(ctx, t, admin, "broker-b", "retired after failover", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 	})
 	a := getDeployment(ctx, t, admin, "broker-a")
-	if a.Status.ReadyReplicas != 1 || a.Annotations[actuate.AnnStandby] != "broker-b" {
+	if a.Status.ReadyReplicas != 1 || a.Annotations[contract.AnnStandby] != "broker-b" {
 		t.Fatalf("after failover broker-a: ready %d annotations %v", a.Status.ReadyReplicas, a.Annotations)
 	}
 	t.Logf("failover: gone → failed primary retired in %v", time.Since(failed).Round(time.Millisecond))
@@ -233,18 +234,18 @@ func TestResumeAfterRestart(t *testing.T) {
 	go ready.watch(ctx, t, admin)
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 1, nil) })
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{actuate.AnnStandby: "broker-b",
-			actuate.AnnRecord: recJSON(actuate.Record{Phase: actuate.PhaseRetiring, Standby: "broker-b", Decision: now.Add(-20 * time.Second), Confirmed: 3})})
+		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{contract.AnnStandby: "broker-b",
+			contract.AnnRecord: recJSON(actuate.Record{Phase: actuate.PhaseRetiring, Standby: "broker-b", Decision: now.Add(-20 * time.Second), Confirmed: 3})})
 	})
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-d", 0, nil) })
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{actuate.AnnStandby: "broker-d",
-			actuate.AnnRecord: recJSON(actuate.Record{Phase: actuate.PhaseWaitReady, Standby: "broker-d", Decision: now})})
+		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{contract.AnnStandby: "broker-d",
+			contract.AnnRecord: recJSON(actuate.Record{Phase: actuate.PhaseWaitReady, Standby: "broker-d", Decision: now})})
 	})
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-f", 0, nil) })
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-e", 1, map[string]string{actuate.AnnStandby: "broker-f",
-			actuate.AnnRecord: recJSON(actuate.Record{Phase: actuate.PhaseFailover, Standby: "broker-f", Decision: now, Failover: true})})
+		return createDeployment(ctx, admin, "broker-e", 1, map[string]string{contract.AnnStandby: "broker-f",
+			contract.AnnRecord: recJSON(actuate.Record{Phase: actuate.PhaseFailover, Standby: "broker-f", Decision: now, Failover: true})})
 	})
 	for _, n := range []string{"broker-a", "broker-b", "broker-c", "broker-e"} {
 		waitDeployment(ctx, t, admin, n, "1 Ready replica", func(d *appsv1.Deployment) bool { return d.Status.ReadyReplicas == 1 })
@@ -256,18 +257,18 @@ func TestResumeAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	runDone := make(chan error, 1)
-	go func() { runDone <- act.Run(ctx, make(chan actuate.Signal)) }()
+	go func() { runDone <- act.Run(ctx, make(chan signal.Observation)) }()
 
 	waitDeployment(ctx, t, admin, "broker-a", "retired on resume", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 	})
 	waitDeployment(ctx, t, admin, "broker-b", "primary after the resumed exchange", func(d *appsv1.Deployment) bool {
-		return d.Annotations[actuate.AnnStandby] == "broker-a" && recordOf(d).Phase == actuate.PhaseIdle && !recordOf(d).LastSwitch.IsZero()
+		return d.Annotations[contract.AnnStandby] == "broker-a" && recordOf(d).Phase == actuate.PhaseIdle && !recordOf(d).LastSwitch.IsZero()
 	})
 	waitDeployment(ctx, t, admin, "broker-e", "retired after the resumed failover", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 	})
-	if f := getDeployment(ctx, t, admin, "broker-f"); f.Status.ReadyReplicas != 1 || f.Annotations[actuate.AnnStandby] != "broker-e" {
+	if f := getDeployment(ctx, t, admin, "broker-f"); f.Status.ReadyReplicas != 1 || f.Annotations[contract.AnnStandby] != "broker-e" {
 		t.Fatalf("after the resumed failover broker-f: %d ready, annotations %v", f.Status.ReadyReplicas, f.Annotations)
 	}
 	waitDeployment(ctx, t, admin, "broker-d", "scaled up on resume", func(d *appsv1.Deployment) bool { return d.Status.ReadyReplicas == 1 })
@@ -290,7 +291,7 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{actuate.AnnStandby: "broker-b", actuate.AnnAbortDelay: "1s"})
+		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{contract.AnnStandby: "broker-b", contract.AnnAbortDelay: "1s"})
 	})
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-never", 0, nil) })
 	if _, err := admin.AppsV1().Deployments(testNS).Patch(ctx, "broker-never", "application/merge-patch+json",
@@ -298,14 +299,14 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{actuate.AnnStandby: "broker-never", actuate.AnnReadyTimeout: "3s"})
+		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{contract.AnnStandby: "broker-never", contract.AnnReadyTimeout: "3s"})
 	})
 	podA, podC := onlyPod(ctx, t, admin, "broker-a"), onlyPod(ctx, t, admin, "broker-c")
 
 	signals, runDone := startActuator(ctx, t, agentClient)
 	send := func(pod string, st signal.State) {
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.9), At: time.Now()}:
+		case signals <- observation(testNS, pod, st, 0.9, false):
 		case <-ctx.Done():
 			t.Fatalf("signal not taken: %v", ctx.Err())
 		}
@@ -350,13 +351,13 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{actuate.AnnStandby: "broker-b", actuate.AnnHold: "1s"})
+		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{contract.AnnStandby: "broker-b", contract.AnnHold: "1s"})
 	})
 	podA := onlyPod(ctx, t, admin, "broker-a")
 	signals, runDone := startActuator(ctx, t, agentClient)
 	send := func(st signal.State) {
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: podA, State: st, Probability: ptr.To(0.9), At: time.Now()}:
+		case signals <- observation(testNS, podA, st, 0.9, false):
 		case <-ctx.Done():
 			t.Fatalf("signal not taken: %v", ctx.Err())
 		}
@@ -377,7 +378,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 		send(signal.Anomalous)
 	}
 	waitDeployment(ctx, t, admin, "broker-a", "retired", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 	})
 	cancel()
 	if err := <-runDone; err != nil {
@@ -471,7 +472,7 @@ func createDeployment(ctx context.Context, cs kubernetes.Interface, name string,
 	labels := map[string]string{"app": name}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "mosquitto", Image: "eclipse-mosquitto:2"}}}
 	if name == "broker-a" {
-		spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: actuate.ConditionHealthy}}
+		spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.ConditionHealthy}}
 	}
 	_, err := cs.AppsV1().Deployments(testNS).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, Annotations: ann},
@@ -508,13 +509,13 @@ func startCluster(t *testing.T, timeout time.Duration) (context.Context, context
 
 // startActuator runs an actuator on client, logging to the test, until ctx ends;
 // it returns the channel to send signals on and Run's result.
-func startActuator(ctx context.Context, t *testing.T, client kubernetes.Interface) (chan actuate.Signal, chan error) {
+func startActuator(ctx context.Context, t *testing.T, client kubernetes.Interface) (chan signal.Observation, chan error) {
 	t.Helper()
 	act, err := actuate.New(actuate.Config{Client: client, Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	signals := make(chan actuate.Signal)
+	signals := make(chan signal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
 	return signals, runDone
@@ -600,7 +601,7 @@ func replicasOf(ctx context.Context, t testing.TB, cs kubernetes.Interface, name
 
 func recordOf(d *appsv1.Deployment) actuate.Record {
 	var r actuate.Record
-	_ = json.Unmarshal([]byte(d.Annotations[actuate.AnnRecord]), &r)
+	_ = json.Unmarshal([]byte(d.Annotations[contract.AnnRecord]), &r)
 	return r
 }
 
@@ -706,4 +707,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 		w.t.Logf("%s", p)
 	}
 	return len(p), nil
+}
+
+// observation is what the agent's tracker hands the actuator for one signal
+// of pod in ns, received now.
+func observation(ns, pod string, st signal.State, p float64, transition bool) signal.Observation {
+	return signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: pod}, State: st, Transition: transition,
+		Source: signal.SourcePublish, Message: &signal.Message{State: st, Probability: &p}, Received: time.Now()}
 }

@@ -17,14 +17,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
 
 const (
 	mergePatch   = types.MergePatchType
 	fieldManager = "amf-agent"
-	// ConditionHealthy is the readiness-gate condition the agent maintains.
-	ConditionHealthy corev1.PodConditionType = "amf.io/healthy"
 )
 
 // ErrStandbyNotReady is returned when retiring the primary is refused because
@@ -103,17 +102,17 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	}
 	now := a.now()
 	w.gate.Retired(now)
-	rec, err := json.Marshal(Record{Phase: PhaseIdle, Standby: w.key.name, LastSwitch: now, Restore: p.Redundancy == Hot})
+	rec, err := json.Marshal(Record{Phase: PhaseIdle, Standby: w.key.name, LastSwitch: now, Restore: p.Redundancy == contract.Hot})
 	if err != nil {
 		return err
 	}
 	// New primary first: if we stop after it, both carry a policy, the old
 	// one in phase Retiring, and a resume repeats the exchange.
-	newAnn := map[string]any{AnnStandby: w.key.name, AnnRole: "primary", AnnPrimary: nil, AnnRecord: string(rec)}
-	oldAnn := map[string]any{AnnRole: "standby", AnnPrimary: sk.name, AnnRecord: nil}
+	newAnn := map[string]any{contract.AnnStandby: w.key.name, contract.AnnRole: "primary", contract.AnnPrimary: nil, contract.AnnRecord: string(rec)}
+	oldAnn := map[string]any{contract.AnnRole: "standby", contract.AnnPrimary: sk.name, contract.AnnRecord: nil}
 	src := w.annotations
-	for _, key := range policyKeys {
-		if key == AnnStandby {
+	for _, key := range contract.PolicyKeys() {
+		if key == contract.AnnStandby {
 			continue
 		}
 		if v, ok := src[key]; ok {
@@ -123,7 +122,7 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 		}
 		oldAnn[key] = nil
 	}
-	oldAnn[AnnStandby] = nil
+	oldAnn[contract.AnnStandby] = nil
 	if err := a.patchAnnotations(ctx, sk, newAnn); err != nil {
 		return fmt.Errorf("role exchange, new primary %s: %w", sk, err)
 	}
@@ -131,7 +130,7 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 		return fmt.Errorf("role exchange, old primary %s: %w", w.key, err)
 	}
 	note := fmt.Sprintf("%s is now the primary, %s its cold standby", sk.name, w.key.name)
-	if p.Redundancy == Hot {
+	if p.Redundancy == contract.Hot {
 		note = fmt.Sprintf("%s is now the primary; %s, retired, comes back as its hot standby once its old pods are gone", sk.name, w.key.name)
 	}
 	a.emitKey(w, false, "RolesExchanged", "Switchover", note)
@@ -250,23 +249,23 @@ func readinessValue(st signal.State) (corev1.ConditionStatus, bool) {
 // patchReadinessGate sets the amf.io/healthy condition of a pod that declares
 // it as a readiness gate. A strategic merge patch of status.conditions merges
 // by type, so only this condition is touched, never the kubelet's.
-func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s Signal) {
+func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s signal.Observation) {
 	declared := false
 	for _, g := range pod.Spec.ReadinessGates {
-		declared = declared || g.ConditionType == ConditionHealthy
+		declared = declared || g.ConditionType == contract.ConditionHealthy
 	}
 	status, ok := readinessValue(s.State)
 	if !declared || !ok {
 		return
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == ConditionHealthy && c.Status == status {
+		if c.Type == contract.ConditionHealthy && c.Status == status {
 			return // unchanged: keep lastTransitionTime
 		}
 	}
 	cond := corev1.PodCondition{
-		Type: ConditionHealthy, Status: status, Reason: reasonOf(s.State),
-		Message: "signalled " + string(s.State), LastTransitionTime: metav1.NewTime(s.At),
+		Type: contract.ConditionHealthy, Status: status, Reason: reasonOf(s.State),
+		Message: "signalled " + string(s.State), LastTransitionTime: metav1.NewTime(s.Received),
 	}
 	b, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
 	if err != nil {

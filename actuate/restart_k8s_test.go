@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -102,7 +102,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			},
 			phase: actuate.PhaseWaitReady, drive: decide},
 		{name: "standby scaled up, record WaitReady lost: the orphan is used as the anomaly persists",
-			ann:    map[string]string{actuate.AnnAbortDelay: longAbort},
+			ann:    map[string]string{contract.AnnAbortDelay: longAbort},
 			drop:   func(pr pair) func(wireReq) bool { return recordWrite(pr.p, string(actuate.PhaseWaitReady)) },
 			stopAt: scaleUp, phase: actuate.PhaseIdle, drive: decide,
 			resume: func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
@@ -125,7 +125,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			stopAt: func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseFailover)) },
 			phase:  actuate.PhaseFailover, drive: crash},
 		{name: "standby scaled up after a crash, record Failover lost: the orphan takes over the primary still gone",
-			ann:    map[string]string{actuate.AnnAbortDelay: longAbort},
+			ann:    map[string]string{contract.AnnAbortDelay: longAbort},
 			drop:   func(pr pair) func(wireReq) bool { return recordWrite(pr.p, string(actuate.PhaseFailover)) },
 			stopAt: scaleUp, phase: actuate.PhaseIdle, drive: crash,
 			resume: func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
@@ -149,7 +149,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			ready := readyLog{a: pr.p, b: pr.s}
 			watched := make(chan struct{})
 			go func() { defer close(watched); ready.watch(ctx, t, admin) }()
-			ann := map[string]string{actuate.AnnStandby: pr.s, actuate.AnnHold: "1s", actuate.AnnAbortDelay: "1s"}
+			ann := map[string]string{contract.AnnStandby: pr.s, contract.AnnHold: "1s", contract.AnnAbortDelay: "1s"}
 			maps.Copy(ann, tt.ann)
 			mustCreate(t, func() error { return createDeployment(ctx, admin, pr.s, 0, nil) })
 			mustCreate(t, func() error { return createDeployment(ctx, admin, pr.p, 1, ann) })
@@ -198,11 +198,11 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			}
 			if !tt.aborted {
 				waitDeployment(ctx, t, admin, pr.p, "retired and standby", func(d *appsv1.Deployment) bool {
-					return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
+					return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 				})
 				waitDeployment(ctx, t, admin, pr.s, "the new primary", func(d *appsv1.Deployment) bool {
-					return d.Status.ReadyReplicas == 1 && d.Annotations[actuate.AnnStandby] == pr.p &&
-						d.Annotations[actuate.AnnRole] == "primary" && !recordOf(d).LastSwitch.IsZero()
+					return d.Status.ReadyReplicas == 1 && d.Annotations[contract.AnnStandby] == pr.p &&
+						d.Annotations[contract.AnnRole] == "primary" && !recordOf(d).LastSwitch.IsZero()
 				})
 			}
 			done2()
@@ -242,10 +242,10 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 	wctx, stopWatch := context.WithCancel(ctx)
 	go func() { defer close(watched); ready.watch(wctx, t, admin) }()
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, s, 0, map[string]string{actuate.AnnRole: "standby", actuate.AnnPrimary: p})
+		return createDeployment(ctx, admin, s, 0, map[string]string{contract.AnnRole: "standby", contract.AnnPrimary: p})
 	})
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, p, 1, map[string]string{actuate.AnnStandby: s, actuate.AnnHold: "1s"})
+		return createDeployment(ctx, admin, p, 1, map[string]string{contract.AnnStandby: s, contract.AnnHold: "1s"})
 	})
 	pod := onlyPod(ctx, t, admin, p)
 	waitDeployment(ctx, t, admin, p, "Ready", func(d *appsv1.Deployment) bool { return d.Status.ReadyReplicas == 1 })
@@ -262,7 +262,7 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 	}
 	awaitWire(ctx, t, stopped, "the primary's scale to 0")
 	done1()
-	if d := getDeployment(ctx, t, admin, s); d.Annotations[actuate.AnnRole] != "standby" || recordOf(getDeployment(ctx, t, admin, p)).Phase != actuate.PhaseRetiring {
+	if d := getDeployment(ctx, t, admin, s); d.Annotations[contract.AnnRole] != "standby" || recordOf(getDeployment(ctx, t, admin, p)).Phase != actuate.PhaseRetiring {
 		t.Fatalf("the agent did not stop between the retirement and the role exchange: standby's annotations %v", d.Annotations)
 	}
 	waitDeployment(ctx, t, admin, p, "without a pod", func(d *appsv1.Deployment) bool { return d.Status.Replicas == 0 })
@@ -271,11 +271,11 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 	defer done2()
 	send2(onlyPod(ctx, t, admin, s), signal.Healthy)
 	waitDeployment(ctx, t, admin, s, "the new primary", func(d *appsv1.Deployment) bool {
-		return d.Annotations[actuate.AnnRole] == "primary" && d.Annotations[actuate.AnnStandby] == p && !recordOf(d).LastSwitch.IsZero()
+		return d.Annotations[contract.AnnRole] == "primary" && d.Annotations[contract.AnnStandby] == p && !recordOf(d).LastSwitch.IsZero()
 	})
 	waitDeployment(ctx, t, admin, p, "its standby", func(d *appsv1.Deployment) bool {
-		_, rec := d.Annotations[actuate.AnnRecord]
-		return d.Annotations[actuate.AnnRole] == "standby" && d.Annotations[actuate.AnnPrimary] == s && !rec && *d.Spec.Replicas == 0
+		_, rec := d.Annotations[contract.AnnRecord]
+		return d.Annotations[contract.AnnRole] == "standby" && d.Annotations[contract.AnnPrimary] == s && !rec && *d.Spec.Replicas == 0
 	})
 	done2()
 	stopWatch()
@@ -293,12 +293,12 @@ func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, res
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	signals := make(chan actuate.Signal)
+	signals := make(chan signal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
 	send = func(pod string, st signal.State) bool {
 		select {
-		case signals <- actuate.Signal{Namespace: testNS, Pod: pod, State: st, Probability: ptr.To(0.93), At: time.Now()}:
+		case signals <- observation(testNS, pod, st, 0.93, false):
 			return true
 		case <-ctx.Done():
 			return false
@@ -331,7 +331,7 @@ func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
 	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
-		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{actuate.AnnStandby: "broker-b", actuate.AnnAbortDelay: "2s"})
+		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{contract.AnnStandby: "broker-b", contract.AnnAbortDelay: "2s"})
 	})
 	pod := onlyPod(ctx, t, admin, "broker-a")
 	send, done := runActuator(ctx, t, agentClient, false)
@@ -344,7 +344,7 @@ func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{actuate.AnnRecord: string(other)}}})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.AnnRecord: string(other)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

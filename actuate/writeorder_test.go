@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 // crashModel is the cluster as the Actuator's writes leave it: the replicas
@@ -15,7 +17,7 @@ import (
 // after the record.
 type crashModel struct {
 	t                *testing.T
-	p                Policy
+	p                contract.Policy
 	primary, standby int32
 	persisted        Record
 	trace            []Input // Kind 0: a restart
@@ -58,7 +60,7 @@ func (m *crashModel) apply(g *Gate, act Action) {
 		if act.Replicas == 0 && m.primary == 0 {
 			m.fail("standby scaled back with the primary retired")
 		}
-		if m.p.Redundancy == Hot && (act.Replicas == 0 || !g.Rec.Restore) {
+		if m.p.Redundancy == contract.Hot && (act.Replicas == 0 || !g.Rec.Restore) {
 			m.fail("hot standby scaled to %d (restore %v)", act.Replicas, g.Rec.Restore)
 		}
 		m.standby = act.Replicas
@@ -77,7 +79,7 @@ func (m *crashModel) apply(g *Gate, act Action) {
 // is doing: never left running with nothing to scale it back.
 func (m *crashModel) accounted(g *Gate, when string) {
 	m.t.Helper()
-	if m.p.Redundancy == Cold && m.standby >= 1 && m.primary >= 1 && !g.Rec.Active() {
+	if m.p.Redundancy == contract.Cold && m.standby >= 1 && m.primary >= 1 && !g.Rec.Active() {
 		m.fail("%s: cold standby up, record %s: nothing will scale it back", when, g.Rec.Phase)
 	}
 }
@@ -166,7 +168,7 @@ func (m *crashModel) restart(now time.Time) *Gate {
 			m.apply(g, act)
 		}
 	}
-	if m.p.Redundancy == Cold && !rec.Active() && m.standby >= 1 && m.primary >= 1 {
+	if m.p.Redundancy == contract.Cold && !rec.Active() && m.standby >= 1 && m.primary >= 1 {
 		old := g.Rec
 		for _, act := range g.Step(Orphaned(now)) {
 			if act.Kind != ActEvent {
@@ -198,13 +200,13 @@ func (m *crashModel) restart(now time.Time) *Gate {
 // standby is never scaled down, and up only to restore it.
 func TestWriteOrderCrashSafety(t *testing.T) {
 	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick}
-	cold := Policy{Standby: "b", Redundancy: Cold, Gates: DefaultGates()}
+	cold := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
 	cold.Gates.Hold, cold.Gates.Debounce, cold.Gates.Reconfirm = 0, 1, 1
 	hot := cold
-	hot.Redundancy = Hot
+	hot.Redundancy = contract.Hot
 	starts := []struct {
 		name    string
-		p       Policy
+		p       contract.Policy
 		rec     Record
 		standby int32
 	}{

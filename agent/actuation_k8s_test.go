@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/signal"
 )
@@ -72,7 +73,7 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 		ann      map[string]string
 	}{
 		{"standby", 0, nil},
-		{"primary", 1, map[string]string{actuate.AnnStandby: "standby", actuate.AnnHold: "1s"}},
+		{"primary", 1, map[string]string{contract.AnnStandby: "standby", contract.AnnHold: "1s"}},
 	} {
 		labels := map[string]string{"app": d.name}
 		if _, err := admin.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
@@ -110,7 +111,7 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 			t.Fatal(err)
 		}
 		actx, acancel := context.WithCancel(ctx)
-		wait := StartActuation(actx, ta.Tracker(), act, nil)
+		wait := StartActuation(actx, ta.Tracker(), act)
 		return func() {
 			acancel()
 			if err := wait(); err != nil {
@@ -131,8 +132,8 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 	if d := getDep(ctx, t, admin, ns, "standby"); *d.Spec.Replicas != 0 {
 		t.Fatalf("observe-only scaled the standby to %d", *d.Spec.Replicas)
 	}
-	if d := getDep(ctx, t, admin, ns, "primary"); d.Annotations[actuate.AnnRecord] != "" {
-		t.Fatalf("observe-only wrote the record %s", d.Annotations[actuate.AnnRecord])
+	if d := getDep(ctx, t, admin, ns, "primary"); d.Annotations[contract.AnnRecord] != "" {
+		t.Fatalf("observe-only wrote the record %s", d.Annotations[contract.AnnRecord])
 	}
 
 	// Acting: three anomalous samples over MQTT scale the standby up.
@@ -148,7 +149,7 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 	// primary is retired once the standby is Ready, before any reconfirmation.
 	sidecar.kill(t)
 	d := waitDep(ctx, t, admin, ns, "primary", "retired", func(d *appsv1.Deployment) bool {
-		return *d.Spec.Replicas == 0 && d.Annotations[actuate.AnnRole] == "standby"
+		return *d.Spec.Replicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 	})
 	if s := getDep(ctx, t, admin, ns, "standby"); s.Status.ReadyReplicas < 1 {
 		t.Fatalf("primary retired (%v) while the standby has %d Ready replicas", d.Annotations, s.Status.ReadyReplicas)

@@ -80,10 +80,18 @@ type Agent struct {
 	mqttLn  *tcpListener
 	httpLn  net.Listener
 	httpSrv *http.Server
-	serving atomic.Bool
-	used    atomic.Bool // Listen was called
-	served  atomic.Bool // Serve was called
+	phase   atomic.Int32  // phaseStarting, phaseServing, phaseStopping: what /healthz says
+	started chan struct{} // closed once Serve has the broker and HTTP endpoint up
+	used    atomic.Bool   // Listen was called
+	served  atomic.Bool   // Serve was called
 }
+
+// The agent's phases, as /healthz reports them.
+const (
+	phaseStarting int32 = iota
+	phaseServing
+	phaseStopping
+)
 
 // New validates cfg and builds an agent; nothing is bound yet.
 func New(cfg Config) (*Agent, error) {
@@ -116,7 +124,7 @@ func New(cfg Config) (*Agent, error) {
 
 	log := cfg.Logger
 	m := newMetrics()
-	a := &Agent{cfg: cfg, log: log, m: m, tracker: newTracker(log, m, cfg.HistoryLen, time.Now)}
+	a := &Agent{cfg: cfg, log: log, m: m, tracker: newTracker(log, m, cfg.HistoryLen, time.Now), started: make(chan struct{})}
 
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = MaxPacketBytes
@@ -150,6 +158,14 @@ func New(cfg Config) (*Agent, error) {
 			m.connRefused.WithLabelValues(refuseCapacity).Inc()
 			log.Warn("connection refused", slog.String("remote", remote), slog.String("reason", refuseCapacity),
 				slog.Int("max_clients", cfg.MaxClients))
+		},
+		disconnect: func(id string) {
+			// GetAll copies the map under one read lock; see tcpListener.disconnect.
+			for _, cl := range a.server.Clients.GetAll() {
+				if cl.Net.Listener == id && !cl.Closed() {
+					_ = a.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+				}
+			}
 		},
 		onDone: func(tc *trackedConn) {
 			// mochi skips OnDisconnect when CONNACK cannot be written.
@@ -236,15 +252,20 @@ func (a *Agent) Serve(ctx context.Context) error {
 		authTimeout:  a.cfg.AuthTimeout,
 		now:          time.Now,
 	}
+	// The HTTP endpoint first, so /healthz says "starting" until the broker
+	// serves.
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- a.httpSrv.Serve(a.httpLn) }()
 	if err := a.server.AddHook(h, nil); err != nil {
+		_ = a.httpSrv.Close()
 		return fmt.Errorf("agent: add hook: %w", err)
 	}
 	if err := a.server.Serve(); err != nil {
+		_ = a.httpSrv.Close()
 		return fmt.Errorf("agent: start broker: %w", err)
 	}
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- a.httpSrv.Serve(a.httpLn) }()
-	a.serving.Store(true)
+	a.phase.Store(phaseServing)
+	close(a.started)
 	a.log.Info("agent serving",
 		slog.String("mqtt_addr", a.MQTTAddr()), slog.String("http_addr", a.HTTPAddr()),
 		slog.Bool("observe_only", a.cfg.ObserveOnly), slog.Int("max_clients", a.cfg.MaxClients),
@@ -276,7 +297,7 @@ loop:
 // stops reading disconnects as pods going, then pending token checks abort,
 // then the broker disconnects everyone.
 func (a *Agent) shutdown(cancel context.CancelFunc) {
-	a.serving.Store(false)
+	a.phase.Store(phaseStopping)
 	a.tracker.shutdown()
 	cancel()
 	_ = a.server.Close()
@@ -296,10 +317,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	return a.Serve(ctx)
 }
 
-// healthz answers 200 while the broker serves, 503 otherwise.
+// Started is closed once Serve has the broker and the HTTP endpoint up: a
+// caller that must not race with the start (a test, a supervisor) waits on it.
+func (a *Agent) Started() <-chan struct{} { return a.started }
+
+// healthz answers 200 while the broker serves, 503 with the phase otherwise.
 func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	if !a.serving.Load() {
+	switch a.phase.Load() {
+	case phaseStarting:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"status":"starting"}` + "\n"))
+		return
+	case phaseStopping:
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte(`{"status":"stopping"}` + "\n"))
 		return

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -426,5 +427,36 @@ func TestHTTPEndpoints(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestHealthzPhases: /healthz names the phase, so a probe (or a person) can
+// tell an agent still starting from one going away.
+func TestHealthzPhases(t *testing.T) {
+	a, err := New(Config{MQTTAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Authenticator: staticTokens(t, tokenA+" "+podA.String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		phase    int32
+		wantCode int
+		want     string
+	}{
+		{"starting is 503 starting", phaseStarting, http.StatusServiceUnavailable, "starting"},
+		{"serving is 200 ok", phaseServing, http.StatusOK, "ok"},
+		{"stopping is 503 stopping", phaseStopping, http.StatusServiceUnavailable, "stopping"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a.phase.Store(tt.phase)
+			w := httptest.NewRecorder()
+			a.healthz(w, httptest.NewRequest("GET", "/healthz", nil))
+			var h struct {
+				Status string `json:"status"`
+			}
+			if w.Code != tt.wantCode || json.Unmarshal(w.Body.Bytes(), &h) != nil || h.Status != tt.want {
+				t.Errorf("/healthz = %d %q, want %d status %q", w.Code, w.Body.String(), tt.wantCode, tt.want)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,6 +158,13 @@ func startAgent(t *testing.T, mod func(*Config)) *testAgent {
 	}
 	done := make(chan error, 1)
 	go func() { done <- a.Serve(ctx) }()
+	// Tests begin once the agent serves, never racing with its start.
+	select {
+	case <-a.Started():
+	case err := <-done:
+		cancel()
+		t.Fatalf("Serve: %v", err)
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -167,7 +175,9 @@ func startAgent(t *testing.T, mod func(*Config)) *testAgent {
 					t.Errorf("Serve: %v", err)
 				}
 			case <-time.After(waitFor):
-				t.Errorf("agent did not stop within %v", waitFor)
+				var buf bytes.Buffer
+				_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+				t.Errorf("agent did not stop within %v; goroutines:\n%s", waitFor, buf.String())
 			}
 		})
 	}
@@ -198,7 +208,7 @@ func (ta *testAgent) nextEvent(t *testing.T, id Identity) Event {
 			if !ok {
 				t.Fatalf("event channel closed while waiting for %s", id)
 			}
-			if ev.Identity == id {
+			if ev.PodID == id {
 				return ev
 			}
 		case <-deadline:

@@ -9,17 +9,7 @@ import (
 )
 
 // Identity is what a client proved with its token: the pod it speaks for.
-type Identity struct {
-	Namespace string
-	Pod       string
-}
-
-// String returns "<namespace>/<pod>", the form used in usernames, client
-// identifiers, token files and logs.
-func (id Identity) String() string { return id.Namespace + "/" + id.Pod }
-
-// Topic returns the only topic the identity may publish to.
-func (id Identity) Topic() string { return signal.Topic(id.Namespace, id.Pod) }
+type Identity = signal.PodID
 
 // Authenticator turns the token a client presents into the identity it proves.
 // Implementations must be safe for concurrent use, must honour ctx, and must

@@ -15,14 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
-
-// Audience is the audience a sidecar's projected ServiceAccount token must be
-// issued for. A token for another audience (the API server's own, say) is
-// refused, so a token stolen from this broker is useless elsewhere and the
-// reverse.
-const Audience = "amf-agent"
 
 // Where a TokenReview reports the pod a token is bound to, and its node.
 const (
@@ -39,7 +34,7 @@ const maxTokenBytes = 8 << 10
 
 // TokenReviewOptions tunes a TokenReviewAuthenticator; zero values take defaults.
 type TokenReviewOptions struct {
-	// Audience the tokens must carry; default Audience.
+	// Audience the tokens must carry; default contract.Audience.
 	Audience string
 	// NodeName, when set, refuses tokens of pods on other nodes, so a sidecar
 	// reaching another node's agent (the broker listens on a host port) is not
@@ -99,7 +94,7 @@ func NewTokenReviewAuthenticator(reviews authnv1client.TokenReviewInterface, opt
 		cache:    make(map[[sha256.Size]byte]cachedIdentity),
 	}
 	if a.audience == "" {
-		a.audience = Audience
+		a.audience = contract.Audience
 	}
 	if a.ttl == 0 {
 		a.ttl = 30 * time.Second

@@ -15,6 +15,7 @@ import (
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/signal"
 )
@@ -100,7 +101,7 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 		return tok
 	}
 
-	bound := token([]string{Audience}, true)
+	bound := token([]string{contract.Audience}, true)
 	want := Identity{Namespace: ns, Pod: podName}
 	if id, err := newAuth().Authenticate(ctx, bound); err != nil || id != want {
 		t.Fatalf("pod-bound token: %v, %v; want %v", id, err, want)
@@ -118,7 +119,7 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 		token string
 		want  error
 	}{
-		{"token not bound to a pod", token([]string{Audience}, false), ErrNotPodBound},
+		{"token not bound to a pod", token([]string{contract.Audience}, false), ErrNotPodBound},
 		{"token for the API server's audience", token(nil, true), ErrUnauthenticated},
 		{"token for another audience", token([]string{"mqtt-data-plane"}, true), ErrUnauthenticated},
 		{"not a token", "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", ErrUnauthenticated},
@@ -136,7 +137,7 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 	if ev := ta.nextEvent(t, id); ev.State != signal.Healthy || ev.Source != SourcePublish {
 		t.Fatalf("event = %+v", ev)
 	}
-	unbound := token([]string{Audience}, false)
+	unbound := token([]string{contract.Audience}, false)
 	if _, err := dial(t, ta.MQTTAddr(), id, unbound, nil); err == nil {
 		t.Error("an unbound token connected")
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	authnv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -26,8 +27,8 @@ func fakeReviews(t *testing.T, status func(token string) (authnv1.TokenReviewSta
 	cs.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		calls.Add(1)
 		tr := action.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
-		if !slices.Equal(tr.Spec.Audiences, []string{Audience}) {
-			t.Errorf("review asks for audiences %q, want [%q]", tr.Spec.Audiences, Audience)
+		if !slices.Equal(tr.Spec.Audiences, []string{contract.Audience}) {
+			t.Errorf("review asks for audiences %q, want [%q]", tr.Spec.Audiences, contract.Audience)
 		}
 		st, err := status(tr.Spec.Token)
 		if err != nil {
@@ -44,7 +45,7 @@ func fakeReviews(t *testing.T, status func(token string) (authnv1.TokenReviewSta
 func podBound(ns, sa, pod string) authnv1.TokenReviewStatus {
 	return authnv1.TokenReviewStatus{
 		Authenticated: true,
-		Audiences:     []string{Audience},
+		Audiences:     []string{contract.Audience},
 		User: authnv1.UserInfo{
 			Username: "system:serviceaccount:" + ns + ":" + sa,
 			UID:      "3c9d1f0e-0000-4000-8000-000000000001",
@@ -74,7 +75,7 @@ func TestTokenReviewMapsTheReviewToAnIdentity(t *testing.T) {
 		err    error
 	}{
 		{"pod-bound token", "", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "broker-7f57c8d79b-f2m5m") },
-			Identity{"tod", "broker-7f57c8d79b-f2m5m"}, nil},
+			Identity{Namespace: "tod", Pod: "broker-7f57c8d79b-f2m5m"}, nil},
 		{"not authenticated", "", func() authnv1.TokenReviewStatus {
 			return authnv1.TokenReviewStatus{Authenticated: false, Error: "token has expired"}
 		}, Identity{}, ErrUnauthenticated},
@@ -111,7 +112,7 @@ func TestTokenReviewMapsTheReviewToAnIdentity(t *testing.T) {
 		{"pod name that cannot be a topic", "", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b/+") },
 			Identity{}, ErrUnauthenticated},
 		{"pod on this agent's node", "edge-1", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b-1") },
-			Identity{"tod", "b-1"}, nil},
+			Identity{Namespace: "tod", Pod: "b-1"}, nil},
 		{"pod on another node", "edge-2", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b-1") },
 			Identity{}, ErrUnauthenticated},
 		{"token without a node", "edge-1", func() authnv1.TokenReviewStatus {

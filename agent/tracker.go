@@ -12,14 +12,14 @@ import (
 	"github.com/amf-edge/amf/signal"
 )
 
-// Source says how the agent learned a pod's state.
-type Source string
+// Source says how the agent learned a pod's state (signal.Source).
+type Source = signal.Source
 
 // The sources of an observation.
 const (
-	SourcePublish    Source = "publish"    // the sidecar published a signal
-	SourceWill       Source = "will"       // the broker published the sidecar's Last Will
-	SourceDisconnect Source = "disconnect" // the broker saw the sidecar's session end
+	SourcePublish    = signal.SourcePublish
+	SourceWill       = signal.SourceWill
+	SourceDisconnect = signal.SourceDisconnect
 )
 
 // Reasons a valid signal is ignored (label "reason" of amf_agent_messages_ignored_total).
@@ -55,21 +55,10 @@ type PodState struct {
 }
 
 // Event is one accepted observation of a pod: a signal, a Last Will, or the end
-// of its session. Events of one pod arrive in the order the agent accepted
-// them. Message and the values it points to are shared and must not be modified.
-type Event struct {
-	Identity
-	State      signal.State // the pod's state after the observation
-	Previous   signal.State // the pod's state before it; "" if none
-	Transition bool         // State != Previous
-	Source     Source
-	Message    *signal.Message // nil for SourceDisconnect
-	Received   time.Time
-	Session    uint64
-	// Missed counts the events this subscriber lost to a full buffer since the
-	// previous delivery; when it is not zero, re-read the pods with Tracker.Pods.
-	Missed uint64
-}
+// of its session (signal.Observation, the one shape the actuator reads too).
+// Events of one pod arrive in the order the agent accepted them. When Missed
+// is not zero, re-read the pods with Tracker.Pods.
+type Event = signal.Observation
 
 // session is one authenticated MQTT connection: one run of a sidecar.
 type session struct {
@@ -296,7 +285,7 @@ func (t *Tracker) end(s *session, clean bool) {
 func (t *Tracker) observe(rec *podRecord, state signal.State, src Source, msg *signal.Message, received time.Time) Event {
 	prev := rec.st.State
 	ev := Event{
-		Identity: rec.st.Identity, State: state, Previous: prev, Transition: state != prev,
+		PodID: rec.st.Identity, State: state, Previous: prev, Transition: state != prev,
 		Source: src, Message: msg, Received: received, Session: rec.st.Session,
 	}
 	if ev.Transition {

@@ -9,16 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
-
-// featureNames are the model's six inputs in order, spelled as the dataset
-// columns and as the JSON fields of [signal.Features]; they are the values of
-// the feature label.
-var featureNames = [6]string{
-	"cpu_percent", "memory_percent", "network_io_bytes_per_sec",
-	"disk_io_bytes_per_sec", "cpu_growth_rate", "memory_growth_rate",
-}
 
 // states lists the contract's states, so every state series exists from the
 // start: a missing series and a zero one mean different things in PromQL.
@@ -139,16 +132,17 @@ func (m *Metrics) SetScore(p float64) { m.score.Set(p) }
 // non-finite value removes that feature's series: undefined must look like
 // no sample, as it does in PromQL, not like a number.
 func (m *Metrics) SetFeatures(f *signal.Features) {
-	var vals [6]*float64
+	var vals [contract.NumFeatures]*float64
 	if f != nil {
-		vals = [6]*float64{f.CPUPercent, f.MemoryPercent, f.NetworkIOBytesPerSec, f.DiskIOBytesPerSec, f.CPUGrowthRate, f.MemoryGrowthRate}
+		vals = f.Values()
 	}
+	names := contract.FeatureNames() // the feature label's values
 	for i, v := range vals {
 		if v == nil || math.IsNaN(*v) || math.IsInf(*v, 0) {
-			m.feature.DeleteLabelValues(featureNames[i])
+			m.feature.DeleteLabelValues(names[i])
 			continue
 		}
-		m.feature.WithLabelValues(featureNames[i]).Set(*v)
+		m.feature.WithLabelValues(names[i]).Set(*v)
 	}
 }
 

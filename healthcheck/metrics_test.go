@@ -1,8 +1,6 @@
 package healthcheck
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -10,31 +8,6 @@ import (
 
 	"github.com/amf-edge/amf/signal"
 )
-
-// The feature label values must be the contract's JSON names, in its order.
-func TestFeatureNamesMatchSignal(t *testing.T) {
-	one := 1.0
-	b, err := json.Marshal(signal.Features{CPUPercent: &one, MemoryPercent: &one, NetworkIOBytesPerSec: &one, DiskIOBytesPerSec: &one, CPUGrowthRate: &one, MemoryGrowthRate: &one})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	var keys []string
-	_, _ = dec.Token()
-	for dec.More() {
-		k, _ := dec.Token()
-		keys = append(keys, k.(string))
-		_, _ = dec.Token()
-	}
-	if len(keys) != len(featureNames) {
-		t.Fatalf("signal.Features has %v, metrics use %v", keys, featureNames)
-	}
-	for i := range keys {
-		if keys[i] != featureNames[i] {
-			t.Fatalf("signal.Features has %v, metrics use %v", keys, featureNames)
-		}
-	}
-}
 
 func TestMetrics(t *testing.T) {
 	m := NewMetrics()

@@ -5,30 +5,9 @@ import (
 	"fmt"
 	"math"
 	"time"
-)
 
-// The six features, in the order of the dataset's columns and of the model's inputs.
-const (
-	CPUPercent = iota
-	MemoryPercent
-	NetworkIOBytesPerSec
-	DiskIOBytesPerSec
-	CPUGrowthRate
-	MemoryGrowthRate
-	NumFeatures
+	"github.com/amf-edge/amf/contract"
 )
-
-// FeatureNames returns the feature names, equal to the dataset's column names.
-func FeatureNames() [NumFeatures]string {
-	return [NumFeatures]string{
-		"cpu_percent",
-		"memory_percent",
-		"network_io_bytes_per_sec",
-		"disk_io_bytes_per_sec",
-		"cpu_growth_rate",
-		"memory_growth_rate",
-	}
-}
 
 // DefaultMemoryReference is the memory reference used when a container has no
 // limit: 100 MiB, the paper's testbed limit.
@@ -121,8 +100,8 @@ func (u Undefined) String() string {
 // not Defined.
 type Vector struct {
 	T      int64
-	Values [NumFeatures]float64
-	Why    [NumFeatures]Undefined
+	Values [contract.NumFeatures]float64
+	Why    [contract.NumFeatures]Undefined
 }
 
 // ErrOutOfOrder is returned for a sample or evaluation time older than one already
@@ -208,15 +187,15 @@ func (e *Engine) Eval(t int64) (Vector, error) {
 	e.lastT = t
 
 	v := Vector{T: t}
-	v.Values[CPUPercent], v.Why[CPUPercent] = e.rate(&e.cpu, t)
-	if v.Why[CPUPercent] == Defined {
-		v.Values[CPUPercent] *= 100
+	v.Values[contract.CPUPercent], v.Why[contract.CPUPercent] = e.rate(&e.cpu, t)
+	if v.Why[contract.CPUPercent] == Defined {
+		v.Values[contract.CPUPercent] *= 100
 	}
-	v.Values[MemoryPercent], v.Why[MemoryPercent] = e.instant(&e.memPct, t)
-	v.Values[NetworkIOBytesPerSec], v.Why[NetworkIOBytesPerSec] = e.rate(&e.net, t)
-	v.Values[DiskIOBytesPerSec], v.Why[DiskIOBytesPerSec] = e.rate(&e.disk, t)
-	v.Values[CPUGrowthRate], v.Why[CPUGrowthRate] = e.deriv(&e.cpuRateSteps, t)
-	v.Values[MemoryGrowthRate], v.Why[MemoryGrowthRate] = e.deriv(&e.memSteps, t)
+	v.Values[contract.MemoryPercent], v.Why[contract.MemoryPercent] = e.instant(&e.memPct, t)
+	v.Values[contract.NetworkIOBytesPerSec], v.Why[contract.NetworkIOBytesPerSec] = e.rate(&e.net, t)
+	v.Values[contract.DiskIOBytesPerSec], v.Why[contract.DiskIOBytesPerSec] = e.rate(&e.disk, t)
+	v.Values[contract.CPUGrowthRate], v.Why[contract.CPUGrowthRate] = e.deriv(&e.cpuRateSteps, t)
+	v.Values[contract.MemoryGrowthRate], v.Why[contract.MemoryGrowthRate] = e.deriv(&e.memSteps, t)
 	return v, nil
 }
 

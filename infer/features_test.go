@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 func mustEngine(t testing.TB, cfg Config) *Engine {
@@ -57,26 +59,26 @@ func TestLinearSeriesGiveTheirSlopes(t *testing.T) {
 			DiskBytes:        2000 * float64(i),
 		}
 	})
-	want := [NumFeatures]float64{
-		CPUPercent:           25,
-		MemoryPercent:        (50e6 + 1000*1199) / 200e6 * 100,
-		NetworkIOBytesPerSec: 500,
-		DiskIOBytesPerSec:    2000,
-		CPUGrowthRate:        0, // constant rate
-		MemoryGrowthRate:     1000,
+	want := [contract.NumFeatures]float64{
+		contract.CPUPercent:           25,
+		contract.MemoryPercent:        (50e6 + 1000*1199) / 200e6 * 100,
+		contract.NetworkIOBytesPerSec: 500,
+		contract.DiskIOBytesPerSec:    2000,
+		contract.CPUGrowthRate:        0, // constant rate
+		contract.MemoryGrowthRate:     1000,
 	}
 	for i, w := range want {
 		if v.Why[i] != Defined {
-			t.Fatalf("%s undefined: %v", FeatureNames()[i], v.Why[i])
+			t.Fatalf("%s undefined: %v", contract.FeatureNames()[i], v.Why[i])
 		}
 		if w == 0 {
 			if math.Abs(v.Values[i]) > 1e-12 {
-				t.Errorf("%s = %g, want 0", FeatureNames()[i], v.Values[i])
+				t.Errorf("%s = %g, want 0", contract.FeatureNames()[i], v.Values[i])
 			}
 			continue
 		}
 		if !near(v.Values[i], w, 1e-9) {
-			t.Errorf("%s = %.12g, want %.12g", FeatureNames()[i], v.Values[i], w)
+			t.Errorf("%s = %.12g, want %.12g", contract.FeatureNames()[i], v.Values[i], w)
 		}
 	}
 }
@@ -90,8 +92,8 @@ func TestCPUGrowthFollowsAnAcceleratingCounter(t *testing.T) {
 		x := float64(i)
 		return Sample{CPUSeconds: a * x * x / 2, MemoryBytes: math.NaN(), NetworkBytes: math.NaN(), DiskBytes: math.NaN()}
 	})
-	if v.Why[CPUGrowthRate] != Defined || !near(v.Values[CPUGrowthRate], a, 1e-6) {
-		t.Fatalf("cpu_growth_rate = %g (%v), want %g", v.Values[CPUGrowthRate], v.Why[CPUGrowthRate], a)
+	if v.Why[contract.CPUGrowthRate] != Defined || !near(v.Values[contract.CPUGrowthRate], a, 1e-6) {
+		t.Fatalf("cpu_growth_rate = %g (%v), want %g", v.Values[contract.CPUGrowthRate], v.Why[contract.CPUGrowthRate], a)
 	}
 }
 
@@ -107,8 +109,8 @@ func TestCounterResetIsAddedBack(t *testing.T) {
 		}
 		return Sample{DiskBytes: c, CPUSeconds: math.NaN(), MemoryBytes: math.NaN(), NetworkBytes: math.NaN()}
 	})
-	if want := 2980.0 / 299; !near(v.Values[DiskIOBytesPerSec], want, 1e-12) {
-		t.Fatalf("rate across a reset = %.15g, want %.15g", v.Values[DiskIOBytesPerSec], want)
+	if want := 2980.0 / 299; !near(v.Values[contract.DiskIOBytesPerSec], want, 1e-12) {
+		t.Fatalf("rate across a reset = %.15g, want %.15g", v.Values[contract.DiskIOBytesPerSec], want)
 	}
 }
 
@@ -117,13 +119,13 @@ func TestUndefinedFeaturesSayWhy(t *testing.T) {
 		name    string
 		samples []Sample
 		evalAt  int64
-		want    [NumFeatures]Undefined
+		want    [contract.NumFeatures]Undefined
 	}{
 		{
 			name:    "one sample defines only the gauge",
 			samples: []Sample{{T: 1000, CPUSeconds: 1, MemoryBytes: 10, NetworkBytes: 1, DiskBytes: 1}},
 			evalAt:  1000,
-			want:    [NumFeatures]Undefined{TooFewSamples, Defined, TooFewSamples, TooFewSamples, TooFewRatePoints, TooFewRatePoints},
+			want:    [contract.NumFeatures]Undefined{TooFewSamples, Defined, TooFewSamples, TooFewSamples, TooFewRatePoints, TooFewRatePoints},
 		},
 		{
 			name: "a missing network series stays undefined while others are defined",
@@ -132,7 +134,7 @@ func TestUndefinedFeaturesSayWhy(t *testing.T) {
 				{T: 2000, CPUSeconds: 2, MemoryBytes: 10, NetworkBytes: math.NaN(), DiskBytes: 2},
 			},
 			evalAt: 2000,
-			want:   [NumFeatures]Undefined{Defined, Defined, TooFewSamples, Defined, TooFewRatePoints, TooFewRatePoints},
+			want:   [contract.NumFeatures]Undefined{Defined, Defined, TooFewSamples, Defined, TooFewRatePoints, TooFewRatePoints},
 		},
 		{
 			// The subquery still holds steps from when the sample was recent, so the
@@ -142,7 +144,7 @@ func TestUndefinedFeaturesSayWhy(t *testing.T) {
 				{T: 1000, CPUSeconds: 1, MemoryBytes: 10, NetworkBytes: 1, DiskBytes: 1},
 			},
 			evalAt: 1000 + 5*60*1000,
-			want:   [NumFeatures]Undefined{TooFewSamples, NoRecentSample, TooFewSamples, TooFewSamples, TooFewRatePoints, Defined},
+			want:   [contract.NumFeatures]Undefined{TooFewSamples, NoRecentSample, TooFewSamples, TooFewSamples, TooFewRatePoints, Defined},
 		},
 	}
 	for _, tt := range tests {
@@ -162,7 +164,7 @@ func TestUndefinedFeaturesSayWhy(t *testing.T) {
 			}
 			for i, w := range v.Why {
 				if (w != Defined) != math.IsNaN(v.Values[i]) {
-					t.Errorf("%s: value %g does not match reason %v", FeatureNames()[i], v.Values[i], w)
+					t.Errorf("%s: value %g does not match reason %v", contract.FeatureNames()[i], v.Values[i], w)
 				}
 			}
 		})
@@ -176,8 +178,8 @@ func TestMemoryPercentUsesTheReferenceWithoutALimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		v, _ := e.Eval(1)
-		if v.Values[MemoryPercent] != 50 {
-			t.Errorf("limit %v: memory_percent = %g, want 50 (of the 100 MiB reference)", limit, v.Values[MemoryPercent])
+		if v.Values[contract.MemoryPercent] != 50 {
+			t.Errorf("limit %v: memory_percent = %g, want 50 (of the 100 MiB reference)", limit, v.Values[contract.MemoryPercent])
 		}
 	}
 }
@@ -244,7 +246,7 @@ func TestLongGapSkipsStepsItCannotUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := e.Eval(day)
-	if v.Why[CPUPercent] != TooFewSamples || v.Why[CPUGrowthRate] != TooFewRatePoints {
+	if v.Why[contract.CPUPercent] != TooFewSamples || v.Why[contract.CPUGrowthRate] != TooFewRatePoints {
 		t.Fatalf("after a gap: why = %v", v.Why)
 	}
 	if e.cpuRateSteps.len() != 0 || e.cpu.len() != 1 {
@@ -299,8 +301,8 @@ func TestResetStartsOverAfterTheClockStepsBack(t *testing.T) {
 	v := feed(t, e, 0, 1000, 2, func(i int, _ int64) Sample {
 		return Sample{CPUSeconds: float64(i), MemoryBytes: 1, NetworkBytes: 1, DiskBytes: 1}
 	})
-	if v.Why[CPUPercent] != Defined || v.Values[CPUPercent] <= 0 {
-		t.Fatalf("after reset: cpu_percent = %g (%v)", v.Values[CPUPercent], v.Why[CPUPercent])
+	if v.Why[contract.CPUPercent] != Defined || v.Values[contract.CPUPercent] <= 0 {
+		t.Fatalf("after reset: cpu_percent = %g (%v)", v.Values[contract.CPUPercent], v.Why[contract.CPUPercent])
 	}
 	if e.cpu.len() != 2 {
 		t.Fatalf("samples kept after reset = %d, want 2", e.cpu.len())

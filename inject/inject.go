@@ -51,6 +51,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/amf-edge/amf/contract"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -60,9 +61,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
-
-	"github.com/amf-edge/amf/actuate"
-	"github.com/amf-edge/amf/agent"
 )
 
 // Names and places of what Inject adds.
@@ -174,7 +172,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 	for _, d := range docs {
 		if dep := d.deployment; dep != nil {
 			present[key(dep.Namespace, dep.Name)] = true
-			if s := dep.Annotations[actuate.AnnStandby]; s != "" {
+			if s := dep.Annotations[contract.AnnStandby]; s != "" {
 				standbyOf[key(dep.Namespace, s)] = true
 			}
 		}
@@ -193,7 +191,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			out.Write(d.raw)
 			continue
 		}
-		isStandby := dep.Annotations[actuate.AnnRole] == "standby" || standbyOf[key(dep.Namespace, dep.Name)]
+		isStandby := dep.Annotations[contract.AnnRole] == "standby" || standbyOf[key(dep.Namespace, dep.Name)]
 		broker, err := injectPod(&dep.Spec.Template.Spec, opts)
 		if err != nil {
 			return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
@@ -205,7 +203,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			if err := setPolicy(dep); err != nil {
 				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
 			}
-			name := dep.Annotations[actuate.AnnStandby]
+			name := dep.Annotations[contract.AnnStandby]
 			if opts.Standby && !present[key(dep.Namespace, name)] {
 				if standby, err = standbyFor(dep); err != nil {
 					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
@@ -225,7 +223,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 				return nil, Result{}, fmt.Errorf("%s: standby: %w", d.where, err)
 			}
 			out.WriteString("---\n")
-			out.WriteString(standbyComment(dep.Name, actuate.Redundancy(dep.Annotations[actuate.AnnRedundancy])))
+			out.WriteString(standbyComment(dep.Name, contract.Redundancy(dep.Annotations[contract.AnnRedundancy])))
 			out.Write(b)
 			res.Standbys = append(res.Standbys, standby.Name)
 			res.Warnings = append(res.Warnings, fmt.Sprintf(
@@ -258,7 +256,7 @@ func leadingComments(raw []byte) []byte {
 
 func key(namespace, name string) string { return namespace + "/" + name }
 
-func standbyComment(primary string, r actuate.Redundancy) string {
+func standbyComment(primary string, r contract.Redundancy) string {
 	return "# " + strings.ToUpper(string(r[:1])) + string(r[1:]) + " standby of " + primary + " written by amf-agent inject --standby. It mounts\n" +
 		"# the primary's ConfigMaps: give it its own MQTT client IDs (bridge\n" +
 		"# local_clientid/remote_clientid) so both can run during a switchover.\n"
@@ -426,7 +424,7 @@ func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 		}
 	}
 
-	gate := corev1.PodReadinessGate{ConditionType: actuate.ConditionHealthy}
+	gate := corev1.PodReadinessGate{ConditionType: contract.ConditionHealthy}
 	if !slices.Contains(spec.ReadinessGates, gate) {
 		spec.ReadinessGates = append(spec.ReadinessGates, gate)
 	}
@@ -583,7 +581,7 @@ func logsVolume() corev1.Volume {
 func tokenVolume() corev1.Volume {
 	return corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
-			Audience: agent.Audience, ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: "token",
+			Audience: contract.Audience, ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: "token",
 		}}},
 	}}}
 }
@@ -599,13 +597,13 @@ func setPolicy(d *appsv1.Deployment) error {
 	if d.Annotations == nil {
 		d.Annotations = map[string]string{}
 	}
-	if _, ok := d.Annotations[actuate.AnnStandby]; !ok {
-		d.Annotations[actuate.AnnStandby] = d.Name + "-standby"
+	if _, ok := d.Annotations[contract.AnnStandby]; !ok {
+		d.Annotations[contract.AnnStandby] = d.Name + "-standby"
 	}
-	if _, ok := d.Annotations[actuate.AnnRedundancy]; !ok {
-		d.Annotations[actuate.AnnRedundancy] = string(actuate.Cold)
+	if _, ok := d.Annotations[contract.AnnRedundancy]; !ok {
+		d.Annotations[contract.AnnRedundancy] = string(contract.Cold)
 	}
-	if _, _, err := actuate.ParsePolicy(d.Name, d.Annotations); err != nil {
+	if _, _, err := contract.ParsePolicy(d.Name, d.Annotations); err != nil {
 		return fmt.Errorf("policy annotations: %w", err)
 	}
 	return nil
@@ -613,14 +611,14 @@ func setPolicy(d *appsv1.Deployment) error {
 
 // standbyFor derives the standby Deployment of an injected primary.
 func standbyFor(primary *appsv1.Deployment) (*appsv1.Deployment, error) {
-	name := primary.Annotations[actuate.AnnStandby]
+	name := primary.Annotations[contract.AnnStandby]
 	var replicas int32
-	switch r := actuate.Redundancy(primary.Annotations[actuate.AnnRedundancy]); r {
-	case actuate.Cold:
-	case actuate.Hot:
+	switch r := contract.Redundancy(primary.Annotations[contract.AnnRedundancy]); r {
+	case contract.Cold:
+	case contract.Hot:
 		replicas = ptr.Deref(primary.Spec.Replicas, 1)
 	default:
-		return nil, fmt.Errorf("%s=%s: no standby to write", actuate.AnnRedundancy, r)
+		return nil, fmt.Errorf("%s=%s: no standby to write", contract.AnnRedundancy, r)
 	}
 	if primary.Spec.Selector == nil || len(primary.Spec.Selector.MatchLabels) == 0 {
 		return nil, errors.New("the selector has no matchLabels to tell the standby's pods apart")
@@ -629,13 +627,13 @@ func standbyFor(primary *appsv1.Deployment) (*appsv1.Deployment, error) {
 	s.Name = name
 	s.OwnerReferences = nil
 	s.Status = appsv1.DeploymentStatus{}
-	for _, k := range []string{actuate.AnnStandby, actuate.AnnRedundancy, actuate.AnnThreshold, actuate.AnnDebounce, actuate.AnnReconfirm,
-		actuate.AnnHold, actuate.AnnReadyTimeout, actuate.AnnCooldown, actuate.AnnAbortDelay, actuate.AnnRecord, actuate.AnnRole, actuate.AnnPrimary,
+	for _, k := range []string{contract.AnnStandby, contract.AnnRedundancy, contract.AnnThreshold, contract.AnnDebounce, contract.AnnReconfirm,
+		contract.AnnHold, contract.AnnReadyTimeout, contract.AnnCooldown, contract.AnnAbortDelay, contract.AnnRecord, contract.AnnRole, contract.AnnPrimary,
 		"kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision"} {
 		delete(s.Annotations, k)
 	}
-	s.Annotations[actuate.AnnRole] = "standby"
-	s.Annotations[actuate.AnnPrimary] = primary.Name
+	s.Annotations[contract.AnnRole] = "standby"
+	s.Annotations[contract.AnnPrimary] = primary.Name
 	s.Spec.Replicas = ptr.To(replicas)
 
 	// The standby's selector must not match the primary's pods. The primary's

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
+	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
-	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
@@ -31,17 +30,17 @@ const (
 type Config struct {
 	// Source is the target; nil when it has not been found yet (then
 	// Rediscover is required).
-	Source Source
+	Source detect.Source
 	// Rediscover, when set, finds the target: at every sample until it is
 	// found, and again after it vanished (a restarted container has a new
 	// cgroup); without it the same Source is retried.
-	Rediscover func(context.Context) (Source, error)
+	Rediscover func(context.Context) (detect.Source, error)
 	// TargetError says why the target has not been found, when Source is nil.
 	TargetError string
 	// MemoryReference, when set, is memory_percent's reference for a target
 	// without a memory limit of its own, instead of what bounds it (see
-	// memoryFallback). A target's own limit always wins: it is the model's
-	// definition, and what OOM-kills the broker.
+	// detect.Pipeline.SetTarget). A target's own limit always wins: it is the
+	// model's definition, and what OOM-kills the broker.
 	MemoryReference *cgroup.MemoryReference
 	Interval        time.Duration
 	Model           *model.Model
@@ -49,20 +48,17 @@ type Config struct {
 	// is a fallback (an override that failed to load).
 	ModelWarning string
 	Probe        healthcheck.Prober
-	Signaller    *Signaller
-	HTTPAddr     string
-	Metrics      *healthcheck.Metrics
-	Log          *slog.Logger
+	// Publisher sends the signals; nil sends none. *Signaller is the real
+	// one (MQTT to the node agent), Recorder a fake.
+	Publisher Publisher
+	HTTPAddr  string
+	Metrics   *healthcheck.Metrics
+	Log       *slog.Logger
 }
 
-// Reference sources beside cgroup's (RefContainerLimit, RefParentLimit,
-// RefMachineMemory): the operator's (Config.MemoryReference), one assumed
-// when the source cannot tell, and cpu_percent's.
-const (
-	RefFlag    = "flag"
-	RefAssumed = "assumed"
-	RefOneCore = "one_core"
-)
+// RefOneCore is cpu_percent's reference source (memory's are cgroup's and
+// detect's).
+const RefOneCore = "one_core"
 
 // cpuReference is what cpu_percent is relative to, always: the model's
 // feature is rate(cpu seconds) × 100, a percentage of one core, as in the
@@ -72,30 +68,27 @@ const (
 var cpuReference = healthcheck.Reference{Value: 1, Unit: "cores", Source: RefOneCore,
 	Why: "cpu_percent is rate(CPU seconds) × 100, per core, as the model was trained; a CPU limit, or none, does not change it"}
 
-// Sidecar runs the sample → features → score → state → signal loop.
+// Sidecar runs one detect.Pipeline on a ticker, serves its health over HTTP
+// and hands its signals to the Publisher.
 type Sidecar struct {
 	cfg Config
-	// memFallback is memory_percent's reference for readings without a
-	// limit, found when the source was set; memRef the reference last
+	// pipe is the pod's detection; memRef the memory reference last
 	// reported (the loop goroutine owns both).
-	memFallback healthcheck.Reference
-	memRef      healthcheck.Reference
-	sampler     *Sampler
-	machine     *Machine
-	probe       *healthcheck.ProbeState
-	alive       *healthcheck.Heartbeat
-	metrics     *healthcheck.Metrics
+	pipe    *detect.Pipeline
+	memRef  cgroup.MemoryReference
+	probe   *healthcheck.ProbeState
+	alive   *healthcheck.Heartbeat
+	metrics *healthcheck.Metrics
 
-	events chan func() // work for the loop goroutine, which owns machine and seq
+	events chan func() // work for the loop goroutine, which owns pipe
 
 	mu     sync.Mutex // guards status
 	status healthcheck.Status
-	seq    uint64
 }
 
 // New checks cfg and builds a sidecar whose feature windows come from the model's
-// manifest (FeatureConfig): a model is only valid with the windows it was trained
-// with.
+// manifest (detect.FeatureConfig): a model is only valid with the windows it was
+// trained with.
 func New(cfg Config) (*Sidecar, error) {
 	if (cfg.Source == nil && cfg.Rediscover == nil) || cfg.Model == nil {
 		return nil, errors.New("sidecar: a target (or a way to find it) and a model are required")
@@ -109,11 +102,8 @@ func New(cfg Config) (*Sidecar, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = healthcheck.NewMetrics()
 	}
-	fc, err := FeatureConfig(cfg.Model, cfg.Interval)
-	if err != nil {
-		return nil, fmt.Errorf("sidecar: %w", err)
-	}
-	sampler, err := NewSampler(cfg.Source, fc, cfg.Log)
+	pipe, err := detect.NewPipeline(detect.PipelineConfig{Model: cfg.Model, Interval: cfg.Interval,
+		MemoryReference: cfg.MemoryReference, NeedProbe: cfg.Probe != nil, Log: cfg.Log})
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}
@@ -123,14 +113,13 @@ func New(cfg Config) (*Sidecar, error) {
 	}
 	s := &Sidecar{
 		cfg:     cfg,
-		sampler: sampler,
-		machine: NewMachine(cfg.Model.Threshold(), cfg.Probe != nil),
+		pipe:    pipe,
 		probe:   probeState,
 		alive:   healthcheck.NewHeartbeat(5*cfg.Interval + time.Second),
 		metrics: cfg.Metrics,
 		events:  make(chan func(), 16),
 	}
-	state, reason := s.machine.State()
+	state, reason := s.pipe.State()
 	s.status = healthcheck.Status{
 		State: state, TransitionReason: reason, LastTransition: time.Now(),
 		Threshold: cfg.Model.Threshold(),
@@ -143,37 +132,12 @@ func New(cfg Config) (*Sidecar, error) {
 	s.metrics.SetCPUReference(cpuReference)
 	if cfg.Source != nil {
 		s.status.Target = fmt.Sprint(cfg.Source)
-		s.memoryFallback(cfg.Source)
+		s.setTarget(cfg.Source)
 	} else {
 		s.targetNotFound(errors.New(cfg.TargetError))
 	}
 	s.metrics.SetState(state)
 	return s, nil
-}
-
-// FeatureConfig is the feature pipeline m needs when sampling every interval:
-// the windows of its manifest, nothing of the caller's, because a model is only
-// valid on features computed the way its training features were. It refuses
-// (errors.Is model.ErrFeatures or model.ErrFeatureSpec) a model whose features
-// this build computes in another order, whose windows the engine cannot
-// compute, or whose training data was sampled faster than interval (see
-// model.Windows.CheckInterval for why faster sampling is fine and slower is
-// not).
-func FeatureConfig(m *model.Model, interval time.Duration) (infer.Config, error) {
-	names := infer.FeatureNames()
-	if err := m.CheckFeatureNames(names[:]); err != nil {
-		return infer.Config{}, err
-	}
-	w := m.Windows()
-	if err := w.CheckInterval(interval); err != nil {
-		return infer.Config{}, fmt.Errorf("model %s: %w", m.Source(), err)
-	}
-	fc := infer.DefaultConfig()
-	fc.RateWindow, fc.DerivWindow, fc.Step, fc.Lookback = w.Rate, w.Deriv, w.SubqueryStep, w.Lookback
-	if err := fc.Validate(); err != nil {
-		return infer.Config{}, fmt.Errorf("model %s: %w: %w", m.Source(), model.ErrFeatureSpec, err)
-	}
-	return fc, nil
 }
 
 // serverConfig is the health endpoint's wiring.
@@ -243,12 +207,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			}
 		})
 	}
-	if s.cfg.Signaller != nil {
-		wg.Go(func() { _ = s.cfg.Signaller.Run(inner) })
+	if s.cfg.Publisher != nil {
+		wg.Go(func() { _ = s.cfg.Publisher.Run(inner) })
 	}
 	if s.cfg.Probe != nil {
 		toMachine := healthcheck.OnChange(func(r healthcheck.Result) {
-			s.do(inner, func() { s.apply(s.machine.Probe(r.OK, r.Reason), nil) })
+			s.do(inner, func() { s.apply(s.pipe.Probe(r.OK, r.Reason), nil) })
 		})
 		wg.Go(func() {
 			_ = s.cfg.Probe.Run(inner, func(r healthcheck.Result) {
@@ -280,7 +244,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 // a log shows whether the sidecar computes what the model was trained on.
 func (s *Sidecar) logFeatureSpec() {
 	spec := s.cfg.Model.FeatureSpec()
-	w := spec.Windows.Format() // what the engine was built with (FeatureConfig), as the manifest writes it
+	w := spec.Windows.Format() // what the engine was built with (detect.FeatureConfig), as the manifest writes it
 	s.cfg.Log.Info("feature pipeline from the model's manifest",
 		"model", s.cfg.Model.Source(),
 		"rate_window", w.RateWindow, "deriv_window", w.DerivWindow, "subquery_step", w.SubqueryStep,
@@ -301,39 +265,37 @@ func (s *Sidecar) do(ctx context.Context, f func()) {
 func (s *Sidecar) sampleOnce(ctx context.Context) {
 	start := time.Now()
 	s.alive.Beat()
-	if s.sampler.src == nil && !s.rediscover(ctx) {
+	if !s.pipe.HasTarget() && !s.rediscover(ctx) {
 		return
 	}
-	rec, err := s.sampler.Sample(ctx)
+	st := s.pipe.Sample(ctx)
 	if ctx.Err() != nil {
 		return
 	}
-	if err != nil {
-		s.metrics.Error(ErrorKindSample)
-		if errors.Is(err, cgroup.ErrGone) {
-			s.apply(s.machine.TargetGone("broker container gone: "+err.Error()), nil)
-			s.rediscover(ctx)
-			return
-		}
-		s.cfg.Log.Warn("sample failed", "err", err)
-		return
+	if st.Back != nil {
+		s.apply(*st.Back, nil) // it is back
 	}
-	if s.machine.targetGone != "" {
-		s.apply(s.machine.TargetGone(""), nil) // it is back
+	if st.Read {
+		s.reportMemoryReference(st.MemoryReference)
 	}
-	s.reportMemoryReference(rec.Stats.MemoryLimitBytes)
-	x := rec.Features.Values
-	normalise(&x, s.cfg.Model.Normalisation())
-	p := s.cfg.Model.Score(&x)
-	if math.IsNaN(p) {
+	switch {
+	case errors.Is(st.Err, detect.ErrNoScore):
 		s.metrics.Error(ErrorKindModel)
 		s.cfg.Log.Error("model returned no score", "model", s.cfg.Model.Source())
 		return
+	case errors.Is(st.Err, cgroup.ErrGone):
+		s.metrics.Error(ErrorKindSample)
+		s.apply(st.Emission, nil)
+		s.rediscover(ctx)
+		return
+	case st.Err != nil:
+		s.metrics.Error(ErrorKindSample)
+		s.cfg.Log.Warn("sample failed", "err", st.Err)
+		return
 	}
-	feats := toSignalFeatures(&rec.Features)
-	s.metrics.SetScore(p)
-	s.metrics.SetFeatures(feats)
-	s.apply(s.machine.Score(p), &scored{p: p, f: feats, at: rec.Stats.Time})
+	s.metrics.SetScore(st.Score)
+	s.metrics.SetFeatures(st.Features)
+	s.apply(st.Emission, &st)
 	s.metrics.ObserveSample(time.Since(start))
 }
 
@@ -341,7 +303,7 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 // whether it found it.
 func (s *Sidecar) rediscover(ctx context.Context) bool {
 	if s.cfg.Rediscover == nil {
-		return s.sampler.src != nil
+		return s.pipe.HasTarget()
 	}
 	src, err := s.cfg.Rediscover(ctx)
 	if err != nil {
@@ -349,59 +311,36 @@ func (s *Sidecar) rediscover(ctx context.Context) bool {
 		s.targetNotFound(err)
 		return false
 	}
-	s.sampler.src = src
-	s.memoryFallback(src)
+	e := s.setTarget(src)
 	s.mu.Lock()
 	s.status.Target, s.status.TargetError = fmt.Sprint(src), ""
 	s.mu.Unlock()
-	s.noteTargetSearch(s.machine.TargetNotFound(""))
+	s.noteTargetSearch(e)
 	s.cfg.Log.Info("target found", "target", fmt.Sprint(src))
 	return true
 }
 
-// memoryFallback finds memory_percent's reference for readings of src
-// without a memory limit: Config.MemoryReference, else what bounds src (the
-// nearest limited cgroup above it, else the machine's memory: see
-// cgroup.MemoryReference for why), else, for a source that cannot tell,
-// infer.DefaultMemoryReference, said to be assumed.
-func (s *Sidecar) memoryFallback(src Source) {
-	ref := cgroup.MemoryReference{Bytes: infer.DefaultMemoryReference, Source: RefAssumed,
-		Why: "no memory limit on the target and nothing known above it: the paper testbed's 100 MiB limit, assumed"}
-	switch bounded, ok := src.(interface {
-		MemoryReference() (cgroup.MemoryReference, error)
-	}); {
-	case s.cfg.MemoryReference != nil:
-		ref = *s.cfg.MemoryReference
-	case ok:
-		r, err := bounded.MemoryReference()
-		if err != nil {
-			s.metrics.Error(ErrorKindSample)
-			s.cfg.Log.Warn("cannot tell what bounds the target's memory", "err", err)
-			ref.Why += " (" + err.Error() + ")"
-			break
-		}
-		ref = r
+// setTarget hands src to the pipeline, which finds memory_percent's
+// reference for its readings without a limit.
+func (s *Sidecar) setTarget(src detect.Source) detect.Emission {
+	e, err := s.pipe.SetTarget(src)
+	if err != nil {
+		s.metrics.Error(ErrorKindSample)
+		s.cfg.Log.Warn("cannot tell what bounds the target's memory", "err", err)
 	}
-	s.memFallback = healthcheck.Reference{Value: ref.Bytes, Unit: "bytes", Source: ref.Source, Why: ref.Why}
-	s.sampler.SetMemoryReference(ref.Bytes)
+	return e
 }
 
 // reportMemoryReference says, when it changes, what the latest reading's
 // memory_percent was relative to: the container's limit when the reading
 // has one, else the fallback. A broker without a limit is worth a warning:
 // its memory alarms come only near a limit it shares, or never.
-func (s *Sidecar) reportMemoryReference(limit float64) {
-	ref := s.memFallback
-	if limit > 0 {
-		ref = healthcheck.Reference{Value: limit, Unit: "bytes", Source: cgroup.RefContainerLimit, Why: "the container's memory limit"}
-		if s.memFallback.Source == cgroup.RefContainerLimit {
-			ref.Why = s.memFallback.Why // names the cgroup
-		}
-	}
-	if ref == s.memRef {
+func (s *Sidecar) reportMemoryReference(r cgroup.MemoryReference) {
+	if r == s.memRef {
 		return
 	}
-	s.memRef = ref
+	s.memRef = r
+	ref := healthcheck.Reference{Value: r.Bytes, Unit: "bytes", Source: r.Source, Why: r.Why}
 	s.mu.Lock()
 	s.status.MemoryReference = &ref
 	s.mu.Unlock()
@@ -416,9 +355,9 @@ func (s *Sidecar) reportMemoryReference(limit float64) {
 
 // noteTargetSearch applies a verdict of the target search. While starting,
 // the reason changes without a transition; /status shows the current one.
-func (s *Sidecar) noteTargetSearch(v Verdict) {
-	s.apply(v, nil)
-	if !v.Changed && v.State == signal.Starting {
+func (s *Sidecar) noteTargetSearch(e detect.Emission) {
+	s.apply(e, nil)
+	if v := e.Verdict; !v.Changed && v.State == signal.Starting {
 		s.mu.Lock()
 		s.status.TransitionReason = v.Reason
 		s.mu.Unlock()
@@ -433,39 +372,28 @@ func (s *Sidecar) targetNotFound(err error) {
 	changed := s.status.TargetError != err.Error()
 	s.status.TargetError = err.Error()
 	s.mu.Unlock()
-	if s.sampler.src == nil {
-		s.noteTargetSearch(s.machine.TargetNotFound(err.Error()))
+	if e, ok := s.pipe.TargetNotFound(err.Error()); ok {
+		s.noteTargetSearch(e)
 	}
 	if changed {
 		s.cfg.Log.Warn("broker container not found; looking again at every sample", "err", err)
 	}
 }
 
-type scored struct {
-	p  float64
-	f  *signal.Features
-	at time.Time
-}
-
-// apply records a verdict in the status and signals it when it must be.
-func (s *Sidecar) apply(v Verdict, sc *scored) {
+// apply records an emission in the status (with the sample's score when st
+// is set) and publishes its message when it has one.
+func (s *Sidecar) apply(e detect.Emission, st *detect.Step) {
+	v := e.Verdict
 	s.mu.Lock()
-	if sc != nil {
-		p := sc.p
-		s.status.Score, s.status.Features = &p, sc.f
+	if st != nil {
+		p := st.Score
+		s.status.Score, s.status.Features = &p, st.Features
 	}
 	if v.Changed {
 		s.status.State, s.status.TransitionReason, s.status.LastTransition = v.State, v.Reason, time.Now()
 	}
-	var msg signal.Message
-	if v.Publish {
-		s.seq++
-		s.status.Seq = s.seq
-		msg = signal.Message{State: v.State, Reason: signal.ShortReason(v.Reason), Seq: s.seq, Time: time.Now(),
-			Probability: s.status.Score, Features: s.status.Features}
-		if sc != nil {
-			msg.Time = sc.at
-		}
+	if e.Message != nil {
+		s.status.Seq = e.Message.Seq
 	}
 	s.mu.Unlock()
 
@@ -473,8 +401,8 @@ func (s *Sidecar) apply(v Verdict, sc *scored) {
 		s.metrics.SetState(v.State)
 		s.cfg.Log.Info("health transition", "state", v.State, "reason", v.Reason)
 	}
-	if v.Publish && s.cfg.Signaller != nil {
-		if err := s.cfg.Signaller.Publish(msg); err != nil {
+	if e.Message != nil && s.cfg.Publisher != nil {
+		if err := s.cfg.Publisher.Publish(*e.Message); err != nil {
 			s.metrics.Error(ErrorKindSignal)
 			s.cfg.Log.Error("signal not sent", "err", err)
 			return
@@ -487,16 +415,16 @@ func (s *Sidecar) apply(v Verdict, sc *scored) {
 func (s *Sidecar) appReport(ctx context.Context, r healthcheck.AppReport) error {
 	errc := make(chan error, 1)
 	s.do(ctx, func() {
-		if st, _ := s.machine.State(); st == signal.Stopping {
-			errc <- fmt.Errorf("%w: the sidecar is stopping", healthcheck.ErrConflict)
+		e, err := s.pipe.App(r.State, r.Reason)
+		switch {
+		case errors.Is(err, detect.ErrStopping):
+			errc <- fmt.Errorf("%w: %w", healthcheck.ErrConflict, err)
 			return
-		}
-		v, err := s.machine.App(r.State, r.Reason)
-		if err != nil {
+		case err != nil:
 			errc <- fmt.Errorf("%w: %v", healthcheck.ErrInvalidReport, err)
 			return
 		}
-		s.apply(v, nil)
+		s.apply(e, nil)
 		errc <- nil
 	})
 	select {
@@ -508,50 +436,14 @@ func (s *Sidecar) appReport(ctx context.Context, r healthcheck.AppReport) error 
 }
 
 func (s *Sidecar) shutdown() {
-	v := s.machine.Stop("sidecar received SIGTERM")
-	s.apply(Verdict{State: v.State, Reason: v.Reason, Changed: v.Changed}, nil) // status only
-	if s.cfg.Signaller == nil {
+	e := s.pipe.Stop("sidecar received SIGTERM")
+	s.apply(detect.Emission{Verdict: e.Verdict}, nil) // status only
+	if s.cfg.Publisher == nil {
 		return
 	}
-	s.mu.Lock()
-	s.seq++
-	msg := signal.Message{State: signal.Stopping, Reason: signal.ShortReason(v.Reason), Seq: s.seq, Time: time.Now(),
-		Probability: s.status.Score, Features: s.status.Features}
-	s.mu.Unlock()
-	if err := s.cfg.Signaller.Close(msg, 2*time.Second); err != nil {
+	if err := s.cfg.Publisher.Close(*e.Message, 2*time.Second); err != nil {
 		s.cfg.Log.Warn("stopping state not acknowledged by the node agent", "err", err)
 		return
 	}
 	s.metrics.SignalSent(signal.Stopping)
-}
-
-// normalise puts features on the scale the model was trained on. The manifest's
-// fractions say which share of the plain value the training data's 100 % was (0.5
-// for ToD-K8s-OOD, whose pod sums count each container twice), so CPU (percent and
-// growth, against one core) and memory (percent and growth) are divided by them.
-func normalise(x *[infer.NumFeatures]float64, n model.Normalisation) {
-	if f := n.CPUReferenceFraction; f > 0 && f != 1 {
-		x[infer.CPUPercent] /= f
-		x[infer.CPUGrowthRate] /= f
-	}
-	if f := n.MemoryReferenceFraction; f > 0 && f != 1 {
-		x[infer.MemoryPercent] /= f
-		x[infer.MemoryGrowthRate] /= f
-	}
-}
-
-// toSignalFeatures converts a feature vector to the wire form, nil for undefined.
-func toSignalFeatures(v *infer.Vector) *signal.Features {
-	var p [infer.NumFeatures]*float64
-	for i := range v.Values {
-		if v.Why[i] == infer.Defined {
-			x := v.Values[i]
-			p[i] = &x
-		}
-	}
-	return &signal.Features{
-		CPUPercent: p[infer.CPUPercent], MemoryPercent: p[infer.MemoryPercent],
-		NetworkIOBytesPerSec: p[infer.NetworkIOBytesPerSec], DiskIOBytesPerSec: p[infer.DiskIOBytesPerSec],
-		CPUGrowthRate: p[infer.CPUGrowthRate], MemoryGrowthRate: p[infer.MemoryGrowthRate],
-	}
 }

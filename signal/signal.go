@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 // Version is the message schema version this package reads and writes.
@@ -147,9 +149,9 @@ func (m *Message) Validate() error {
 		return fmt.Errorf("%w: probability %v is not in [0, 1]", ErrInvalid, *p)
 	}
 	if f := m.Features; f != nil {
-		for i, v := range f.values() {
+		for i, v := range f.Values() {
 			if v != nil && (math.IsNaN(*v) || math.IsInf(*v, 0)) {
-				return fmt.Errorf("%w: feature %s is %v, want a finite number or null", ErrInvalid, featureNames[i], *v)
+				return fmt.Errorf("%w: feature %s is %v, want a finite number or null", ErrInvalid, contract.FeatureNames()[i], *v)
 			}
 		}
 	}
@@ -164,12 +166,10 @@ func (m *Message) Validate() error {
 	return nil
 }
 
-// featureNames are the JSON names of Features, in the model's input order.
-var featureNames = [6]string{"cpu_percent", "memory_percent", "network_io_bytes_per_sec", "disk_io_bytes_per_sec", "cpu_growth_rate", "memory_growth_rate"}
-
-// values returns the features in the order of featureNames.
-func (f *Features) values() [6]*float64 {
-	return [6]*float64{f.CPUPercent, f.MemoryPercent, f.NetworkIOBytesPerSec, f.DiskIOBytesPerSec, f.CPUGrowthRate, f.MemoryGrowthRate}
+// Values returns the features in the model's input order, that of
+// contract.FeatureNames (which the JSON names equal: TestFeaturesJSONNames).
+func (f *Features) Values() [contract.NumFeatures]*float64 {
+	return [contract.NumFeatures]*float64{f.CPUPercent, f.MemoryPercent, f.NetworkIOBytesPerSec, f.DiskIOBytesPerSec, f.CPUGrowthRate, f.MemoryGrowthRate}
 }
 
 // Encode validates m and returns its payload.

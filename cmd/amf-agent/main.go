@@ -33,6 +33,7 @@ import (
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
+	"github.com/amf-edge/amf/contract"
 )
 
 func main() {
@@ -59,7 +60,7 @@ func run(args []string, stderr io.Writer) error {
 		httpAddr     = fs.String("http", agent.DefaultHTTPAddr, "`address` of /metrics and /healthz")
 		tokenFile    = fs.String("token-file", "", "static token `file` (lines \"<token> <namespace>/<pod>\", mode 0600) instead of Kubernetes TokenReview")
 		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig `path` for TokenReview; empty: in-cluster configuration")
-		audience     = fs.String("audience", agent.Audience, "audience the sidecars' ServiceAccount tokens must carry")
+		audience     = fs.String("audience", contract.Audience, "audience the sidecars' ServiceAccount tokens must carry")
 		nodeName     = fs.String("node-name", "", "with TokenReview, accept only pods on this `node` (the DaemonSet passes spec.nodeName)")
 		observeOnly  = fs.Bool("observe-only", false, "never act on the cluster: with --actuate, log every decision it would take (\"msg\":\"decision\", \"dry_run\":true) and write nothing")
 		actuation    = fs.Bool("actuate", false, "act on confirmed anomalies and crashes: make-before-break switchover and failover of Deployments carrying amf.io/standby (package actuate); needs the Kubernetes API")
@@ -147,7 +148,7 @@ func run(args []string, stderr io.Writer) error {
 	log.Info("actuation on", slog.Bool("dry_run", *observeOnly), slog.Bool("resume_on_start", *resume))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wait := agent.StartActuation(ctx, a.Tracker(), act, log)
+	wait := agent.StartActuation(ctx, a.Tracker(), act)
 	err = a.Run(ctx)
 	cancel()
 	if aerr := wait(); aerr != nil && err == nil {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 )
 
@@ -109,10 +110,10 @@ func TestBinaryResumesOnStart(t *testing.T) {
 		ann      map[string]string
 	}{
 		{"retiring-s", 1, nil},
-		{"retiring-p", 0, map[string]string{actuate.AnnStandby: "retiring-s", actuate.AnnRecord: recJSON(actuate.Record{
+		{"retiring-p", 0, map[string]string{contract.AnnStandby: "retiring-s", contract.AnnRecord: recJSON(actuate.Record{
 			Phase: actuate.PhaseRetiring, Standby: "retiring-s", Decision: now.Add(-20 * time.Second), Confirmed: 3})}},
 		{"failover-s", 0, nil},
-		{"failover-p", 1, map[string]string{actuate.AnnStandby: "failover-s", actuate.AnnRecord: recJSON(actuate.Record{
+		{"failover-p", 1, map[string]string{contract.AnnStandby: "failover-s", contract.AnnRecord: recJSON(actuate.Record{
 			Phase: actuate.PhaseFailover, Standby: "failover-s", Decision: now, Failover: true})}},
 	} {
 		must(t, func() error { return createDeployment(ctx, admin, ns, d.name, d.replicas, d.ann) })
@@ -136,13 +137,13 @@ func TestBinaryResumesOnStart(t *testing.T) {
 	for _, pair := range []string{"retiring", "failover"} {
 		p, s := pair+"-p", pair+"-s"
 		waitDeployment(ctx, t, admin, ns, p, "retired, the standby", func(d *appsv1.Deployment) bool {
-			return *d.Spec.Replicas == 0 && d.Annotations[actuate.AnnRole] == "standby" && d.Annotations[actuate.AnnPrimary] == s
+			return *d.Spec.Replicas == 0 && d.Annotations[contract.AnnRole] == "standby" && d.Annotations[contract.AnnPrimary] == s
 		})
 		waitDeployment(ctx, t, admin, ns, s, "Ready, the primary", func(d *appsv1.Deployment) bool {
 			var rec actuate.Record
-			_ = json.Unmarshal([]byte(d.Annotations[actuate.AnnRecord]), &rec)
-			return d.Status.ReadyReplicas == 1 && d.Annotations[actuate.AnnRole] == "primary" &&
-				d.Annotations[actuate.AnnStandby] == p && rec.Phase == actuate.PhaseIdle && !rec.LastSwitch.IsZero()
+			_ = json.Unmarshal([]byte(d.Annotations[contract.AnnRecord]), &rec)
+			return d.Status.ReadyReplicas == 1 && d.Annotations[contract.AnnRole] == "primary" &&
+				d.Annotations[contract.AnnStandby] == p && rec.Phase == actuate.PhaseIdle && !rec.LastSwitch.IsZero()
 		})
 	}
 	proc.stop(t)

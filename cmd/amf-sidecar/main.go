@@ -16,9 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/sidecar"
 )
 
 // Exit codes: 2 for bad input or usage, as the replay and score contracts say.
@@ -137,13 +137,13 @@ func registerWindowFlags(fs *flag.FlagSet) *windowFlags {
 }
 
 // forModel returns the feature pipeline m needs when sampling every interval
-// (sidecar.FeatureConfig; 0 = the model's own sample interval, for commands
+// (detect.FeatureConfig; 0 = the model's own sample interval, for commands
 // that do not sample), refusing window flags that differ from m's manifest.
 func (w *windowFlags) forModel(m *model.Model, interval time.Duration) (infer.Config, error) {
 	if interval == 0 {
 		interval = m.Windows().SampleInterval
 	}
-	fc, err := sidecar.FeatureConfig(m, interval)
+	fc, err := detect.FeatureConfig(m, interval)
 	if err != nil {
 		return infer.Config{}, err
 	}
@@ -227,9 +227,9 @@ func runReplay(_ context.Context, args []string, io stdio) int {
 		return exitUsage
 	}
 	defer closeIn()
-	if err := sidecar.Replay(r, io.out, cfg); err != nil {
+	if err := detect.Replay(r, io.out, cfg); err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar replay: %s: %v\n", *in, err)
-		var ie *sidecar.InputError
+		var ie *detect.InputError
 		if errors.As(err, &ie) {
 			return exitUsage
 		}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/amf-edge/amf/sidecar"
+	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
@@ -38,7 +38,7 @@ func (f *memoryReferenceFlag) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	f.ref = &cgroup.MemoryReference{Bytes: float64(n), Source: sidecar.RefFlag,
+	f.ref = &cgroup.MemoryReference{Bytes: float64(n), Source: detect.RefFlag,
 		Why: "no memory limit on the container: --memory-reference " + s}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/sidecar"
@@ -46,7 +47,7 @@ func (t *targetFlags) register(fs *flag.FlagSet) {
 // is not an error: the sidecar starts, says why in its log and /status, and
 // looks again at every sample, since a native sidecar starts before its
 // broker. The error is then returned with find non-nil.
-func (t *targetFlags) open() (sidecar.Source, func(context.Context) (sidecar.Source, error), error) {
+func (t *targetFlags) open() (detect.Source, func(context.Context) (detect.Source, error), error) {
 	n := 0
 	for _, set := range []bool{t.pid != 0, t.cgroupPath != "", t.podUID != ""} {
 		if set {
@@ -81,7 +82,7 @@ func (t *targetFlags) open() (sidecar.Source, func(context.Context) (sidecar.Sou
 	}
 	q := cgroup.PodQuery{UID: t.podUID, ContainerID: t.containerID,
 		Name: t.container, LogDir: t.logDir, PodName: t.podName, Namespace: t.namespace}
-	find := func(context.Context) (sidecar.Source, error) { return cgroup.OpenPod(q, opts...) }
+	find := func(context.Context) (detect.Source, error) { return cgroup.OpenPod(q, opts...) }
 	r, err := find(context.Background())
 	return r, find, err
 }
@@ -163,9 +164,9 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		return exitUsage
 	}
 
-	var sig *sidecar.Signaller
+	var pub sidecar.Publisher // nil, not a nil *Signaller, when there is no agent
 	if *agent != "" {
-		sig, err = sidecar.NewSignaller(sidecar.SignallerConfig{
+		sig, err := sidecar.NewSignaller(sidecar.SignallerConfig{
 			Broker: *agent, Namespace: *namespace, Pod: *pod, TokenFile: *tokenFile,
 			KeepAlive: *keepAlive, Log: log,
 		})
@@ -173,13 +174,14 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 			fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
 			return exitUsage
 		}
+		pub = sig
 	} else {
 		log.Warn("no --agent given: health is served locally but not signalled to a node agent")
 	}
 
 	sc, err := sidecar.New(sidecar.Config{
 		Source: src, Rediscover: rediscover, TargetError: targetErr, MemoryReference: memoryRef.ref, Interval: *interval,
-		Model: m, ModelWarning: warning, Probe: probe, Signaller: sig,
+		Model: m, ModelWarning: warning, Probe: probe, Publisher: pub,
 		HTTPAddr: *httpAddr, Log: log,
 	})
 	if err != nil {
@@ -214,7 +216,7 @@ func loadModel(nameOrPath string, interval time.Duration) (*model.Model, string,
 		return nil, "", fmt.Errorf("no usable model: %w", fallbackErr)
 	}
 	if nameOrPath != "" && fallbackErr == nil {
-		if _, err := sidecar.FeatureConfig(m, interval); err != nil {
+		if _, err := detect.FeatureConfig(m, interval); err != nil {
 			def, derr := model.Default()
 			if derr != nil {
 				return nil, "", fmt.Errorf("no usable model: %w", errors.Join(err, derr))
@@ -222,7 +224,7 @@ func loadModel(nameOrPath string, interval time.Duration) (*model.Model, string,
 			m, fallbackErr = def, model.FallbackError(def, err)
 		}
 	}
-	if _, err := sidecar.FeatureConfig(m, interval); err != nil {
+	if _, err := detect.FeatureConfig(m, interval); err != nil {
 		return nil, "", fmt.Errorf("--interval: %w", err)
 	}
 	if fallbackErr != nil {

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/amf-edge/amf/sidecar"
+	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
@@ -54,7 +54,7 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
 		return exitFail
 	}
-	s, err := sidecar.NewSampler(src, cfg, log)
+	s, err := detect.NewSampler(src, cfg, log)
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar sample: %v\n", err)
 		return exitUsage
@@ -75,7 +75,7 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 	log.Info("memory_percent reference", "bytes", ref.Bytes, "source", ref.Source, "why", ref.Why)
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
-	err = s.Run(ctx, tick.C, func(rec sidecar.Record, err error) error {
+	err = s.Run(ctx, tick.C, func(rec detect.Record, err error) error {
 		if err != nil {
 			// A process never comes back; a cgroup path may be recreated by a restart.
 			if errors.Is(err, cgroup.ErrGone) && *pid != 0 {
@@ -84,7 +84,7 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 			log.Error("sample failed; retrying at the next interval", "target", src, "err", err)
 			return nil
 		}
-		line, err := sidecar.MarshalRecord(rec)
+		line, err := detect.MarshalRecord(rec)
 		if err != nil {
 			return err
 		}

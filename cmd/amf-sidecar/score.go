@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/amf-edge/amf/sidecar"
+	"github.com/amf-edge/amf/detect"
 )
 
 func runScore(_ context.Context, args []string, io stdio) int {
@@ -38,9 +38,9 @@ func runScore(_ context.Context, args []string, io stdio) int {
 		return exitUsage
 	}
 	defer closeIn()
-	if err := sidecar.ScoreCSV(r, io.out, m); err != nil {
+	if err := detect.ScoreCSV(r, io.out, m); err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar score: %s: %v\n", *in, err)
-		var ie *sidecar.InputError
+		var ie *detect.InputError
 		if errors.As(err, &ie) {
 			return exitUsage
 		}

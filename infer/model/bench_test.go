@@ -3,6 +3,8 @@ package model
 import (
 	"math"
 	"testing"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 var sink float64
@@ -14,7 +16,7 @@ func BenchmarkScore(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	xs := [][NumFeatures]float64{
+	xs := [][contract.NumFeatures]float64{
 		{0.28, 8.09, 996.3, 57.4, 9.26e-08, 1.57},  // a quiet broker
 		{85.0, 60.2, 20000, 400, 0.002, 15000},     // saturated CPU
 		{12, math.NaN(), 1500, 0, math.NaN(), 3.5}, // missing values

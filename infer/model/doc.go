@@ -20,7 +20,7 @@
 //
 // Every model, embedded or not, passes the same checks before it can score:
 // size (at most MaxModelBytes, manifest at most MaxManifestBytes), manifest
-// schema and values, feature names and count equal to FeatureNames, sha256
+// schema and values, feature names and count equal to contract.FeatureNames, sha256
 // of the model bytes equal to the manifest's, and a full structural
 // validation of the text (header, objective, every tree's arrays, child
 // links forming one tree, feature indices, finite leaf values) before the
@@ -45,7 +45,7 @@
 // was complete, loads with the P1 pipeline's values for what it does not
 // state (P1Windows), and Model.Warnings names the manifest.
 //
-// Score takes a *[NumFeatures]float64, so a short vector (on which leaves
+// Score takes a *[contract.NumFeatures]float64, so a short vector (on which leaves
 // would silently return 0) cannot be passed. NaN means "missing" and follows
 // the missing-value direction the trainer learned.
 //

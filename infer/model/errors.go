@@ -3,6 +3,8 @@ package model
 import (
 	"errors"
 	"fmt"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 // Kinds of load failure, for errors.Is.
@@ -49,7 +51,7 @@ func hint(kind error) string {
 	case ErrManifest:
 		return "the manifest must be the JSON that infer/train/amftrain.py writes beside the model (NAME.txt -> NAME.manifest.json)"
 	case ErrFeatures:
-		return fmt.Sprintf("this binary computes %v in that order; retrain/re-export the model on those features", FeatureNames)
+		return fmt.Sprintf("this binary computes %v in that order; retrain/re-export the model on those features", contract.FeatureNames())
 	case ErrFeatureSpec:
 		return fmt.Sprintf("use a model whose manifest states a feature spec this binary computes (windows that are whole multiples of subquery_step, deriv_window >= 2 steps, rate_window >= 2 sample_intervals, lookback >= 1 sample_interval, each <= %s; normalisation fractions in (0, 10]), as infer/train/amftrain.py writes and checks it", FormatDuration(MaxWindow))
 	case ErrChecksum:

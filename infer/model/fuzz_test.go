@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 )
 
@@ -46,7 +47,7 @@ func FuzzLoad(f *testing.F) {
 			return
 		}
 		nan := math.NaN()
-		for _, x := range [][NumFeatures]float64{{}, {nan, nan, nan, nan, nan, nan}, {1e300, -1e300, 5, 80, 80.0000001, -3}} {
+		for _, x := range [][contract.NumFeatures]float64{{}, {nan, nan, nan, nan, nan, nan}, {1e300, -1e300, 5, 80, 80.0000001, -3}} {
 			if p := m.Score(&x); !(p >= 0 && p <= 1) {
 				t.Fatalf("score %v for %v", p, x)
 			}

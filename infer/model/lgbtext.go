@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 // Limits on what a model may contain. The default model is ~160 KB with 77
@@ -78,7 +80,7 @@ func parseLGBText(b []byte) (*lgbModel, error) {
 	if _, err := head.want("num_tree_per_iteration", "1"); err != nil {
 		return nil, err
 	}
-	if _, err := head.want("max_feature_idx", strconv.Itoa(NumFeatures-1)); err != nil {
+	if _, err := head.want("max_feature_idx", strconv.Itoa(contract.NumFeatures-1)); err != nil {
 		return nil, err
 	}
 	if _, err := head.want("objective", ObjectiveBinarySigmoid); err != nil {
@@ -277,8 +279,8 @@ func parseTree(b *kvBlock) (lgbTree, error) {
 	t.right = make([]int32, m)
 	for i := 0; i < m; i++ {
 		f, err := strconv.ParseUint(sf[i], 10, 32)
-		if err != nil || f >= NumFeatures {
-			return t, fmt.Errorf("split_feature[%d] %q is not a feature index in [0, %d)", i, clip(sf[i]), NumFeatures)
+		if err != nil || f >= contract.NumFeatures {
+			return t, fmt.Errorf("split_feature[%d] %q is not a feature index in [0, %d)", i, clip(sf[i]), contract.NumFeatures)
 		}
 		t.feature[i] = int32(f)
 		v, err := strconv.ParseFloat(th[i], 64)
@@ -356,7 +358,7 @@ func checkShape(t *lgbTree, n int) error {
 
 // raw computes the tree's output with leaves' decision rules
 // (lgtree.go numericalDecision). Used only to cross-check leaves at load.
-func (t *lgbTree) raw(x *[NumFeatures]float64) float64 {
+func (t *lgbTree) raw(x *[contract.NumFeatures]float64) float64 {
 	if len(t.left) == 0 {
 		return t.leaf[0]
 	}
@@ -385,7 +387,7 @@ func (t *lgbTree) raw(x *[NumFeatures]float64) float64 {
 	}
 }
 
-func (m *lgbModel) raw(x *[NumFeatures]float64) float64 {
+func (m *lgbModel) raw(x *[contract.NumFeatures]float64) float64 {
 	s := 0.0
 	for i := range m.trees {
 		s += m.trees[i].raw(x) * 1.0
@@ -395,15 +397,15 @@ func (m *lgbModel) raw(x *[NumFeatures]float64) float64 {
 
 // probes returns feature vectors that exercise missing values, zeros and
 // the split thresholds of the model, for the leaves cross-check.
-func (m *lgbModel) probes() [][NumFeatures]float64 {
+func (m *lgbModel) probes() [][contract.NumFeatures]float64 {
 	nan := math.NaN()
-	out := [][NumFeatures]float64{
+	out := [][contract.NumFeatures]float64{
 		{}, {nan, nan, nan, nan, nan, nan}, {1, 1, 1, 1, 1, 1}, {-1, -1, -1, -1, -1, -1},
 		{1e9, 1e9, 1e9, 1e9, 1e9, 1e9}, {100, 100, nan, 0, nan, 1e3},
 	}
 	// Vectors on thresholds: the k-th split of each tree, on its feature.
 	for k := 0; k < 4; k++ {
-		var at, above [NumFeatures]float64
+		var at, above [contract.NumFeatures]float64
 		for i := range m.trees {
 			t := &m.trees[i]
 			if k < len(t.feature) && !math.IsInf(t.threshold[k], 0) {

@@ -10,22 +10,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/amf-edge/amf/contract"
 )
-
-// NumFeatures is the length of the feature vector Score takes.
-const NumFeatures = 6
-
-// FeatureNames are the model inputs in the order Score expects them: the
-// dataset's column names, computed by package infer (infer.FeatureNames must
-// equal this list; callers can assert it with (*Model).CheckFeatureNames).
-var FeatureNames = [NumFeatures]string{
-	"cpu_percent",
-	"memory_percent",
-	"network_io_bytes_per_sec",
-	"disk_io_bytes_per_sec",
-	"cpu_growth_rate",
-	"memory_growth_rate",
-}
 
 // ManifestSchemaVersion is the manifest schema this package writes about and
 // reads in full. Version 2 added feature_windows.lookback and made the whole
@@ -256,7 +243,7 @@ func (w FeatureWindows) Parse() (Windows, error) {
 // FeatureSpec is what a model asks of the feature pipeline: the features in
 // order, the windows they were computed with, and the scale they are on.
 type FeatureSpec struct {
-	Names         [NumFeatures]string
+	Names         [contract.NumFeatures]string
 	Windows       Windows
 	Normalisation Normalisation
 }
@@ -438,12 +425,13 @@ func (w *FeatureWindows) fillFrom(def FeatureWindows) string {
 }
 
 func checkNames(names []string) error {
-	if len(names) != NumFeatures {
-		return fmt.Errorf("%d features %q, this binary computes %d", len(names), names, NumFeatures)
+	if len(names) != contract.NumFeatures {
+		return fmt.Errorf("%d features %q, this binary computes %d", len(names), names, contract.NumFeatures)
 	}
+	want := contract.FeatureNames()
 	for i, n := range names {
-		if n != FeatureNames[i] {
-			return fmt.Errorf("feature %d is %q, this binary computes %q there", i, n, FeatureNames[i])
+		if n != want[i] {
+			return fmt.Errorf("feature %d is %q, this binary computes %q there", i, n, want[i])
 		}
 	}
 	return nil

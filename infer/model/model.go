@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/dmitryikh/leaves"
 	"github.com/dmitryikh/leaves/transformation"
 )
@@ -32,18 +33,18 @@ type Model struct {
 }
 
 type scratch struct {
-	in  [NumFeatures]float64
+	in  [contract.NumFeatures]float64
 	out [1]float64
 }
 
 // Score returns the anomaly probability of one feature vector, in the order
 // of FeatureNames. NaN entries are missing values. It does not allocate.
-func (m *Model) Score(x *[NumFeatures]float64) float64 {
+func (m *Model) Score(x *[contract.NumFeatures]float64) float64 {
 	return sigmoid(m.Raw(x))
 }
 
 // Raw returns the model's raw margin (log-odds) for x; Score = 1/(1+e^-Raw).
-func (m *Model) Raw(x *[NumFeatures]float64) float64 {
+func (m *Model) Raw(x *[contract.NumFeatures]float64) float64 {
 	s := m.scratch.Get().(*scratch)
 	s.in = *x
 	s.out[0] = 0
@@ -74,7 +75,7 @@ func (m *Model) Windows() Windows { return m.windows }
 // FeatureSpec is what the model needs from the feature pipeline, from its
 // manifest: feature order, windows, normalisation.
 func (m *Model) FeatureSpec() FeatureSpec {
-	return FeatureSpec{Names: FeatureNames, Windows: m.windows, Normalisation: m.manifest.Normalisation}
+	return FeatureSpec{Names: contract.FeatureNames(), Windows: m.windows, Normalisation: m.manifest.Normalisation}
 }
 
 // Warnings are problems that did not stop the load but must be shown (log,
@@ -97,10 +98,9 @@ func (m *Model) Source() string { return m.source }
 // NumTrees is the number of trees in the ensemble.
 func (m *Model) NumTrees() int { return m.nTrees }
 
-// CheckFeatureNames returns an error unless names equal FeatureNames (the
-// order Score expects). The sidecar calls it with infer.FeatureNames so a
-// change in the feature code cannot silently feed the model the wrong
-// columns.
+// CheckFeatureNames returns an error unless names equal
+// contract.FeatureNames (the order Score expects), for a caller that brings
+// its own list of columns (a CSV header, say).
 func (m *Model) CheckFeatureNames(names []string) error {
 	if err := checkNames(names); err != nil {
 		return loadErr(m.source, ErrFeatures, "caller's feature names: %v", err)
@@ -241,10 +241,10 @@ func load(src, manifestName string, modelBytes, manifestBytes []byte) (*Model, e
 	if err != nil {
 		return nil, loadErr(src, ErrLeaves, "%v", err)
 	}
-	if ens.NEstimators() != len(txt.trees) || ens.NFeatures() != NumFeatures || ens.NOutputGroups() != 1 ||
+	if ens.NEstimators() != len(txt.trees) || ens.NFeatures() != contract.NumFeatures || ens.NOutputGroups() != 1 ||
 		ens.Transformation().Type() != transformation.Logistic {
 		return nil, loadErr(src, ErrLeaves, "leaves read %d trees, %d features, %d outputs, transform %s; want %d, %d, 1, logistic",
-			ens.NEstimators(), ens.NFeatures(), ens.NOutputGroups(), ens.Transformation().Name(), len(txt.trees), NumFeatures)
+			ens.NEstimators(), ens.NFeatures(), ens.NOutputGroups(), ens.Transformation().Name(), len(txt.trees), contract.NumFeatures)
 	}
 	m := &Model{
 		ens:      ens.EnsembleWithRawPredictions(),

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 func defaultBytes(t testing.TB) (model, manifest []byte) {
@@ -109,7 +111,7 @@ func TestTinyModelSemantics(t *testing.T) {
 	// Tree 0: memory <= 80 (NaN left) -> [cpu <= 80 (NaN right) -> -2.5 : 3] : 4; tree 1: +0.25.
 	cases := []struct {
 		name string
-		x    [NumFeatures]float64
+		x    [contract.NumFeatures]float64
 		raw  float64
 	}{
 		{"both low", [6]float64{10, 10}, -2.25},
@@ -157,7 +159,7 @@ func TestDefaultModel(t *testing.T) {
 	if w := m.Windows(); w != want || P1Windows() != want {
 		t.Fatalf("windows %+v, P1 %+v, want %+v", w, P1Windows(), want)
 	}
-	if spec := m.FeatureSpec(); spec.Windows != want || spec.Names != FeatureNames || spec.Normalisation != m.Normalisation() {
+	if spec := m.FeatureSpec(); spec.Windows != want || spec.Names != contract.FeatureNames() || spec.Normalisation != m.Normalisation() {
 		t.Fatalf("feature spec %+v", spec)
 	}
 	if man.SchemaVersion != ManifestSchemaVersion || len(m.Warnings()) != 0 {
@@ -172,7 +174,7 @@ func TestDefaultModel(t *testing.T) {
 	// The label of the dataset is cpu >= 80 or memory >= 80: the model must
 	// have learnt that much.
 	for _, c := range []struct {
-		x    [NumFeatures]float64
+		x    [contract.NumFeatures]float64
 		anom bool
 	}{
 		{[6]float64{1, 10, 1000, 50, 0, 0}, false},
@@ -195,12 +197,12 @@ func TestCheckFeatureNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.CheckFeatureNames(FeatureNames[:]); err != nil {
+	if err := m.CheckFeatureNames(featureNames[:]); err != nil {
 		t.Fatal(err)
 	}
-	swapped := FeatureNames
+	swapped := contract.FeatureNames()
 	swapped[0], swapped[1] = swapped[1], swapped[0]
-	for _, names := range [][]string{swapped[:], FeatureNames[:5], append(FeatureNames[:], "x")} {
+	for _, names := range [][]string{swapped[:], featureNames[:5], append(featureNames[:], "x")} {
 		if err := m.CheckFeatureNames(names); !errors.Is(err, ErrFeatures) {
 			t.Errorf("%v: err %v, want ErrFeatures", names, err)
 		}
@@ -274,7 +276,7 @@ func TestLoadRejects(t *testing.T) {
 			m["feature_names"] = []string{"memory_percent", "cpu_percent", "network_io_bytes_per_sec", "disk_io_bytes_per_sec", "cpu_growth_rate", "memory_growth_rate"}
 		}), ErrFeatures, "feature 0"},
 		{"manifest five features", mb, editMan(func(m map[string]any) {
-			m["feature_names"] = FeatureNames[:5]
+			m["feature_names"] = featureNames[:5]
 		}), ErrFeatures, "5 features"},
 		{"manifest bad JSON", mb, []byte("{"), ErrManifest, "JSON"},
 		{"manifest trailing data", mb, append(same(mb), []byte("{}")...), ErrManifest, "after"},
@@ -345,7 +347,7 @@ func TestLoadAccepts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			x := [NumFeatures]float64{85, 20, 1000, 10, 0.001, 5}
+			x := [contract.NumFeatures]float64{85, 20, 1000, 10, 0.001, 5}
 			if m.Score(&x) != def.Score(&x) {
 				t.Fatal("scores differ from the default model")
 			}
@@ -451,7 +453,7 @@ func TestScoreNoAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := [NumFeatures]float64{12, 34, 1000, 50, math.NaN(), 0.5}
+	x := [contract.NumFeatures]float64{12, 34, 1000, 50, math.NaN(), 0.5}
 	if a := testing.AllocsPerRun(1000, func() { m.Score(&x) }); a != 0 {
 		t.Fatalf("Score allocates %v times per call", a)
 	}
@@ -480,3 +482,6 @@ func TestScoreConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// featureNames is the schema the tests slice.
+var featureNames = contract.FeatureNames()

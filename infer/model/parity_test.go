@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 // goldenRow is one row of a parity CSV written by infer/train/amftrain.py:
@@ -16,7 +18,7 @@ import (
 type goldenRow struct {
 	line   int
 	source string
-	x      [NumFeatures]float64
+	x      [contract.NumFeatures]float64
 	raw    float64
 	proba  float64
 }
@@ -32,7 +34,7 @@ func readGolden(t *testing.T, path string) []goldenRow {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	want := append(append([]string{"source"}, FeatureNames[:]...), "raw", "probability")
+	want := append(append([]string{"source"}, featureNames[:]...), "raw", "probability")
 	if strings.Join(recs[0], ",") != strings.Join(want, ",") {
 		t.Fatalf("%s: header %v, want %v", path, recs[0], want)
 	}
@@ -50,11 +52,11 @@ func readGolden(t *testing.T, path string) []goldenRow {
 	for i, r := range recs[1:] {
 		line := i + 2
 		g := goldenRow{line: line, source: r[0]}
-		for j := 0; j < NumFeatures; j++ {
+		for j := 0; j < contract.NumFeatures; j++ {
 			g.x[j] = parse(r[1+j], line)
 		}
-		g.raw = parse(r[1+NumFeatures], line)
-		g.proba = parse(r[2+NumFeatures], line)
+		g.raw = parse(r[1+contract.NumFeatures], line)
+		g.proba = parse(r[2+contract.NumFeatures], line)
 		rows = append(rows, g)
 	}
 	return rows

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/util/teststorage"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 )
 
@@ -65,26 +66,26 @@ const (
 )
 
 // queries returns, in feature order, the PromQL that defines each feature.
-func (w windows) queries() [infer.NumFeatures]string {
+func (w windows) queries() [contract.NumFeatures]string {
 	return w.queriesWithMemory(fmt.Sprintf("%s / %s * 100", memName, limitName))
 }
 
 // queriesNoLimit is queries for a container without a memory limit: infer divides by
 // Config.MemoryReference instead.
-func (w windows) queriesNoLimit() [infer.NumFeatures]string {
+func (w windows) queriesNoLimit() [contract.NumFeatures]string {
 	ref := strconv.FormatFloat(w.config().MemoryReference, 'f', -1, 64)
 	return w.queriesWithMemory(fmt.Sprintf("%s / %s * 100", memName, ref))
 }
 
-func (w windows) queriesWithMemory(memoryPercent string) [infer.NumFeatures]string {
+func (w windows) queriesWithMemory(memoryPercent string) [contract.NumFeatures]string {
 	r, d, s := promDuration(w.rate), promDuration(w.deriv), promDuration(w.step)
-	return [infer.NumFeatures]string{
-		infer.CPUPercent:           fmt.Sprintf("rate(%s[%s]) * 100", cpuName, r),
-		infer.MemoryPercent:        memoryPercent,
-		infer.NetworkIOBytesPerSec: fmt.Sprintf("rate(%s[%s])", netName, r),
-		infer.DiskIOBytesPerSec:    fmt.Sprintf("rate(%s[%s])", diskName, r),
-		infer.CPUGrowthRate:        fmt.Sprintf("deriv(rate(%s[%s])[%s:%s])", cpuName, r, d, s),
-		infer.MemoryGrowthRate:     fmt.Sprintf("deriv(%s[%s:%s])", memName, d, s),
+	return [contract.NumFeatures]string{
+		contract.CPUPercent:           fmt.Sprintf("rate(%s[%s]) * 100", cpuName, r),
+		contract.MemoryPercent:        memoryPercent,
+		contract.NetworkIOBytesPerSec: fmt.Sprintf("rate(%s[%s])", netName, r),
+		contract.DiskIOBytesPerSec:    fmt.Sprintf("rate(%s[%s])", diskName, r),
+		contract.CPUGrowthRate:        fmt.Sprintf("deriv(rate(%s[%s])[%s:%s])", cpuName, r, d, s),
+		contract.MemoryGrowthRate:     fmt.Sprintf("deriv(%s[%s:%s])", memName, d, s),
 	}
 }
 
@@ -167,8 +168,8 @@ type promResult struct {
 }
 
 // promEval runs the six feature queries as instant queries at ts.
-func promEval(ctx context.Context, eng *promql.Engine, db storage.Queryable, qs *[infer.NumFeatures]string, ts int64) ([infer.NumFeatures]promResult, error) {
-	var out [infer.NumFeatures]promResult
+func promEval(ctx context.Context, eng *promql.Engine, db storage.Queryable, qs *[contract.NumFeatures]string, ts int64) ([contract.NumFeatures]promResult, error) {
+	var out [contract.NumFeatures]promResult
 	for i, q := range qs {
 		qry, err := eng.NewInstantQuery(ctx, db, nil, q, time.UnixMilli(ts))
 		if err != nil {
@@ -202,13 +203,13 @@ func promEval(ctx context.Context, eng *promql.Engine, db storage.Queryable, qs 
 }
 
 // expectedWhy is the reason infer must give when Prometheus returns nothing.
-var expectedWhy = [infer.NumFeatures]infer.Undefined{
-	infer.CPUPercent:           infer.TooFewSamples,
-	infer.MemoryPercent:        infer.NoRecentSample,
-	infer.NetworkIOBytesPerSec: infer.TooFewSamples,
-	infer.DiskIOBytesPerSec:    infer.TooFewSamples,
-	infer.CPUGrowthRate:        infer.TooFewRatePoints,
-	infer.MemoryGrowthRate:     infer.TooFewRatePoints,
+var expectedWhy = [contract.NumFeatures]infer.Undefined{
+	contract.CPUPercent:           infer.TooFewSamples,
+	contract.MemoryPercent:        infer.NoRecentSample,
+	contract.NetworkIOBytesPerSec: infer.TooFewSamples,
+	contract.DiskIOBytesPerSec:    infer.TooFewSamples,
+	contract.CPUGrowthRate:        infer.TooFewRatePoints,
+	contract.MemoryGrowthRate:     infer.TooFewRatePoints,
 }
 
 // relErr is |a-b| / max(|a|,|b|), 0 when a == b.
@@ -253,7 +254,7 @@ const maxReported = 8
 // compareRun feeds events to a new infer.Engine, evaluating after every sample and at
 // every evaluation-only time, and compares each evaluation with Prometheus over the
 // same data. It stops at the first error from either side.
-func compareRun(t testing.TB, w windows, qs [infer.NumFeatures]string, events []event) outcome {
+func compareRun(t testing.TB, w windows, qs [contract.NumFeatures]string, events []event) outcome {
 	t.Helper()
 	eng, err := infer.NewEngine(w.config())
 	if err != nil {
@@ -262,7 +263,7 @@ func compareRun(t testing.TB, w windows, qs [infer.NumFeatures]string, events []
 	db := loadPrometheus(t, events)
 	pe := newPromEngine(w.lookback)
 	ctx := context.Background()
-	names := infer.FeatureNames()
+	names := contract.FeatureNames()
 
 	var out outcome
 	for k, e := range events {
@@ -283,7 +284,7 @@ func compareRun(t testing.TB, w windows, qs [infer.NumFeatures]string, events []
 			t.Fatalf("event %d: prometheus: %v", k, err)
 		}
 		out.evals++
-		for i := range infer.NumFeatures {
+		for i := range contract.NumFeatures {
 			ok, msg := agree(i, v, p[i])
 			if p[i].ok {
 				out.defined++

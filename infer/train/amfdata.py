@@ -16,16 +16,19 @@ import os
 
 import numpy as np
 
-# The six model inputs, in the order the Go side computes them
-# (infer.FeatureNames / model.FeatureNames).
-FEATURES = (
-    "cpu_percent",
-    "memory_percent",
-    "network_io_bytes_per_sec",
-    "disk_io_bytes_per_sec",
-    "cpu_growth_rate",
-    "memory_growth_rate",
-)
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def _feature_names():
+    # The six model inputs, in the order the Go side computes them: the
+    # schema defined once in package contract (contract.FeatureNames), which
+    # its tests keep equal to this file.
+    path = os.path.join(REPO_ROOT, "contract", "feature_names.txt")
+    with open(path, encoding="utf-8") as f:
+        return tuple(line.strip() for line in f if line.strip())
+
+
+FEATURES = _feature_names()
 LABEL = "true_label"
 FILES = ("D_nominal.csv", "D_stressed.csv")
 
@@ -33,8 +36,6 @@ DATASET_NAME = "ToD-K8s-OOD: A Robustness Benchmark for C-V2X Anomaly Detection"
 DATASET_AUTHORS = ["Hassaan Siddiqui", "Ferhat Khendek"]
 DATASET_LICENCE = "CC BY 4.0"
 DATASET_URL = "https://github.com/hassaanas/k8s-dataset-tod"
-
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_DATA_DIR = os.path.normpath(
     os.path.join(REPO_ROOT, "..", "shared", "data", "tod-k8s-ood", "data"))
 

@@ -70,6 +70,16 @@ class LoaderTest(unittest.TestCase):
         self.assertIn("--data", str(cm.exception))
 
 
+class FeatureSchemaTest(unittest.TestCase):
+    def test_schema_is_the_go_contracts_and_the_embedded_models(self):
+        # contract/feature_names.txt is the Go schema (its Go test keeps it
+        # so); the models the sidecar embeds must name it too.
+        self.assertEqual(len(amfdata.FEATURES), 6)
+        for name in ("default_manifest.json", "leadtime_manifest.json"):
+            with open(os.path.join(amfdata.REPO_ROOT, "infer", "model", name), encoding="utf-8") as f:
+                self.assertEqual(json.load(f)["feature_names"], list(amfdata.FEATURES), name)
+
+
 class SplitModeTest(unittest.TestCase):
     def test_train_test_prints_one_json_object(self):
         import contextlib

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/inject"
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
@@ -139,8 +139,8 @@ func TestBrokerDeploymentIsInjectedWithTheLivenessProbeAtItsDefaults(t *testing.
 			if spec.NodeSelector["kubernetes.io/hostname"] != "node-a" {
 				t.Errorf("node selector %v", spec.NodeSelector)
 			}
-			if d.Annotations[actuate.AnnRedundancy] != string(actuate.None) {
-				t.Errorf("redundancy %q: the kubelet alone must act", d.Annotations[actuate.AnnRedundancy])
+			if d.Annotations[contract.AnnRedundancy] != string(contract.None) {
+				t.Errorf("redundancy %q: the kubelet alone must act", d.Annotations[contract.AnnRedundancy])
 			}
 			c := spec.Containers[0]
 			if c.Name != testbed.BrokerContainer || c.Image != images.MosquittoRef || c.Resources.Limits.Cpu().String() != "500m" {

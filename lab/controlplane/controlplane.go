@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -87,12 +86,25 @@ type ControlPlane struct {
 	stopped                             bool
 }
 
+// TB is what Start needs of a test; testing.TB has it. An interface of its
+// own keeps package testing out of the programs that link this package
+// (amf-lab), where it would register test flags and weigh the binary.
+type TB interface {
+	Helper()
+	Logf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+	Cleanup(func())
+	Failed() bool
+	TempDir() string
+}
+
 // Start starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 // kwok, and returns once the cluster can run pods: API server ready, every fake
 // node Ready, "default" ServiceAccount created. ctx bounds the start only; the
 // processes live until Stop, which tb.Cleanup calls (printing the components' logs
 // if the test failed). Missing binaries skip the test (fail it with AMF_REQUIRE_K8S=1).
-func Start(ctx context.Context, tb testing.TB, opts Options) (*ControlPlane, error) {
+func Start(ctx context.Context, tb TB, opts Options) (*ControlPlane, error) {
 	tb.Helper()
 	if opts.BinDir == "" {
 		bin, err := BinDir()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/testbed"
 )
 
@@ -259,8 +260,8 @@ func (o *observer) completed() bool {
 	// Both halves of the role exchange: the agent writes the new primary
 	// first, then the old one (actuate's retire), so the old primary's role
 	// is the exchange's last write.
-	return ok && b.Annotations[actuate.AnnRole] == "primary" && rec.Phase == actuate.PhaseIdle && !rec.LastSwitch.IsZero() &&
-		a.Annotations[actuate.AnnRole] == "standby" && deploymentReady(b) && replicas(a) == 0 && left == 0
+	return ok && b.Annotations[contract.AnnRole] == "primary" && rec.Phase == actuate.PhaseIdle && !rec.LastSwitch.IsZero() &&
+		a.Annotations[contract.AnnRole] == "standby" && deploymentReady(b) && replicas(a) == 0 && left == 0
 }
 
 // aborted: after a switchover was under way, the primary kept its role and
@@ -273,12 +274,12 @@ func (o *observer) aborted() bool {
 	}
 	rec, ok := record(a)
 	_, left := o.podsOf(testbed.StandbyName)
-	return ok && a.Annotations[actuate.AnnStandby] == testbed.StandbyName && rec.Phase == actuate.PhaseIdle &&
+	return ok && a.Annotations[contract.AnnStandby] == testbed.StandbyName && rec.Phase == actuate.PhaseIdle &&
 		deploymentReady(a) && replicas(b) == 0 && left == 0
 }
 
 func record(d *appsv1.Deployment) (actuate.Record, bool) {
-	raw, ok := d.Annotations[actuate.AnnRecord]
+	raw, ok := d.Annotations[contract.AnnRecord]
 	if !ok {
 		return actuate.Record{}, false
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
@@ -98,7 +99,7 @@ func restart(daemon string) fault {
 // only lengthens every case), a 5 s abort delay (so an abort ends within the
 // test), and a 60 s ready timeout (so a standby that never gets Ready aborts
 // well within the test's two minutes).
-var policy = map[string]string{actuate.AnnHold: "5s", actuate.AnnAbortDelay: "5s", actuate.AnnReadyTimeout: "60s"}
+var policy = map[string]string{contract.AnnHold: "5s", contract.AnnAbortDelay: "5s", contract.AnnReadyTimeout: "60s"}
 
 // stressProfile is the paper's stress phase (below the limit: the sidecar's
 // model says anomalous within a second; no OOM), long enough to outlast
@@ -294,7 +295,7 @@ func switchoverWithFault(t *testing.T, at step, inject fault, maxNoReady time.Du
 	case retired:
 		err = obs.wait(ctx, "the primary is scaled to 0, the roles not exchanged", func() bool {
 			a, b := obs.deps[testbed.PrimaryName], obs.deps[testbed.StandbyName]
-			return a != nil && b != nil && replicas(a) == 0 && b.Annotations[actuate.AnnRole] != "primary"
+			return a != nil && b != nil && replicas(a) == 0 && b.Annotations[contract.AnnRole] != "primary"
 		})
 	}
 	if err != nil {

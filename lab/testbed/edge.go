@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/inject"
 )
 
@@ -135,7 +135,7 @@ func (e Edge) AMF() (Objects, error) {
 	if err := e.check(); err != nil {
 		return Objects{}, err
 	}
-	ann := map[string]string{actuate.AnnStandby: StandbyName, actuate.AnnRedundancy: string(actuate.Cold)}
+	ann := map[string]string{contract.AnnStandby: StandbyName, contract.AnnRedundancy: string(contract.Cold)}
 	for k, v := range e.Policy {
 		ann[k] = v
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/inject"
 )
 
@@ -34,7 +34,7 @@ func TestEdgeAMFObjectsHaveOwnPortsAndClientIDs(t *testing.T) {
 		t.Fatalf("got %d Deployments, %d ConfigMaps; want 2 and 2", len(objs.Deployments), len(objs.ConfigMaps))
 	}
 	p, s := objs.Deployments[0], objs.Deployments[1]
-	if p.Annotations[actuate.AnnStandby] != StandbyName || p.Annotations[actuate.AnnRedundancy] != "cold" {
+	if p.Annotations[contract.AnnStandby] != StandbyName || p.Annotations[contract.AnnRedundancy] != "cold" {
 		t.Errorf("primary policy = %v", p.Annotations)
 	}
 	if *s.Spec.Replicas != 0 {

@@ -1,4 +1,4 @@
-package sidecar
+package detect
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 )
 
@@ -59,7 +60,7 @@ func Replay(in io.Reader, out io.Writer, cfg infer.Config) error {
 
 	w := bufio.NewWriter(out)
 	defer w.Flush()
-	names := infer.FeatureNames()
+	names := contract.FeatureNames()
 	if _, err := fmt.Fprintf(w, "time,%s\n", strings.Join(names[:], ",")); err != nil {
 		return err
 	}

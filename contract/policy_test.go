@@ -1,4 +1,4 @@
-package actuate
+package contract
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package sidecar
+package detect
 
 import (
 	"context"
@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
@@ -82,8 +79,8 @@ func TestSamplingGoesOnAfterTheTargetVanishes(t *testing.T) {
 		t.Fatalf("records = %d, want 3", len(recs))
 	}
 	// The windows survived the failure: the rate spans all three readings.
-	if v := recs[2].Features; v.Why[infer.CPUPercent] != infer.Defined {
-		t.Fatalf("cpu_percent after the failure is undefined: %v", v.Why[infer.CPUPercent])
+	if v := recs[2].Features; v.Why[contract.CPUPercent] != infer.Defined {
+		t.Fatalf("cpu_percent after the failure is undefined: %v", v.Why[contract.CPUPercent])
 	}
 }
 
@@ -92,74 +89,10 @@ func TestClockSteppingBackRestartsTheWindows(t *testing.T) {
 	if len(errs) != 0 {
 		t.Fatalf("errors = %v, want none", errs)
 	}
-	if why := recs[2].Features.Why[infer.CPUPercent]; why != infer.TooFewSamples {
+	if why := recs[2].Features.Why[contract.CPUPercent]; why != infer.TooFewSamples {
 		t.Fatalf("first sample after the step back: cpu_percent %v, want a fresh window", why)
 	}
-	if why := recs[3].Features.Why[infer.CPUPercent]; why != infer.Defined {
+	if why := recs[3].Features.Why[contract.CPUPercent]; why != infer.Defined {
 		t.Fatalf("second sample after the step back: cpu_percent %v", why)
-	}
-}
-
-// busyEnv makes this test binary a busy child instead of running the tests:
-// a process to sample that needs nothing but the binary (no shell), so that
-// it also runs in the initramfs of make test-cgroup2.
-const busyEnv = "AMF_SIDECAR_TEST_BUSY"
-
-func TestMain(m *testing.M) {
-	if os.Getenv(busyEnv) == "1" {
-		for n := 0; ; n++ { // burn CPU until killed
-			runtime.KeepAlive(n)
-		}
-	}
-	os.Exit(m.Run())
-}
-
-func TestSamplingARealProcess(t *testing.T) {
-	// A busy child process, sampled from outside as the sidecar samples a broker.
-	// AMF_TEST_EXEC_WRAPPER runs it under an emulator (make test-arm64).
-	name, args := os.Args[0], []string{"-test.run=^$"}
-	if w := os.Getenv("AMF_TEST_EXEC_WRAPPER"); w != "" {
-		name, args = w, append([]string{os.Args[0]}, args...)
-	}
-	busy := exec.Command(name, args...)
-	busy.Env = append(os.Environ(), busyEnv+"=1")
-	if err := busy.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = busy.Process.Kill(); _ = busy.Wait() })
-	src, err := cgroup.ForPID(busy.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewSampler(src, infer.DefaultConfig(), quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last Record
-	// Read until two readings are far enough apart in time for a rate; the
-	// ticker only spaces them, the assertion does not depend on its period.
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for i := 0; i < 3; i++ {
-		if last, err = s.Sample(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		<-tick.C
-	}
-	v := last.Features
-	if v.Why[infer.CPUPercent] != infer.Defined || !(v.Values[infer.CPUPercent] > 0) {
-		t.Fatalf("cpu_percent of a busy process = %v (%v)", v.Values[infer.CPUPercent], v.Why[infer.CPUPercent])
-	}
-	if !(v.Values[infer.MemoryPercent] > 0) {
-		t.Fatalf("memory_percent = %v", v.Values[infer.MemoryPercent])
-	}
-	line, err := MarshalRecord(last)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`"cpu_percent":`, `"cpu_growth_rate":null`, `"undefined":{`, `"raw":{`} {
-		if !strings.Contains(string(line), want) {
-			t.Errorf("JSON line lacks %s: %s", want, line)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package sidecar
+package detect
 
 import (
 	"encoding/csv"
@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/amf-edge/amf/infer"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer/model"
 )
 
@@ -28,7 +28,7 @@ func ScoreCSV(in io.Reader, out io.Writer, m *model.Model) error {
 		}
 		return csvError(err)
 	}
-	names := infer.FeatureNames()
+	names := contract.FeatureNames()
 	idx, err := columnIndex(header, names[:])
 	if err != nil {
 		return &InputError{Line: 1, Err: err}
@@ -37,7 +37,7 @@ func ScoreCSV(in io.Reader, out io.Writer, m *model.Model) error {
 	if err := w.Write(append(header[:len(header):len(header)], "probability", "anomaly")); err != nil {
 		return err
 	}
-	var x [infer.NumFeatures]float64
+	var x [contract.NumFeatures]float64
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {

@@ -1,4 +1,4 @@
-package sidecar
+package detect
 
 import (
 	"fmt"
@@ -108,6 +108,9 @@ func (m *Machine) TargetNotFound(reason string) Verdict {
 	m.notFound = reason
 	return m.settle()
 }
+
+// Gone reports whether the target is recorded as vanished.
+func (m *Machine) Gone() bool { return m.targetGone != "" }
 
 // Stop moves to stopping, for good.
 func (m *Machine) Stop(reason string) Verdict {

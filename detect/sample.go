@@ -1,4 +1,4 @@
-package sidecar
+package detect
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
@@ -38,6 +39,13 @@ type Sampler struct {
 // has no memory limit (cgroup.Reader's MemoryReference says what bounds the
 // target then).
 func (s *Sampler) SetMemoryReference(bytes float64) { s.memRef = bytes }
+
+// SetSource makes src the target (a rediscovered container has a new
+// cgroup); the windows are kept.
+func (s *Sampler) SetSource(src Source) { s.src = src }
+
+// HasSource reports whether there is a target to read.
+func (s *Sampler) HasSource() bool { return s.src != nil }
 
 // NewSampler returns a sampler with feature windows cfg.
 func NewSampler(src Source, cfg infer.Config, log *slog.Logger) (*Sampler, error) {
@@ -138,12 +146,12 @@ func MarshalRecord(rec Record) ([]byte, error) {
 			MemoryLimitBytes: rec.Stats.MemoryLimitBytes,
 			DiskBytes:        rec.Stats.DiskBytes,
 		},
-		Features: make(map[string]*float64, infer.NumFeatures),
+		Features: make(map[string]*float64, contract.NumFeatures),
 	}
 	if rec.Stats.HasNetwork {
 		out.Raw.NetworkBytes = &rec.Stats.NetworkBytes
 	}
-	for i, name := range infer.FeatureNames() {
+	for i, name := range contract.FeatureNames() {
 		if rec.Features.Why[i] != infer.Defined {
 			out.Features[name] = nil
 			if out.Undefined == nil {

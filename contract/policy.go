@@ -1,13 +1,12 @@
-package actuate
+package contract
 
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Annotation keys of the policy, the role exchange and the switchover record.
@@ -29,9 +28,22 @@ const (
 	AnnRecord = "amf.io/switchover"
 )
 
-// policyKeys are the annotations moved from the old to the new primary by a
-// role exchange.
-var policyKeys = []string{AnnStandby, AnnRedundancy, AnnThreshold, AnnDebounce, AnnReconfirm, AnnHold, AnnReadyTimeout, AnnCooldown, AnnAbortDelay}
+// PolicyKeys returns the annotations of the policy: what a role exchange
+// moves from the old to the new primary.
+func PolicyKeys() []string {
+	return []string{AnnStandby, AnnRedundancy, AnnThreshold, AnnDebounce, AnnReconfirm, AnnHold, AnnReadyTimeout, AnnCooldown, AnnAbortDelay}
+}
+
+// ConditionHealthy is the readiness-gate condition the agent maintains on
+// pods that declare it (untyped, so it is a corev1.PodConditionType where one
+// is wanted).
+const ConditionHealthy = "amf.io/healthy"
+
+// Audience is the audience a sidecar's projected ServiceAccount token must be
+// issued for. A token for another audience (the API server's own, say) is
+// refused, so a token stolen from this broker is useless elsewhere and the
+// reverse.
+const Audience = "amf-agent"
 
 // Redundancy is how the standby is kept.
 type Redundancy string
@@ -96,7 +108,7 @@ func ParsePolicy(name string, ann map[string]string) (p Policy, managed bool, er
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s=%q: %s", key, ann[key], fmt.Sprintf(format, args...)))
 	}
-	if msgs := validation.IsDNS1123Subdomain(standby); len(msgs) > 0 {
+	if msgs := dns1123Subdomain(standby); len(msgs) > 0 {
 		bad(AnnStandby, "not a Deployment name: %s", strings.Join(msgs, "; "))
 	} else if standby == name {
 		bad(AnnStandby, "a Deployment cannot be its own standby")
@@ -158,4 +170,29 @@ func ParsePolicy(name string, ann map[string]string) (p Policy, managed bool, er
 		return Policy{}, true, fmt.Errorf("%w: %w", ErrInvalidPolicy, errors.Join(errs...))
 	}
 	return p, true, nil
+}
+
+// The DNS-1123 subdomain rule of Kubernetes object names, as apimachinery's
+// validation.IsDNS1123Subdomain states it (same messages; policy_test checks
+// the two agree), restated so this package links no Kubernetes module.
+const (
+	dns1123LabelFmt          = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+	dns1123SubdomainFmt      = dns1123LabelFmt + "(\\." + dns1123LabelFmt + ")*"
+	dns1123SubdomainErrorMsg = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+	dns1123SubdomainMaxLen   = 253
+)
+
+var dns1123SubdomainRegexp = regexp.MustCompile("^" + dns1123SubdomainFmt + "$")
+
+// dns1123Subdomain returns what is wrong with value as an object name, nothing
+// when it is one.
+func dns1123Subdomain(value string) []string {
+	var errs []string
+	if len(value) > dns1123SubdomainMaxLen {
+		errs = append(errs, fmt.Sprintf("must be no more than %d characters", dns1123SubdomainMaxLen))
+	}
+	if !dns1123SubdomainRegexp.MatchString(value) {
+		errs = append(errs, dns1123SubdomainErrorMsg+" (e.g. 'example.com', regex used for validation is '"+dns1123SubdomainFmt+"')")
+	}
+	return errs
 }

@@ -1,0 +1,67 @@
+package detect
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/infer"
+	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/signal"
+)
+
+// FeatureConfig is the feature pipeline m needs when sampling every interval:
+// the windows of its manifest, nothing of the caller's, because a model is only
+// valid on features computed the way its training features were. It refuses
+// (errors.Is model.ErrFeatures or model.ErrFeatureSpec) a model whose features
+// this build computes in another order, whose windows the engine cannot
+// compute, or whose training data was sampled faster than interval (see
+// model.Windows.CheckInterval for why faster sampling is fine and slower is
+// not).
+func FeatureConfig(m *model.Model, interval time.Duration) (infer.Config, error) {
+	names := contract.FeatureNames()
+	if err := m.CheckFeatureNames(names[:]); err != nil {
+		return infer.Config{}, err
+	}
+	w := m.Windows()
+	if err := w.CheckInterval(interval); err != nil {
+		return infer.Config{}, fmt.Errorf("model %s: %w", m.Source(), err)
+	}
+	fc := infer.DefaultConfig()
+	fc.RateWindow, fc.DerivWindow, fc.Step, fc.Lookback = w.Rate, w.Deriv, w.SubqueryStep, w.Lookback
+	if err := fc.Validate(); err != nil {
+		return infer.Config{}, fmt.Errorf("model %s: %w: %w", m.Source(), model.ErrFeatureSpec, err)
+	}
+	return fc, nil
+}
+
+// Normalise puts features on the scale the model was trained on. The manifest's
+// fractions say which share of the plain value the training data's 100 % was (0.5
+// for ToD-K8s-OOD, whose pod sums count each container twice), so CPU (percent and
+// growth, against one core) and memory (percent and growth) are divided by them.
+func Normalise(x *[contract.NumFeatures]float64, n model.Normalisation) {
+	if f := n.CPUReferenceFraction; f > 0 && f != 1 {
+		x[contract.CPUPercent] /= f
+		x[contract.CPUGrowthRate] /= f
+	}
+	if f := n.MemoryReferenceFraction; f > 0 && f != 1 {
+		x[contract.MemoryPercent] /= f
+		x[contract.MemoryGrowthRate] /= f
+	}
+}
+
+// SignalFeatures converts a feature vector to the wire form, nil for undefined.
+func SignalFeatures(v *infer.Vector) *signal.Features {
+	var p [contract.NumFeatures]*float64
+	for i := range v.Values {
+		if v.Why[i] == infer.Defined {
+			x := v.Values[i]
+			p[i] = &x
+		}
+	}
+	return &signal.Features{
+		CPUPercent: p[contract.CPUPercent], MemoryPercent: p[contract.MemoryPercent],
+		NetworkIOBytesPerSec: p[contract.NetworkIOBytesPerSec], DiskIOBytesPerSec: p[contract.DiskIOBytesPerSec],
+		CPUGrowthRate: p[contract.CPUGrowthRate], MemoryGrowthRate: p[contract.MemoryGrowthRate],
+	}
+}

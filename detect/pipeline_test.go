@@ -1,0 +1,183 @@
+package detect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/sidecar/cgroup"
+	"github.com/amf-edge/amf/signal"
+)
+
+// synthSource is a target on a synthetic clock: one reading per second from
+// t0, memory fixed, CPU ticking along. Gone makes the next reads fail as a
+// vanished container's.
+type synthSource struct {
+	memory float64
+	t0     time.Time
+	n      int
+	gone   bool
+}
+
+func (s *synthSource) Read(context.Context) (cgroup.Stats, error) {
+	if s.gone {
+		return cgroup.Stats{}, fmt.Errorf("read x: %w", cgroup.ErrGone)
+	}
+	s.n++
+	return cgroup.Stats{Time: s.t0.Add(time.Duration(s.n) * time.Second), CPUSeconds: 0.01 * float64(s.n),
+		MemoryBytes: s.memory, MemoryLimitBytes: 100 << 20, HasNetwork: true}, nil
+}
+
+func newPipeline(t *testing.T, src Source) *Pipeline {
+	t.Helper()
+	p, err := NewPipeline(PipelineConfig{Model: defaultModel(t), Interval: time.Second, Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// run samples p n times and returns the messages it would send.
+func run(t *testing.T, p *Pipeline, n int) []signal.Message {
+	var out []signal.Message
+	for range n {
+		st := p.Sample(t.Context())
+		if st.Err != nil {
+			t.Errorf("sample: %v", st.Err)
+			return out
+		}
+		if st.Message != nil {
+			out = append(out, *st.Message)
+		}
+	}
+	return out
+}
+
+// TestPipelinesSideBySide runs many pods' pipelines in one process, as node
+// mode will: on one goroutine interleaved and on one goroutine each, every
+// pipeline sends exactly what it sends alone.
+func TestPipelinesSideBySide(t *testing.T) {
+	const pods, samples = 16, 8
+	t0 := time.Unix(1_700_000_000, 0)
+	memory := func(i int) float64 {
+		if i%2 == 1 {
+			return 60 << 20 // 120 on the dataset's scale: anomalous
+		}
+		return 10 << 20
+	}
+	alone := make([][]signal.Message, pods)
+	for i := range pods {
+		alone[i] = run(t, newPipeline(t, &synthSource{memory: memory(i), t0: t0}), samples)
+		want := signal.Healthy
+		if i%2 == 1 {
+			want = signal.Anomalous
+		}
+		if len(alone[i]) == 0 || alone[i][len(alone[i])-1].State != want {
+			t.Fatalf("pod %d alone sent %+v, want it to end %s", i, alone[i], want)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		run  func(ps []*Pipeline) [][]signal.Message
+	}{
+		{"interleaved on one goroutine", func(ps []*Pipeline) [][]signal.Message {
+			got := make([][]signal.Message, len(ps))
+			for range samples {
+				for i, p := range ps {
+					got[i] = append(got[i], run(t, p, 1)...)
+				}
+			}
+			return got
+		}},
+		{"one goroutine each", func(ps []*Pipeline) [][]signal.Message {
+			got := make([][]signal.Message, len(ps))
+			var wg sync.WaitGroup
+			for i, p := range ps {
+				wg.Go(func() { got[i] = run(t, p, samples) })
+			}
+			wg.Wait()
+			return got
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ps := make([]*Pipeline, pods)
+			for i := range ps {
+				ps[i] = newPipeline(t, &synthSource{memory: memory(i), t0: t0})
+			}
+			got := tt.run(ps)
+			for i := range pods {
+				if !reflect.DeepEqual(got[i], alone[i]) {
+					t.Errorf("pod %d sent\n%+v\nbeside the others, and alone\n%+v", i, got[i], alone[i])
+				}
+			}
+		})
+	}
+}
+
+// TestPipelineSignals: what one pipeline sends for each kind of input.
+func TestPipelineSignals(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	t.Run("a vanished target is unhealthy, and its return comes before the next score", func(t *testing.T) {
+		src := &synthSource{memory: 10 << 20, t0: t0}
+		p := newPipeline(t, src)
+		run(t, p, 2)
+		src.gone = true
+		st := p.Sample(t.Context())
+		if !errors.Is(st.Err, cgroup.ErrGone) || st.Message == nil || st.Message.State != signal.Unhealthy {
+			t.Fatalf("gone: %+v", st)
+		}
+		src.gone = false
+		st = p.Sample(t.Context())
+		if st.Back == nil || st.Back.Verdict.State == signal.Unhealthy || !st.Back.Verdict.Changed || !st.Scored {
+			t.Fatalf("back: %+v (back %+v)", st, st.Back)
+		}
+	})
+	t.Run("messages carry the last score and count up", func(t *testing.T) {
+		p := newPipeline(t, &synthSource{memory: 60 << 20, t0: t0})
+		msgs := run(t, p, 4)
+		for i, m := range msgs {
+			if m.Seq != uint64(i+1) || m.Probability == nil || m.Features == nil || m.Features.MemoryPercent == nil {
+				t.Fatalf("message %d: %+v", i, m)
+			}
+		}
+		if len(msgs) != 4 { // healthy→anomalous at once, then every anomalous sample
+			t.Fatalf("%d messages for 4 anomalous samples, want 4: %+v", len(msgs), msgs)
+		}
+	})
+	t.Run("stop always has a message and refuses the application after", func(t *testing.T) {
+		p := newPipeline(t, &synthSource{memory: 10 << 20, t0: t0})
+		run(t, p, 1)
+		e := p.Stop("SIGTERM")
+		if e.Message == nil || e.Message.State != signal.Stopping || e.Verdict.Publish || !e.Verdict.Changed {
+			t.Fatalf("stop: %+v", e)
+		}
+		if _, err := p.App(signal.Unhealthy, "x"); !errors.Is(err, ErrStopping) {
+			t.Fatalf("App after Stop: %v, want ErrStopping", err)
+		}
+	})
+	t.Run("a target not found keeps it starting, with the reason", func(t *testing.T) {
+		p, err := NewPipeline(PipelineConfig{Model: defaultModel(t), Interval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := p.TargetNotFound("no container"); !ok {
+			t.Fatal("TargetNotFound ignored without a target")
+		}
+		if st, why := p.State(); st != signal.Starting || why == "" {
+			t.Fatalf("state %s %q", st, why)
+		}
+		if _, err := p.SetTarget(&synthSource{t0: t0}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := p.TargetNotFound("later"); ok {
+			t.Fatal("TargetNotFound applied with a target")
+		}
+		if r := p.MemoryFallback(); r.Source != RefAssumed {
+			t.Fatalf("memory fallback %+v, want assumed", r)
+		}
+	})
+}

@@ -8,14 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,13 +23,21 @@ import (
 
 // Config configures an Actuator.
 type Config struct {
-	// Client talks to the API server; required. It needs exactly Rules().
+	// Cluster is what the actuator reads and writes; default
+	// NewKubeCluster(Client).
+	Cluster Cluster
+	// Client talks to the API server when Cluster is nil. It needs exactly
+	// Rules().
 	Client kubernetes.Interface
 	// Logger receives one JSON line per decision ("msg":"decision"); default discard.
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests of the driver inject one.
 	Now func() time.Time
-	// DryRun (the agent's --observe-only) logs every decision and writes nothing.
+	// DryRun (the agent's --observe-only) logs every decision and writes
+	// nothing: the Cluster is wrapped in DryRun, so the switchover logic runs
+	// as it would, on the cluster as it is. As nothing is written, a
+	// simulated switchover leaves no record behind: the primary is read
+	// again afterwards as it is, without the new record's cooldown.
 	DryRun bool
 	// Instance names this agent in Events (reportingInstance), e.g. the node.
 	Instance string
@@ -56,13 +61,13 @@ const Controller = "amf.io/agent"
 // All Gates are owned by the goroutine of Run, so they need no locks; the
 // standby watches and the timer feed it through channels.
 type Actuator struct {
-	cs     kubernetes.Interface
-	log    *slog.Logger
-	now    func() time.Time
-	dryRun bool
-	inst   string
-	resume bool
-	m      *metrics
+	cluster Cluster
+	log     *slog.Logger
+	now     func() time.Time
+	dryRun  bool
+	inst    string
+	resume  bool
+	m       *metrics
 
 	owners    map[podKey]string // pod → Deployment; pods never change owner
 	ownersMax int
@@ -118,11 +123,18 @@ func statusOf(d *appsv1.Deployment) standbyStatus {
 
 // New returns an Actuator; call Run.
 func New(cfg Config) (*Actuator, error) {
-	if cfg.Client == nil {
-		return nil, errors.New("actuate: Config.Client is required")
+	cluster := cfg.Cluster
+	if cluster == nil {
+		if cfg.Client == nil {
+			return nil, errors.New("actuate: Config.Cluster or Config.Client is required")
+		}
+		cluster = NewKubeCluster(cfg.Client)
+	}
+	if cfg.DryRun {
+		cluster = DryRun(cluster)
 	}
 	a := &Actuator{
-		cs: cfg.Client, log: cfg.Logger, now: cfg.Now, dryRun: cfg.DryRun, inst: cfg.Instance, resume: cfg.ResumeOnStart, m: newMetrics(cfg.Registerer),
+		cluster: cluster, log: cfg.Logger, now: cfg.Now, dryRun: cfg.DryRun, inst: cfg.Instance, resume: cfg.ResumeOnStart, m: newMetrics(cfg.Registerer),
 		owners: make(map[podKey]string), ownersMax: cfg.OwnerCacheSize,
 		workloads: make(map[podKey]*workload), readyCh: make(chan readiness, 64),
 	}
@@ -138,7 +150,7 @@ func New(cfg Config) (*Actuator, error) {
 	if a.inst == "" {
 		a.inst = "amf-agent"
 	}
-	a.events = newRecorder(a.cs, a.log, a.now, a.inst, a.dryRun)
+	a.events = newRecorder(a.cluster, a.log, a.now, a.inst)
 	return a, nil
 }
 
@@ -218,17 +230,17 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 // is a compare-and-swap and every action is idempotent, so they do not
 // conflict.
 func (a *Actuator) resumeAll(ctx context.Context) {
-	list, err := a.cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	items, err := a.cluster.Deployments(ctx)
 	if err != nil {
 		a.log.Error("switchovers not resumed: deployments not listed", slog.String("error", err.Error()))
 		return
 	}
-	byKey := make(map[podKey]*appsv1.Deployment, len(list.Items))
-	for i := range list.Items {
-		byKey[podKey{list.Items[i].Namespace, list.Items[i].Name}] = &list.Items[i]
+	byKey := make(map[podKey]*appsv1.Deployment, len(items))
+	for i := range items {
+		byKey[podKey{items[i].Namespace, items[i].Name}] = &items[i]
 	}
-	for i := range list.Items {
-		d := &list.Items[i]
+	for i := range items {
+		d := &items[i]
 		var rec Record
 		if raw := d.Annotations[contract.AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) != nil {
 			continue // load would start it from Idle: nothing to resume
@@ -282,7 +294,7 @@ func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 	pk := podKey{s.Namespace, s.Pod}
 	var pod *corev1.Pod
 	if s.Transition {
-		p, err := a.cs.CoreV1().Pods(s.Namespace).Get(ctx, s.Pod, metav1.GetOptions{})
+		p, err := a.cluster.Pod(ctx, s.Namespace, s.Pod)
 		if err != nil {
 			a.log.Warn("pod not read", slog.String("pod", pk.String()), slog.String("error", err.Error()))
 		} else {
@@ -337,7 +349,7 @@ func (a *Actuator) resumeFromStandby(ctx context.Context, standby *workload, pod
 	if _, known := a.workloads[k]; known {
 		return // loaded by this agent: its own signals and watch drive it
 	}
-	d, err := a.cs.AppsV1().Deployments(k.ns).Get(ctx, k.name, metav1.GetOptions{})
+	d, err := a.cluster.Deployment(ctx, k.ns, k.name)
 	if err != nil {
 		a.log.Warn("primary of a standby not read", slog.String("deployment", k.String()), slog.String("standby", standby.key.String()),
 			slog.String("pod", pod.String()), slog.String("error", err.Error()))
@@ -370,7 +382,7 @@ func (a *Actuator) owner(ctx context.Context, pk podKey, pod *corev1.Pod) (strin
 		return d, nil
 	}
 	if pod == nil {
-		p, err := a.cs.CoreV1().Pods(pk.ns).Get(ctx, pk.name, metav1.GetOptions{})
+		p, err := a.cluster.Pod(ctx, pk.ns, pk.name)
 		if err != nil {
 			return "", fmt.Errorf("get pod: %w", err)
 		}
@@ -378,7 +390,7 @@ func (a *Actuator) owner(ctx context.Context, pk podKey, pod *corev1.Pod) (strin
 	}
 	dep := ""
 	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "ReplicaSet" {
-		rs, err := a.cs.AppsV1().ReplicaSets(pk.ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		rs, err := a.cluster.ReplicaSet(ctx, pk.ns, ref.Name)
 		if err != nil {
 			return "", fmt.Errorf("get replicaset %s: %w", ref.Name, err)
 		}
@@ -402,7 +414,7 @@ func (a *Actuator) workload(ctx context.Context, k podKey) (*workload, error) {
 	if w, ok := a.workloads[k]; ok && (a.now().Sub(w.loaded) < unmanagedTTL || (w.managed && w.gate.Rec.Phase != PhaseIdle)) {
 		return w, nil
 	}
-	d, err := a.cs.AppsV1().Deployments(k.ns).Get(ctx, k.name, metav1.GetOptions{})
+	d, err := a.cluster.Deployment(ctx, k.ns, k.name)
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +461,7 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 	// one was left scaled up with nothing recorded. Read here, not from the
 	// watch's stream, so the check never sees a status from before this
 	// agent's own scale-back.
-	sb, err := a.cs.AppsV1().Deployments(k.ns).Get(ctx, p.Standby, metav1.GetOptions{})
+	sb, err := a.cluster.Deployment(ctx, k.ns, p.Standby)
 	if err != nil {
 		a.log.Warn("standby not read", slog.String("standby", k.ns+"/"+p.Standby), slog.String("error", err.Error()))
 		sb = nil // the watch reads it again
@@ -528,7 +540,7 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 	if err != nil {
 		a.log.Error("switchover record not written", slog.String("deployment", w.key.String()),
 			slog.String("phase", string(w.gate.Rec.Phase)), slog.Bool("standby_scaled_up", scaledUp), slog.String("error", err.Error()))
-		if errors.Is(err, errRecordMoved) {
+		if errors.Is(err, ErrRecordMoved) {
 			// Continue from what is recorded there. A standby scaled up
 			// meanwhile is found by the load: kept if that record's
 			// switchover uses it, else adopted as an orphan and scaled back.
@@ -560,83 +572,41 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 // reload re-reads w from the server after its record was changed by someone
 // else (another agent), so the Gate continues from what is recorded there.
 func (a *Actuator) reload(ctx context.Context, w *workload) {
-	d, err := a.cs.AppsV1().Deployments(w.key.ns).Get(ctx, w.key.name, metav1.GetOptions{})
+	d, err := a.cluster.Deployment(ctx, w.key.ns, w.key.name)
 	if err != nil {
 		return // keep the in-memory Gate; the next input tries again
 	}
 	a.load(ctx, d)
 }
 
-// recordPointer is the JSON pointer (RFC 6901) of the record annotation.
-var recordPointer = "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(contract.AnnRecord, "~", "~0"), "/", "~1")
-
-// errRecordMoved means someone else changed the record since we read it.
-var errRecordMoved = errors.New("switchover record changed by someone else")
-
 // writeRecord stores w's record with optimistic concurrency: the write only
-// happens if the annotation still holds what this agent last read or wrote,
-// and is sent with the resourceVersion read (a conflict re-reads and retries).
+// happens if the annotation still holds what this agent last read or wrote
+// (Cluster.SwapRecord); ErrRecordMoved if someone else changed it.
 func (a *Actuator) writeRecord(ctx context.Context, w *workload) error {
 	b, err := json.Marshal(w.gate.Rec)
 	if err != nil {
 		return err
 	}
-	if a.dryRun {
-		w.written = string(b)
-		return nil
+	if err := a.cluster.SwapRecord(ctx, w.key.ns, w.key.name, w.written, string(b)); err != nil {
+		return err
 	}
-	if w.written != "" {
-		// Fast path, one round trip: a JSON patch whose test op is the
-		// compare-and-swap (the server applies it atomically to the current
-		// object). Any failure (the record moved, the annotation is gone, the
-		// API is unreachable) takes the path below, which tells them apart.
-		patch, err := json.Marshal([]map[string]string{
-			{"op": "test", "path": recordPointer, "value": w.written},
-			{"op": "replace", "path": recordPointer, "value": string(b)},
-		})
-		if err != nil {
-			return err
-		}
-		_, err = a.cs.AppsV1().Deployments(w.key.ns).Patch(ctx, w.key.name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
-		if err == nil {
-			w.written = string(b)
-			return nil
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		d, err := a.cs.AppsV1().Deployments(w.key.ns).Get(ctx, w.key.name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("get: %w", err)
-		}
-		if d.Annotations[contract.AnnRecord] != w.written {
-			return errRecordMoved
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-			"resourceVersion": d.ResourceVersion,
-			"annotations":     map[string]string{contract.AnnRecord: string(b)},
-		}})
-		_, err = a.cs.AppsV1().Deployments(w.key.ns).Patch(ctx, w.key.name, mergePatch, patch, metav1.PatchOptions{FieldManager: fieldManager})
-		if apierrors.IsConflict(err) && attempt < 5 {
-			continue // the deployment controller wrote status meanwhile
-		}
-		if err != nil {
-			return fmt.Errorf("patch: %w", err)
-		}
-		w.written = string(b)
-		return nil
-	}
+	w.written = string(b)
+	return nil
 }
 
 // do carries out the Gate's actions in order. It stops at the first failure
 // and tries the rest again after retryDelay if the Gate is still in the same
 // phase (new actions supersede it; a restart repeats it from the record).
+// A step without actions (most samples, a standby's status) leaves a
+// pending retry alone: samples come every second, the retry after 2 s, and
+// clearing it there dropped a refused scale-back for good.
 //
 // Events go last: they are evidence, queued for the recorder's goroutine
 // once the step's cluster actions are done.
 func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
+	if len(acts) == 0 {
+		return
+	}
 	w.retry = nil
 	acts = slices.Clone(acts)
 	slices.SortStableFunc(acts, func(x, y Action) int { return cmp.Compare(eventLast(x), eventLast(y)) })

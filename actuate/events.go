@@ -2,7 +2,6 @@ package actuate
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -10,8 +9,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 )
 
 // The Event series, after client-go's event broadcaster (tools/events): a
@@ -45,13 +42,12 @@ const (
 // never delays a decision of any workload. The series belong to that
 // goroutine (no locks).
 type recorder struct {
-	cs     kubernetes.Interface
-	log    *slog.Logger
-	now    func() time.Time
-	inst   string
-	dryRun bool
-	queue  chan occurrence
-	series map[eventKey]*eventSeries
+	cluster Cluster
+	log     *slog.Logger
+	now     func() time.Time
+	inst    string
+	queue   chan occurrence
+	series  map[eventKey]*eventSeries
 }
 
 // occurrence is one Event to record.
@@ -60,8 +56,8 @@ type occurrence struct {
 	at  time.Time
 }
 
-func newRecorder(cs kubernetes.Interface, log *slog.Logger, now func() time.Time, inst string, dryRun bool) *recorder {
-	return &recorder{cs: cs, log: log, now: now, inst: inst, dryRun: dryRun,
+func newRecorder(c Cluster, log *slog.Logger, now func() time.Time, inst string) *recorder {
+	return &recorder{cluster: c, log: log, now: now, inst: inst,
 		queue: make(chan occurrence, eventQueue), series: make(map[eventKey]*eventSeries)}
 }
 
@@ -157,14 +153,12 @@ func (r *recorder) handle(ctx context.Context, o occurrence) {
 		Type:                typ,
 	}
 	s := &eventSeries{sent: ev, count: 1, last: now, written: 1, writtenAt: now}
-	if !r.dryRun {
-		created, err := r.cs.EventsV1().Events(ref.Namespace).Create(ctx, ev, metav1.CreateOptions{})
-		if err != nil {
-			r.log.Warn("event not created", slog.String("reason", reason), slog.String("error", err.Error()))
-			return // the next occurrence tries again
-		}
-		s.name = created.Name
+	name, err := r.cluster.CreateEvent(ctx, ev)
+	if err != nil {
+		r.log.Warn("event not created", slog.String("reason", reason), slog.String("error", err.Error()))
+		return // the next occurrence tries again
 	}
+	s.name = name
 	r.gc(now)
 	r.series[k] = s
 }
@@ -174,25 +168,16 @@ func (r *recorder) handle(ctx context.Context, o occurrence) {
 // may be down).
 func (r *recorder) write(ctx context.Context, s *eventSeries) {
 	s.writtenAt = r.now()
-	if r.dryRun {
-		s.written = s.count
-		return
-	}
 	series := &eventsv1.EventSeries{Count: s.count, LastObservedTime: metav1.NewMicroTime(s.last)}
-	patch, err := json.Marshal(map[string]any{"series": series})
-	if err != nil {
-		return
-	}
-	ns := s.sent.Namespace
-	_, err = r.cs.EventsV1().Events(ns).Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	err := r.cluster.PatchEventSeries(ctx, s.sent.Namespace, s.name, series)
 	if apierrors.IsNotFound(err) {
 		// Expired (the API server keeps Events for an hour) or deleted:
 		// a new object carries the series on.
 		ev := s.sent.DeepCopy()
 		ev.Series = series
-		var created *eventsv1.Event
-		if created, err = r.cs.EventsV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err == nil {
-			s.name = created.Name
+		var name string
+		if name, err = r.cluster.CreateEvent(ctx, ev); err == nil {
+			s.name = name
 		}
 	}
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
+	"k8s.io/utils/ptr"
 )
 
 // fakeClock is the injected clock of the gate tests: it only moves when told.
@@ -26,9 +27,9 @@ type step struct {
 	phase Phase // "" = do not check
 }
 
-func anom(at time.Time) Input    { return Sample(at, signal.Anomalous, ptr(0.9)) }
-func lowAnom(at time.Time) Input { return Sample(at, signal.Anomalous, ptr(0.2)) }
-func healthy(at time.Time) Input { return Sample(at, signal.Healthy, ptr(0.1)) }
+func anom(at time.Time) Input    { return Sample(at, signal.Anomalous, ptr.To(0.9)) }
+func lowAnom(at time.Time) Input { return Sample(at, signal.Anomalous, ptr.To(0.2)) }
+func healthy(at time.Time) Input { return Sample(at, signal.Healthy, ptr.To(0.1)) }
 func gone(at time.Time) Input    { return Sample(at, signal.Gone, nil) }
 func unhealthy(at time.Time) Input {
 	return Sample(at, signal.Unhealthy, nil)
@@ -44,8 +45,6 @@ func orphaned(at time.Time) Input { return Orphaned(at) }
 func drained(at time.Time) Input     { return StandbyStatus(at, false, false, true) }
 func scaledUp(at time.Time) Input    { return StandbyStatus(at, false, true, false) }
 func terminating(at time.Time) Input { return StandbyStatus(at, false, false, false) }
-
-func ptr[T any](v T) *T { return &v }
 
 func summary(acts []Action) []string {
 	out := []string{}

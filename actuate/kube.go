@@ -9,13 +9,10 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
@@ -37,10 +34,7 @@ var ErrPrimaryNotReady = errors.New("primary not Ready: standby kept")
 // primaryReady checks that w's primary is Ready right now, before its
 // standby is scaled back.
 func (a *Actuator) primaryReady(ctx context.Context, w *workload) error {
-	if a.dryRun {
-		return nil
-	}
-	d, err := a.cs.AppsV1().Deployments(w.key.ns).Get(ctx, w.key.name, metav1.GetOptions{})
+	d, err := a.cluster.Deployment(ctx, w.key.ns, w.key.name)
 	if err != nil {
 		return fmt.Errorf("get primary %s: %w", w.key, err)
 	}
@@ -56,17 +50,10 @@ func deploymentReady(d *appsv1.Deployment) bool {
 	return d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas >= 1
 }
 
-// scale sets k's replicas through the scale subresource, so the agent needs
-// no update right on Deployments themselves.
+// scale sets k's replicas (Cluster.Scale: the scale subresource, so the
+// agent needs no update right on Deployments themselves; idempotent).
 func (a *Actuator) scale(ctx context.Context, k podKey, replicas int32) error {
-	if a.dryRun {
-		return nil
-	}
-	// One request, without a resourceVersion: the server applies it to the
-	// current object (no read first, no conflict), and setting the replicas
-	// it already has changes nothing, so it is idempotent.
-	s := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.ns}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}
-	if _, err := a.cs.AppsV1().Deployments(k.ns).UpdateScale(ctx, k.name, s, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+	if err := a.cluster.Scale(ctx, k.ns, k.name, replicas); err != nil {
 		return fmt.Errorf("scale %s to %d: %w", k, replicas, err)
 	}
 	return nil
@@ -83,11 +70,7 @@ func (a *Actuator) scale(ctx context.Context, k podKey, replicas int32) error {
 func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	p := w.gate.Policy
 	sk := podKey{w.key.ns, p.Standby}
-	if a.dryRun {
-		w.gate.Retired(a.now())
-		return nil
-	}
-	sb, err := a.cs.AppsV1().Deployments(sk.ns).Get(ctx, sk.name, metav1.GetOptions{})
+	sb, err := a.cluster.Deployment(ctx, sk.ns, sk.name)
 	if err != nil {
 		return fmt.Errorf("get standby %s: %w", sk, err)
 	}
@@ -108,25 +91,25 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	}
 	// New primary first: if we stop after it, both carry a policy, the old
 	// one in phase Retiring, and a resume repeats the exchange.
-	newAnn := map[string]any{contract.AnnStandby: w.key.name, contract.AnnRole: "primary", contract.AnnPrimary: nil, contract.AnnRecord: string(rec)}
-	oldAnn := map[string]any{contract.AnnRole: "standby", contract.AnnPrimary: sk.name, contract.AnnRecord: nil}
+	newAnn := map[string]*string{contract.AnnStandby: ptr.To(w.key.name), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil, contract.AnnRecord: ptr.To(string(rec))}
+	oldAnn := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To(sk.name), contract.AnnRecord: nil}
 	src := w.annotations
 	for _, key := range contract.PolicyKeys() {
 		if key == contract.AnnStandby {
 			continue
 		}
 		if v, ok := src[key]; ok {
-			newAnn[key] = v
+			newAnn[key] = ptr.To(v)
 		} else {
 			newAnn[key] = nil
 		}
 		oldAnn[key] = nil
 	}
 	oldAnn[contract.AnnStandby] = nil
-	if err := a.patchAnnotations(ctx, sk, newAnn); err != nil {
+	if err := a.cluster.PatchAnnotations(ctx, sk.ns, sk.name, newAnn); err != nil {
 		return fmt.Errorf("role exchange, new primary %s: %w", sk, err)
 	}
-	if err := a.patchAnnotations(ctx, w.key, oldAnn); err != nil {
+	if err := a.cluster.PatchAnnotations(ctx, w.key.ns, w.key.name, oldAnn); err != nil {
 		return fmt.Errorf("role exchange, old primary %s: %w", w.key, err)
 	}
 	note := fmt.Sprintf("%s is now the primary, %s its cold standby", sk.name, w.key.name)
@@ -153,22 +136,11 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	return nil
 }
 
-func (a *Actuator) patchAnnotations(ctx context.Context, k podKey, ann map[string]any) error {
-	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
-	if err != nil {
-		return err
-	}
-	_, err = a.cs.AppsV1().Deployments(k.ns).Patch(ctx, k.name, mergePatch, b, metav1.PatchOptions{FieldManager: fieldManager})
-	return err
-}
-
 // watchStandby reports the standby's status (Ready, scaled up, drained) to
 // Run on every change, from a watch (not polling), starting from initial when
-// not nil: a RetryWatcher survives API server restarts and resumes from the
-// last resourceVersion; when that is too old, the loop gets the object again
-// and starts a new watch.
+// not nil. When the watch cannot go on (its resourceVersion too old, the API
+// server gone for long), the loop reads the object again and watches anew.
 func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64, standby string, initial *appsv1.Deployment) {
-	dc := a.cs.AppsV1().Deployments(primary.ns)
 	var last *standbyStatus
 	send := func(st standbyStatus) {
 		if last != nil && *last == st {
@@ -184,7 +156,7 @@ func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64,
 	for ctx.Err() == nil {
 		d, err := initial, error(nil)
 		if d == nil {
-			d, err = dc.Get(ctx, standby, metav1.GetOptions{})
+			d, err = a.cluster.Deployment(ctx, primary.ns, standby)
 		}
 		initial = nil
 		if err != nil {
@@ -199,22 +171,13 @@ func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64,
 		}
 		backoff = 200 * time.Millisecond
 		send(statusOf(d))
-		lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = "metadata.name=" + standby
-			return dc.Watch(ctx, o)
-		}}
-		rw, err := watchtools.NewRetryWatcherWithContext(ctx, d.ResourceVersion, lw)
-		if err != nil {
-			continue
-		}
-		for ev := range rw.ResultChan() {
-			if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Deleted {
-				send(statusOf(d))
-			} else if ev.Type == watch.Deleted {
-				send(standbyStatus{})
+		_ = a.cluster.WatchDeployment(ctx, primary.ns, standby, d.ResourceVersion, func(d *appsv1.Deployment) {
+			if d == nil {
+				send(standbyStatus{}) // deleted
+				return
 			}
-		}
-		rw.Stop()
+			send(statusOf(d))
+		})
 	}
 }
 
@@ -247,8 +210,7 @@ func readinessValue(st signal.State) (corev1.ConditionStatus, bool) {
 }
 
 // patchReadinessGate sets the amf.io/healthy condition of a pod that declares
-// it as a readiness gate. A strategic merge patch of status.conditions merges
-// by type, so only this condition is touched, never the kubelet's.
+// it as a readiness gate (only this condition: Cluster.SetPodCondition).
 func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s signal.Observation) {
 	declared := false
 	for _, g := range pod.Spec.ReadinessGates {
@@ -267,15 +229,8 @@ func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s si
 		Type: contract.ConditionHealthy, Status: status, Reason: reasonOf(s.State),
 		Message: "signalled " + string(s.State), LastTransitionTime: metav1.NewTime(s.Received),
 	}
-	b, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
-	if err != nil {
-		return
-	}
 	a.log.Info("readiness gate", slog.String("pod", pod.Namespace+"/"+pod.Name), slog.String("status", string(status)), slog.String("state", string(s.State)), slog.Bool("dry_run", a.dryRun))
-	if a.dryRun {
-		return
-	}
-	if _, err := a.cs.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, b, metav1.PatchOptions{FieldManager: fieldManager}, "status"); err != nil {
+	if err := a.cluster.SetPodCondition(ctx, pod.Namespace, pod.Name, cond); err != nil {
 		a.log.Warn("readiness gate not patched", slog.String("pod", pod.Namespace+"/"+pod.Name), slog.String("error", err.Error()))
 	}
 }

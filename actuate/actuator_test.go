@@ -1,0 +1,351 @@
+package actuate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/signal"
+)
+
+// Fast tests of the actuator's own logic (Run, step, do, load, retire,
+// resume) on fakeCluster; the _k8s tests run the same against a real API
+// server.
+
+const ns = "edge"
+
+// fast are gates that need no waiting: the decision after 3 anomalous
+// samples, the retirement after 1 more once the standby is Ready.
+var fast = map[string]string{
+	contract.AnnRedundancy: string(contract.Cold), contract.AnnDebounce: "3", contract.AnnReconfirm: "1",
+	contract.AnnHold: "0s", contract.AnnAbortDelay: "0s", contract.AnnCooldown: "0s",
+}
+
+type rig struct {
+	t    *testing.T
+	f    *fakeCluster
+	in   chan signal.Observation
+	pod  string
+	last map[string]signal.State
+	logs *lineSink
+}
+
+// start runs an Actuator on f until the test ends; pod is the primary's.
+func start(t *testing.T, f *fakeCluster, pod string, cfg Config) *rig {
+	t.Helper()
+	r := &rig{t: t, f: f, in: make(chan signal.Observation), pod: pod, last: map[string]signal.State{}, logs: newLineSink()}
+	cfg.Cluster = f
+	cfg.Logger = slog.New(slog.NewJSONHandler(r.logs, nil))
+	act, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- act.Run(ctx, r.in) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if t.Failed() {
+			r.logs.dump(t) // the actuator's decisions, for the failure
+		}
+	})
+	return r
+}
+
+// send delivers one observation of pod (the primary's unless given).
+func (r *rig) send(st signal.State, pod ...string) {
+	p := r.pod
+	if len(pod) > 0 {
+		p = pod[0]
+	}
+	prev := r.last[p]
+	r.last[p] = st
+	r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: p}, State: st, Previous: prev, Transition: st != prev,
+		Source: signal.SourcePublish, Message: &signal.Message{State: st}, Received: time.Now()}
+}
+
+func (r *rig) record(name string) Record {
+	var rec Record
+	if raw := r.f.depLocked(ns, name).Annotations[contract.AnnRecord]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+			r.t.Fatalf("record of %s: %v", name, err)
+		}
+	}
+	return rec
+}
+
+func (r *rig) replicas(name string) int32 { return *r.f.depLocked(ns, name).Spec.Replicas }
+
+// before reports whether write a came before write b (both present).
+func before(writes []string, a, b string) bool {
+	i, j := slices.Index(writes, a), slices.Index(writes, b)
+	return i >= 0 && j >= 0 && i < j
+}
+
+func TestConfirmedAnomalyRetiresThePrimaryOnlyOnceTheStandbyIsReady(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		autoReady bool
+	}{
+		{"standby Ready at once", true},
+		{"standby Ready later", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			f.autoReady = tc.autoReady
+			r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{Instance: "node-0"})
+			r.send(signal.Healthy)
+			for range 3 {
+				r.send(signal.Anomalous)
+			}
+			f.await(t, "standby scaled up, decision recorded", func() bool {
+				ph := r.record("primary").Phase
+				return r.replicas("standby") == 1 && (ph == PhaseWaitReady || ph == PhaseConfirm && tc.autoReady)
+			})
+			if !tc.autoReady {
+				// Anomalous samples go on; the standby is not Ready.
+				for range 5 {
+					r.send(signal.Anomalous)
+				}
+				f.await(t, "samples taken", func() bool { return r.record("primary").Phase == PhaseWaitReady })
+				f.mu.Lock()
+				if n := r.replicas("primary"); n != 1 {
+					t.Fatalf("primary at %d replicas while its standby is not Ready", n)
+				}
+				f.mu.Unlock()
+				f.setReady(ns, "standby", 1)
+			}
+			f.await(t, "standby Ready seen", func() bool { return r.record("primary").Phase == PhaseConfirm })
+			r.send(signal.Anomalous) // the reconfirmation
+			f.await(t, "roles exchanged", func() bool {
+				return r.replicas("primary") == 0 && r.f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby" &&
+					r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
+			})
+			f.await(t, "RolesExchanged Event", func() bool { return slices.Contains(f.reasonsLocked(), "RolesExchanged") })
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			w := f.writes
+			for _, order := range [][2]string{
+				{"record edge/primary WaitReady", "scale edge/primary 0"},
+				{"record edge/primary Retiring", "scale edge/primary 0"}, // write-ahead
+				{"scale edge/standby 1", "scale edge/primary 0"},         // make before break
+				{"annotations edge/standby", "annotations edge/primary"}, // new primary first
+			} {
+				if !before(w, order[0], order[1]) {
+					t.Errorf("%q not before %q in %q", order[0], order[1], w)
+				}
+			}
+			if rec := r.record("standby"); rec.Phase != PhaseIdle || rec.LastSwitch.IsZero() || rec.Standby != "primary" {
+				t.Errorf("new primary's record %+v, want Idle with the switch time and primary as its standby", rec)
+			}
+			if raw, ok := f.depLocked(ns, "primary").Annotations[contract.AnnRecord]; ok {
+				t.Errorf("old primary keeps a record %s", raw)
+			}
+		})
+	}
+}
+
+func TestCrashFailsOverWithoutReconfirming(t *testing.T) {
+	f := newFakeCluster()
+	ann := map[string]string{contract.AnnRedundancy: string(contract.Cold), contract.AnnReconfirm: "1000", contract.AnnHold: "1h"}
+	r := start(t, f, f.addPair(ns, "primary", "standby", ann), Config{})
+	r.send(signal.Healthy)
+	r.send(signal.Gone)
+	f.await(t, "failed over", func() bool {
+		return r.replicas("primary") == 0 && r.replicas("standby") == 1 && r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Contains(f.writes, "record edge/primary Failover") {
+		t.Errorf("no Failover record written before acting: %q", f.writes)
+	}
+	if !slices.Contains(f.writes, "condition edge/"+r.pod+" amf.io/healthy=False") {
+		t.Errorf("readiness gate not set False for a gone pod: %q", f.writes)
+	}
+}
+
+func TestClearedAnomalyScalesAColdStandbyBackOnlyWhilePrimaryIsReady(t *testing.T) {
+	f := newFakeCluster()
+	f.autoReady = false
+	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
+	r.send(signal.Healthy)
+	for range 3 {
+		r.send(signal.Anomalous)
+	}
+	f.await(t, "standby scaled up", func() bool { return r.replicas("standby") == 1 })
+	f.setReady(ns, "primary", 0) // the primary is not Ready now: its standby must stay
+	r.send(signal.Healthy)       // aborted; with no abort delay, the scale-back is due at once
+	r.logs.wait(t, "scale-back refused", func(l map[string]any) bool {
+		return l["msg"] == "decision" && l["action"] == string(ActScaleStandby) && strings.Contains(str(l["error"]), ErrPrimaryNotReady.Error())
+	})
+	f.mu.Lock()
+	if n := r.replicas("standby"); n != 1 {
+		t.Fatalf("standby scaled back to %d while the primary is not Ready", n)
+	}
+	f.mu.Unlock()
+	f.setReady(ns, "primary", 1) // the retry (2 s later) finds it Ready
+	f.await(t, "standby scaled back", func() bool { return r.replicas("standby") == 0 && r.record("primary").Phase == PhaseIdle })
+}
+
+func TestRecordMovedByAnotherAgentIsFollowedNotOverwritten(t *testing.T) {
+	f := newFakeCluster()
+	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
+	r.send(signal.Healthy)
+	f.await(t, "record initialised", func() bool { return r.record("primary").Phase == PhaseIdle })
+	// Another agent decided meanwhile and scaled the standby up.
+	theirs := Record{Phase: PhaseWaitReady, Standby: "standby", Decision: time.Now().Add(-time.Second).UTC().Truncate(time.Second)}
+	b, _ := json.Marshal(theirs)
+	f.setRecord(ns, "primary", string(b))
+	for range 3 {
+		r.send(signal.Anomalous)
+	}
+	f.await(t, "the other agent's switchover continued", func() bool { return r.record("primary").Phase == PhaseConfirm })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got := r.record("primary").Decision; !got.Equal(theirs.Decision) {
+		t.Errorf("decision %v, want the other agent's %v kept", got, theirs.Decision)
+	}
+	if slices.Contains(f.writes, "record edge/primary WaitReady") {
+		t.Errorf("decided again over another agent's record: %q", f.writes)
+	}
+}
+
+func TestUnreachableAPIForgetsTheStepAndTakesItWithTheNextSample(t *testing.T) {
+	f := newFakeCluster()
+	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
+	r.send(signal.Healthy)
+	f.await(t, "record initialised", func() bool { return r.record("primary").Phase == PhaseIdle })
+	down := errors.New("connection refused")
+	f.mu.Lock()
+	f.fail["scale"], f.fail["record"] = down, down
+	f.mu.Unlock()
+	for range 3 {
+		r.send(signal.Anomalous)
+	}
+	r.logs.wait(t, "record write failed", func(l map[string]any) bool { return l["msg"] == "switchover record not written" })
+	f.mu.Lock()
+	delete(f.fail, "scale")
+	delete(f.fail, "record")
+	if r.record("primary").Phase != PhaseIdle {
+		t.Errorf("record %v after failed writes, want Idle", r.record("primary").Phase)
+	}
+	f.mu.Unlock()
+	r.send(signal.Anomalous)
+	f.await(t, "decided with the next sample", func() bool {
+		return r.replicas("standby") == 1 && r.record("primary").Active()
+	})
+}
+
+func TestInterruptedRetirementResumesOnTheStandbysSignal(t *testing.T) {
+	f := newFakeCluster()
+	f.addPair(ns, "primary", "standby", fast)
+	// Stopped after the primary went to 0, before the role exchange: the
+	// primary has no pod left to signal; the standby serves.
+	f.mu.Lock()
+	rec, _ := json.Marshal(Record{Phase: PhaseRetiring, Standby: "standby", Decision: time.Now().Add(-time.Minute)})
+	p := f.depLocked(ns, "primary")
+	p.Spec.Replicas, p.Status.ReadyReplicas, p.Status.Replicas = new(int32), 0, 0
+	p.Annotations[contract.AnnRecord] = string(rec)
+	sb := f.depLocked(ns, "standby")
+	*sb.Spec.Replicas, sb.Status.ReadyReplicas, sb.Status.Replicas = 1, 1, 1
+	f.mu.Unlock()
+	standbyPod := f.addPod(ns, "standby")
+	r := start(t, f, standbyPod, Config{})
+	r.send(signal.Healthy)
+	f.await(t, "roles exchanged", func() bool {
+		return r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" &&
+			r.f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby"
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := r.replicas("standby"); n != 1 {
+		t.Errorf("new primary at %d replicas, want 1", n)
+	}
+}
+
+func TestDryRunDecidesAndWritesNothing(t *testing.T) {
+	f := newFakeCluster()
+	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{DryRun: true})
+	r.send(signal.Healthy)
+	for range 3 {
+		r.send(signal.Anomalous)
+	}
+	r.logs.wait(t, "dry-run decision", func(l map[string]any) bool {
+		return l["msg"] == "decision" && l["action"] == string(ActScaleStandby) && l["dry_run"] == true
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.writes) > 0 {
+		t.Errorf("dry run wrote %q", f.writes)
+	}
+}
+
+// addPod adds a pod of Deployment dep (through a ReplicaSet) and returns its name.
+func (f *fakeCluster) addPod(ns, dep string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rs := dep + "-rs"
+	f.rss[podKey{ns, rs}] = f.rssOwnedBy(ns, rs, "Deployment", dep)
+	pod := rs + "-0"
+	f.pods[podKey{ns, pod}] = f.podOwnedBy(ns, pod, rs)
+	return pod
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+// lineSink collects JSON log lines for waits on them.
+type lineSink struct {
+	mu      sync.Mutex
+	lines   []map[string]any
+	changed chan struct{}
+}
+
+func newLineSink() *lineSink { return &lineSink{changed: make(chan struct{})} }
+
+func (s *lineSink) Write(p []byte) (int, error) {
+	var l map[string]any
+	if json.Unmarshal(p, &l) == nil {
+		s.mu.Lock()
+		s.lines = append(s.lines, l)
+		close(s.changed)
+		s.changed = make(chan struct{})
+		s.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+func (s *lineSink) wait(t *testing.T, what string, match func(map[string]any) bool) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		s.mu.Lock()
+		lines, ch := slices.Clone(s.lines), s.changed
+		s.mu.Unlock()
+		if slices.ContainsFunc(lines, match) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("%s: no such log line within 5 s", what)
+		}
+	}
+}
+
+func (s *lineSink) dump(t *testing.T) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.lines {
+		t.Log(l)
+	}
+}

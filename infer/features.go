@@ -144,6 +144,9 @@ type Vector struct {
 	Projection Projection
 }
 
+// ProjectionName is the projection's column name in replay and score CSVs.
+const ProjectionName = "memory_percent_projected"
+
 // Projection is the memory the straight line through the last W of memory
 // samples reaches H after T, in percent of the memory limit:
 //
@@ -152,9 +155,13 @@ type Vector struct {
 // with the limit as memory_percent takes it (the newest within the lookback,
 // else Config.MemoryReference). 100 is the limit. MemoryPercent is NaN exactly
 // when Why is not Defined.
+//
+// PercentPerSecond is that line's slope, deriv(memory_bytes[W]) /
+// memory_limit_bytes * 100: with it the line's time to the limit follows.
 type Projection struct {
-	MemoryPercent float64
-	Why           Undefined
+	MemoryPercent    float64
+	PercentPerSecond float64
+	Why              Undefined
 }
 
 // ErrOutOfOrder is returned for a sample or evaluation time older than one already
@@ -264,18 +271,19 @@ func (e *Engine) Eval(t int64) (Vector, error) {
 // window, or without a limit sample within the lookback to divide by.
 func (e *Engine) projection(t int64) Projection {
 	if e.predictMs == 0 {
-		return Projection{math.NaN(), NotConfigured}
+		return Projection{math.NaN(), math.NaN(), NotConfigured}
 	}
 	e.scratch = e.mem.window(e.scratch[:0], t-e.predictMs, t)
 	bytesAhead, ok := predictLinear(e.scratch, t, e.cfg.PredictHorizon.Seconds())
+	bytesPerSecond, _ := deriv(e.scratch)
 	if !ok {
-		return Projection{math.NaN(), TooFewSamples}
+		return Projection{math.NaN(), math.NaN(), TooFewSamples}
 	}
 	limit, why := e.instant(&e.memRef, t)
 	if why != Defined {
-		return Projection{math.NaN(), why}
+		return Projection{math.NaN(), math.NaN(), why}
 	}
-	return Projection{bytesAhead / limit * 100, Defined}
+	return Projection{bytesAhead / limit * 100, bytesPerSecond / limit * 100, Defined}
 }
 
 // rate evaluates rate(s[R]) at t.

@@ -170,6 +170,7 @@ func FeatureConfig(m *model.Model, interval time.Duration) (infer.Config, error)
 	}
 	fc := infer.DefaultConfig()
 	fc.RateWindow, fc.DerivWindow, fc.Step, fc.Lookback = w.Rate, w.Deriv, w.SubqueryStep, w.Lookback
+	fc.PredictWindow, fc.PredictHorizon = m.Projection() // zero for tree models
 	if err := fc.Validate(); err != nil {
 		return infer.Config{}, fmt.Errorf("model %s: %w: %w", m.Source(), model.ErrFeatureSpec, err)
 	}
@@ -324,7 +325,7 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	s.reportMemoryReference(rec.Stats.MemoryLimitBytes)
 	x := rec.Features.Values
 	normalise(&x, s.cfg.Model.Normalisation())
-	p := s.cfg.Model.Score(&x)
+	p := s.cfg.Model.ScoreSample(&x, rec.Features.Projection.MemoryPercent)
 	if math.IsNaN(p) {
 		s.metrics.Error(ErrorKindModel)
 		s.cfg.Log.Error("model returned no score", "model", s.cfg.Model.Source())

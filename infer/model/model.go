@@ -21,7 +21,8 @@ import (
 // Model is a loaded, validated model. It is immutable and safe for
 // concurrent use.
 type Model struct {
-	ens      *leaves.Ensemble // raw-margin ensemble; sigmoid applied by Score
+	ens      *leaves.Ensemble // raw-margin ensemble; sigmoid applied by Score; nil for predict_linear
+	linear   *linearRule      // the predict_linear detector (linear.go); nil for trees
 	manifest Manifest
 	windows  Windows
 	warnings []string
@@ -37,13 +38,19 @@ type scratch struct {
 }
 
 // Score returns the anomaly probability of one feature vector, in the order
-// of FeatureNames. NaN entries are missing values. It does not allocate.
+// of FeatureNames. NaN entries are missing values. It does not allocate. The
+// predict_linear detector scores a projection, not features: its Score is NaN
+// (use ScoreSample).
 func (m *Model) Score(x *[NumFeatures]float64) float64 {
 	return sigmoid(m.Raw(x))
 }
 
 // Raw returns the model's raw margin (log-odds) for x; Score = 1/(1+e^-Raw).
+// NaN for the predict_linear detector, which has no trees.
 func (m *Model) Raw(x *[NumFeatures]float64) float64 {
+	if m.ens == nil {
+		return math.NaN()
+	}
 	s := m.scratch.Get().(*scratch)
 	s.in = *x
 	s.out[0] = 0
@@ -223,6 +230,12 @@ func load(src, manifestName string, modelBytes, manifestBytes []byte) (*Model, e
 	sha := hex.EncodeToString(sum[:])
 	if sha != man.ModelSHA256 {
 		return nil, loadErr(src, ErrChecksum, "model sha256 is %s, manifest says %s", sha, man.ModelSHA256)
+	}
+	if parsed.linear != nil {
+		if err := parsed.linear.checkText(modelBytes); err != nil {
+			return nil, loadErr(src, ErrFormat, "%v", err)
+		}
+		return &Model{linear: parsed.linear, manifest: *man, windows: parsed.windows, warnings: parsed.warnings, source: src, sha: sha}, nil
 	}
 	txt, err := parseLGBText(modelBytes)
 	if err != nil {

@@ -30,10 +30,14 @@ var projections = []projection{
 	{window: 7 * time.Minute, horizon: 120 * time.Second},
 }
 
-// query is the PromQL that defines Vector.Projection.
-func (p projection) query(limit string) string {
-	return fmt.Sprintf("predict_linear(%s[%s], %s) / %s * 100", memName, promDuration(p.window),
-		strconv.FormatFloat(p.horizon.Seconds(), 'f', -1, 64), limit)
+// queries is the PromQL that defines Vector.Projection: the projection, and
+// its line's slope.
+func (p projection) queries(limit string) [2]string {
+	return [2]string{
+		fmt.Sprintf("predict_linear(%s[%s], %s) / %s * 100", memName, promDuration(p.window),
+			strconv.FormatFloat(p.horizon.Seconds(), 'f', -1, 64), limit),
+		fmt.Sprintf("deriv(%s[%s]) / %s * 100", memName, promDuration(p.window), limit),
+	}
 }
 
 // TestProjectionMatchesPrometheus compares infer's projection with Prometheus'
@@ -63,14 +67,14 @@ func TestProjectionMatchesPrometheus(t *testing.T) {
 					if s.sc.noLimit {
 						limit = strconv.FormatFloat(cfg.MemoryReference, 'f', -1, 64)
 					}
-					compareProjection(t, cfg, p.query(limit), events)
+					compareProjection(t, cfg, p.queries(limit), events)
 				})
 			}
 		}
 	}
 }
 
-func compareProjection(t *testing.T, cfg infer.Config, q string, events []event) {
+func compareProjection(t *testing.T, cfg infer.Config, qs [2]string, events []event) {
 	t.Helper()
 	eng, err := infer.NewEngine(cfg)
 	if err != nil {
@@ -94,37 +98,39 @@ func compareProjection(t *testing.T, cfg infer.Config, q string, events []event)
 		if err != nil {
 			t.Fatalf("event %d: %v", k, err)
 		}
-		p, err := promInstant(ctx, pe, db, q, e.t)
-		if err != nil {
-			t.Fatalf("event %d: %v", k, err)
-		}
 		evals++
-		ours := v.Projection
-		var msg string
-		switch {
-		case !p.ok && ours.Why == infer.Defined:
-			msg = fmt.Sprintf("prometheus: no sample; infer: %v", ours.MemoryPercent)
-		case !p.ok && !math.IsNaN(ours.MemoryPercent):
-			msg = fmt.Sprintf("both undefined, but infer's value is %v", ours.MemoryPercent)
-		case p.ok && ours.Why != infer.Defined:
-			msg = fmt.Sprintf("prometheus: %v; infer: undefined (%v)", p.v, ours.Why)
-		case p.ok && relErr(ours.MemoryPercent, p.v) > relTolerance:
-			msg = fmt.Sprintf("prometheus: %v; infer: %v (relative error %.3g)", p.v, ours.MemoryPercent, relErr(ours.MemoryPercent, p.v))
-		case p.ok:
-			defined++
-			maxRel = max(maxRel, relErr(ours.MemoryPercent, p.v))
-		}
-		if msg != "" {
-			bad++
-			if bad <= maxReported {
-				t.Errorf("t=%d (event %d, %s): %s: %s", e.t, k, kind(e), q, msg)
+		for j, ours := range [2]float64{v.Projection.MemoryPercent, v.Projection.PercentPerSecond} {
+			q := qs[j]
+			p, err := promInstant(ctx, pe, db, q, e.t)
+			if err != nil {
+				t.Fatalf("event %d: %v", k, err)
+			}
+			var msg string
+			switch {
+			case !p.ok && v.Projection.Why == infer.Defined:
+				msg = fmt.Sprintf("prometheus: no sample; infer: %v", ours)
+			case !p.ok && !math.IsNaN(ours):
+				msg = fmt.Sprintf("both undefined, but infer's value is %v", ours)
+			case p.ok && v.Projection.Why != infer.Defined:
+				msg = fmt.Sprintf("prometheus: %v; infer: undefined (%v)", p.v, v.Projection.Why)
+			case p.ok && relErr(ours, p.v) > relTolerance:
+				msg = fmt.Sprintf("prometheus: %v; infer: %v (relative error %.3g)", p.v, ours, relErr(ours, p.v))
+			case p.ok:
+				defined++
+				maxRel = max(maxRel, relErr(ours, p.v))
+			}
+			if msg != "" {
+				bad++
+				if bad <= maxReported {
+					t.Errorf("t=%d (event %d, %s): %s: %s", e.t, k, kind(e), q, msg)
+				}
 			}
 		}
 	}
 	if defined == 0 {
-		t.Fatalf("%s: no defined value in %d evaluations: the comparison proves nothing", q, evals)
+		t.Fatalf("%v: no defined value in %d evaluations: the comparison proves nothing", qs, evals)
 	}
-	t.Logf("%s: %d evaluations, %d defined, %d differ, max relative error %.3g", q, evals, defined, bad, maxRel)
+	t.Logf("%v: %d evaluations, %d defined values, %d differ, max relative error %.3g", qs, evals, defined, bad, maxRel)
 }
 
 // promInstant runs one instant query that returns at most one float sample.

@@ -334,7 +334,11 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	feats := toSignalFeatures(&rec.Features)
 	s.metrics.SetScore(p)
 	s.metrics.SetFeatures(feats)
-	s.apply(s.machine.Score(p), &scored{p: p, f: feats, at: rec.Stats.Time})
+	sc := &scored{p: p, f: feats, at: rec.Stats.Time}
+	if s.cfg.Model.Anomalous(p) {
+		sc.why = s.cfg.Model.Why(&x, rec.Features.Projection.MemoryPercent, rec.Features.Projection.PercentPerSecond)
+	}
+	s.apply(s.machine.Score(p), sc)
 	s.metrics.ObserveSample(time.Since(start))
 }
 
@@ -443,9 +447,10 @@ func (s *Sidecar) targetNotFound(err error) {
 }
 
 type scored struct {
-	p  float64
-	f  *signal.Features
-	at time.Time
+	p   float64
+	f   *signal.Features
+	at  time.Time
+	why string // what drove an anomalous score (model.Model.Why); "" otherwise
 }
 
 // apply records a verdict in the status and signals it when it must be.
@@ -453,7 +458,7 @@ func (s *Sidecar) apply(v Verdict, sc *scored) {
 	s.mu.Lock()
 	if sc != nil {
 		p := sc.p
-		s.status.Score, s.status.Features = &p, sc.f
+		s.status.Score, s.status.Features, s.status.Explanation = &p, sc.f, sc.why
 	}
 	if v.Changed {
 		s.status.State, s.status.TransitionReason, s.status.LastTransition = v.State, v.Reason, time.Now()

@@ -154,6 +154,9 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 	if healthy.Probability == nil || *healthy.Probability >= 0.5 {
 		t.Fatalf("healthy signal without a low score: %+v", healthy)
 	}
+	if _, body := get(t, r.http.URL+"/status"); strings.Contains(body, `"explanation"`) {
+		t.Errorf("/status explains a healthy score: %s", body)
+	}
 
 	// 60 MiB of a 100 MiB limit is 120 on the dataset's scale: over its 80 cut.
 	r.src.memory.Store(60 << 20)
@@ -168,6 +171,10 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 	}
 	if code, body := get(t, r.http.URL+"/status"); code != 200 || !strings.Contains(body, `"state":"anomalous"`) {
 		t.Fatalf("/status = %d %s", code, body)
+	}
+	// The anomalous score is explained: memory is what changed.
+	if _, body := get(t, r.http.URL+"/status"); !strings.Contains(body, `"explanation":"memory_percent +`) {
+		t.Errorf("/status while anomalous does not name memory_percent first in its explanation: %s", body)
 	}
 
 	// The application beside the broker says it is broken.

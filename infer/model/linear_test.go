@@ -56,6 +56,9 @@ func TestEmbeddedPredictLinearIsTheRuleItsManifestStates(t *testing.T) {
 	if m.NumTrees() != 0 || !math.IsNaN(m.Score(&[NumFeatures]float64{})) {
 		t.Errorf("a rule has no trees: %d trees, Score %v", m.NumTrees(), m.Score(&[NumFeatures]float64{}))
 	}
+	if _, err := m.Explain(&[NumFeatures]float64{}); !errors.Is(err, ErrNoExplanation) {
+		t.Errorf("Explain on the rule: %v, want ErrNoExplanation", err)
+	}
 	if tree, _ := Default(); tree.Rule() != "" {
 		t.Errorf("a tree model has rule %q", tree.Rule())
 	}
@@ -156,5 +159,38 @@ func TestTreeManifestWithAPredictLinearSectionIsRefused(t *testing.T) {
 	b, _ := json.Marshal(man)
 	if _, err := Load(mb, b); !errors.Is(err, ErrManifest) || !strings.Contains(err.Error(), "predict_linear section") {
 		t.Fatalf("error %v; want ErrManifest naming the section", err)
+	}
+}
+
+func TestSecondsToLimitFollowsTheLine(t *testing.T) {
+	m, err := Embedded(PredictLinearName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, h := m.Projection()
+	H := h.Seconds()
+	tests := []struct {
+		name             string
+		projected, slope float64
+		want             float64
+	}{
+		// At 1 %/s, a line at 90 % H ahead meets 100 % 10 s after that.
+		{"below the limit H ahead", 90, 1, H + 10},
+		{"at the limit H ahead", 100, 0.5, H},
+		{"past the limit H ago", 100 + 4*H, 2, -H},
+		{"a flat line never meets it", 80, 0, math.Inf(1)},
+		{"a falling line never meets it", 120, -1, math.Inf(1)},
+		{"no projection, no time", math.NaN(), 1, math.NaN()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := m.SecondsToLimit(tt.projected, tt.slope)
+			if !(got == tt.want || (math.IsNaN(got) && math.IsNaN(tt.want)) || math.Abs(got-tt.want) <= 1e-9*math.Abs(tt.want)) {
+				t.Errorf("SecondsToLimit(%v, %v) = %v, want %v", tt.projected, tt.slope, got, tt.want)
+			}
+		})
+	}
+	if got := mustDefault(t).SecondsToLimit(90, 1); !math.IsNaN(got) {
+		t.Errorf("a tree model's time to the limit: %v, want NaN", got)
 	}
 }

@@ -23,6 +23,9 @@ import (
 type Model struct {
 	ens      *leaves.Ensemble // raw-margin ensemble; sigmoid applied by Score; nil for predict_linear
 	linear   *linearRule      // the predict_linear detector (linear.go); nil for trees
+	trees    []lgbTree        // the trees as this package reads them, for Explain
+	means    [][]float64      // per tree, its internal nodes' expected values (explain.go); nil if unknown
+	meansErr error            // why means is nil
 	manifest Manifest
 	windows  Windows
 	warnings []string
@@ -267,7 +270,9 @@ func load(src, manifestName string, modelBytes, manifestBytes []byte) (*Model, e
 		source:   src,
 		sha:      sha,
 		nTrees:   len(txt.trees),
+		trees:    txt.trees,
 	}
+	m.means, m.meansErr = treeMeans(txt.trees)
 	m.scratch.New = func() any { return new(scratch) }
 	// leaves and this package's reading of the text must agree exactly.
 	for _, x := range txt.probes() {

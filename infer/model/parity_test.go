@@ -150,6 +150,7 @@ func TestExporterParity(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkParity(t, m, readGolden(t, base+".csv"), name)
+			checkExplanations(t, m, readExplainGolden(t, base+".explain.csv"), name+".explain.csv")
 		})
 	}
 }

@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 
+import amfexplain
 import amfexport
 from amfdata import FEATURES, REPO_ROOT
 
@@ -632,6 +633,9 @@ def run(args, sklearn_version, write_golden, crafted_rows):
     cr, cs = crafted_rows(final, allX[idx], rng)
     gp = os.path.join(args.out_dir, "testdata", "parity_leadtime.csv")
     write_golden(gp, final, X + cr, src + cs)
+    # Explanation golden: the same rows' Saabas attribution from sklearn's arrays.
+    ep = os.path.join(args.out_dir, "testdata", "explain_leadtime.csv")
+    amfexplain.write_golden(ep, final, X + cr, src + cs)
     pl = predict_linear_section(runs, train, test, h, args, log)
     rep = {
         "schema_version": 1,

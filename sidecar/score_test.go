@@ -127,7 +127,7 @@ func TestScoreCSVScoresThePredictLinearProjection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := [][2]string{{"0", "0"}, {"0.5", "0"}, {"1", "1"}}
+	want := [][2]string{{"0", "0"}, {strconv.FormatFloat(0.5/1.5, 'g', -1, 64), "0"}, {"0.5", "1"}}
 	for i, w := range want {
 		r := rows[i+1]
 		if got := [2]string{r[len(r)-2], r[len(r)-1]}; got != w {

@@ -188,12 +188,12 @@ func nodeMeans(t *lgbTree) ([]float64, error) {
 }
 
 // SecondsToLimit is the predict_linear detector's explanation: how long until
-// the line through the last W of memory meets the limit (at the detector's
-// threshold), from the projection H ahead (percent of the limit) and the
-// line's slope (percent of the limit per second): the line is at projected
-// H seconds from now, so it reaches threshold*100 at
+// the line through the last W of memory meets the limit (the fraction L of it
+// the rule alarms at, 1 for the embedded rule), from the projection H ahead
+// (percent of the limit) and the line's slope (percent of the limit per
+// second): the line is at projected H seconds from now, so it reaches L*100 at
 //
-//	H + (threshold*100 - projected) / slope
+//	H + (L*100 - projected) / slope
 //
 // (negative: it is past the limit already). +Inf when the line does not
 // climb; NaN when the projection is undefined or the model is not the rule.
@@ -204,7 +204,7 @@ func (m *Model) SecondsToLimit(projectedMemoryPercent, percentPerSecond float64)
 	if percentPerSecond <= 0 {
 		return math.Inf(1)
 	}
-	return m.linear.horizon.Seconds() + (m.linear.threshold*100-projectedMemoryPercent)/percentPerSecond
+	return m.linear.horizon.Seconds() + (m.linear.limitFraction()*100-projectedMemoryPercent)/percentPerSecond
 }
 
 // Why is the one-line explanation of a score, for /status and logs: the top

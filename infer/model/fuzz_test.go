@@ -55,9 +55,9 @@ func FuzzLoad(f *testing.F) {
 		nan := math.NaN()
 		for _, x := range [][NumFeatures]float64{{}, {nan, nan, nan, nan, nan, nan}, {1e300, -1e300, 5, 80, 80.0000001, -3}} {
 			if m.Rule() != "" {
-				// A rule scores the projection: a fraction of the limit, 0 without one.
-				if p := m.ScoreSample(&x, 50); p != 0.5 || m.ScoreSample(&x, nan) != 0 {
-					t.Fatalf("rule %q scores 50 %% as %v", m.Rule(), p)
+				// A rule scores the projection: 0.5 at the limit, 0 without one.
+				if p := m.ScoreSample(&x, 100); p != 0.5 || m.ScoreSample(&x, nan) != 0 {
+					t.Fatalf("rule %q scores 100 %% as %v", m.Rule(), p)
 				}
 				continue
 			}

@@ -19,9 +19,18 @@ import (
 // model_format FormatPredictLinear, objective ObjectivePredictLinear and a
 // predict_linear section (W and H); its "model file" is that PromQL line, so
 // that the file's sha256 pins the rule as it pins a tree model, and the loader
-// requires the text to be exactly the rule the manifest states. Its score is
-// the projection as a fraction of the limit (1 = the limit), and the
-// threshold is that fraction: 1 for the user's `> limit`.
+// requires the text to be exactly the rule the manifest states.
+//
+// Its score must go through the same gates as a probability (the agent
+// compares it with its own threshold, 0.5 by default, and the signal carries
+// it as a probability in [0, 1]), so with f the projection as a fraction of
+// the limit (clamped at 0) the score is the odds form
+//
+//	score = f / (1 + f)
+//
+// monotone in f, in [0, 1), and 0.5 exactly when the line meets the limit.
+// The manifest's threshold τ is on that scale, so the rule alarms at
+// f >= τ / (1 - τ): the user's `> limit` is τ = 0.5.
 
 // Manifest values of the predict_linear detector.
 const (
@@ -29,9 +38,6 @@ const (
 	ObjectivePredictLinear = "predict_linear(memory_bytes[W], H) / memory_limit_bytes >= threshold"
 	// PredictLinearName is the embedded detector's name (--model predict-linear).
 	PredictLinearName = "predict-linear"
-	// maxPredictThreshold bounds the threshold of a predict_linear manifest:
-	// a fraction of the limit the memory can actually reach.
-	maxPredictThreshold = 10
 )
 
 // PredictLinearSpec is a manifest's predict_linear section: W and H as
@@ -59,17 +65,18 @@ func (s PredictLinearSpec) parse(threshold float64) (*linearRule, error) {
 	if err != nil || h < 0 || h%time.Millisecond != 0 || h > MaxWindow {
 		return nil, fmt.Errorf("predict_linear.horizon %q is not a whole number of milliseconds in [0, %s]", s.Horizon, FormatDuration(MaxWindow))
 	}
-	if math.IsNaN(threshold) || threshold <= 0 || threshold > maxPredictThreshold {
-		return nil, fmt.Errorf("threshold %v is not a fraction of the memory limit in (0, %d]", threshold, maxPredictThreshold)
-	}
 	return &linearRule{window: w, horizon: h, threshold: threshold}, nil
 }
+
+// limitFraction is the fraction of the limit the rule alarms at: the f with
+// f / (1 + f) = threshold.
+func (r *linearRule) limitFraction() float64 { return r.threshold / (1 - r.threshold) }
 
 // Expr is the rule as PromQL, as the model file holds it (one line).
 func (r *linearRule) Expr() string {
 	return fmt.Sprintf("predict_linear(memory_bytes[%s], %s) / memory_limit_bytes * 100 >= %s",
 		FormatDuration(r.window), strconv.FormatFloat(r.horizon.Seconds(), 'f', -1, 64),
-		strconv.FormatFloat(r.threshold*100, 'f', -1, 64))
+		strconv.FormatFloat(r.limitFraction()*100, 'f', -1, 64))
 }
 
 // checkText requires the model file to be the rule's PromQL line.
@@ -80,14 +87,17 @@ func (r *linearRule) checkText(b []byte) error {
 	return nil
 }
 
-// score is the rule's score: the projection as a fraction of the limit. An
-// undefined projection (too few samples yet) scores 0, as a Prometheus alert
-// whose expression returns nothing does not fire.
+// score is the rule's score, f / (1 + f) with f the projection as a fraction
+// of the limit, clamped at 0 (a line heading below zero memory is no nearer
+// the limit than an empty one). An undefined projection (too few samples yet)
+// scores 0, as a Prometheus alert whose expression returns nothing does not
+// fire.
 func (r *linearRule) score(projectedMemoryPercent float64) float64 {
 	if math.IsNaN(projectedMemoryPercent) {
 		return 0
 	}
-	return projectedMemoryPercent / 100
+	f := max(projectedMemoryPercent/100, 0)
+	return f / (1 + f)
 }
 
 // Projection is the predict_linear window W and horizon H the model reads

@@ -76,6 +76,10 @@ func mustDefault(t *testing.T) *Model {
 	return m
 }
 
+// odds is f / (1 + f) in float64 arithmetic (a constant expression would be
+// rounded once, not per operation).
+func odds(f float64) float64 { return f / (1 + f) }
+
 func TestPredictLinearScoresTheProjectionAgainstTheLimit(t *testing.T) {
 	m, err := Embedded(PredictLinearName)
 	if err != nil {
@@ -89,15 +93,16 @@ func TestPredictLinearScoresTheProjectionAgainstTheLimit(t *testing.T) {
 		anomalous bool
 	}{
 		{"no projection yet does not fire", math.NaN(), 0, false},
-		{"half the limit", 50, 0.5, false},
-		{"just under the limit", math.Nextafter(100, 0), math.Nextafter(100, 0) / 100, false},
-		{"at the limit fires", 100, 1, true},
-		{"past the limit fires", 130, 1.3, true},
+		{"a line below zero is no nearer than none", -40, 0, false},
+		{"half the limit", 50, odds(0.5), false},
+		{"just under the limit", math.Nextafter(100, 0), odds(math.Nextafter(100, 0) / 100), false},
+		{"at the limit fires at 0.5", 100, 0.5, true},
+		{"past the limit fires", 130, odds(1.3), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := m.ScoreSample(&x, tt.projected)
-			if got != tt.want || m.Anomalous(got) != tt.anomalous {
+			if got != tt.want || m.Anomalous(got) != tt.anomalous || !(got >= 0 && got < 1) {
 				t.Errorf("score %v (anomalous %v), want %v (%v)", got, m.Anomalous(got), tt.want, tt.anomalous)
 			}
 		})

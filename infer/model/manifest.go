@@ -386,9 +386,6 @@ func parseManifest(src, where string, b []byte) (*parsedManifest, error) {
 		if m.PredictLinear != nil {
 			return bad(ErrManifest, "a predict_linear section in a %s manifest", m.ModelFormat)
 		}
-		if math.IsNaN(m.Threshold) || m.Threshold <= 0 || m.Threshold >= 1 {
-			return bad(ErrManifest, "threshold %v is not in (0, 1)", m.Threshold)
-		}
 	case FormatPredictLinear:
 		if m.Objective != ObjectivePredictLinear {
 			return bad(ErrManifest, "objective %q, want %q", m.Objective, ObjectivePredictLinear)
@@ -403,6 +400,10 @@ func parseManifest(src, where string, b []byte) (*parsedManifest, error) {
 		linear = r
 	default:
 		return bad(ErrManifest, "model_format %q, want \"lightgbm-text-v3\", \"lightgbm-text-v2\" or %q", m.ModelFormat, FormatPredictLinear)
+	}
+	// Both kinds score on the probability scale the gates and the signal use.
+	if math.IsNaN(m.Threshold) || m.Threshold <= 0 || m.Threshold >= 1 {
+		return bad(ErrManifest, "threshold %v is not in (0, 1)", m.Threshold)
 	}
 	if !isHex64(m.ModelSHA256) {
 		return bad(ErrManifest, "model_sha256 %q is not 64 lower-case hex digits", m.ModelSHA256)

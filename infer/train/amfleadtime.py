@@ -484,8 +484,8 @@ def render_report(rep):
             s["false_alarms"], _fmt(s["false_alarms_per_hour"], 1)))
     a("")
     a("The predict_linear rows are the rule an operator writes instead of a model, "
-      "`%s` with W and H as in the row (score: the projection as a fraction of the limit, "
-      "threshold 1), through the same gates. Nothing is fitted, so each left-out family's "
+      "`%s` with W and H as in the row, through the same gates (score f / (1 + f) with f the "
+      "projection as a fraction of the limit, so 0.5, the gates' threshold, is the limit). Nothing is fitted, so each left-out family's "
       "scores do not depend on the other folds: the pooled folds are the rule on every "
       "train run, and W, H are chosen by the same rule as the trees'." % pl["expr_template"])
     a("")
@@ -506,7 +506,7 @@ def render_report(rep):
     a(_summary_row("P1 (all families)", rep["p1_all"]))
     a(_summary_row("predict_linear (all families)", pl["all"]))
     a("")
-    a("Per run (test families; predict_linear's max is its score, the projection as a fraction of the limit):")
+    a("Per run (test families; predict_linear's max score is f / (1 + f), f the projection as a fraction of the limit):")
     a("")
     a("| run | fails | lead-time model: lead (s) / decisions / max p | P1: lead (s) / decisions / max p | predict_linear: lead (s) / decisions / max score |")
     a("|---|---|---|---|---|")

@@ -9,8 +9,10 @@ once on the held-out families through the same gates (debounce, gate lead), and
 it is shipped as an embedded detector (infer/model/linear.go,
 ``--model predict-linear``) whose files this module writes.
 
-Its score is the projection as a fraction of the limit (1 = the limit), so the
-threshold is 1: the user's ``> limit``. The projection is computed by the sidecar
+Its score goes through the gates as a probability would (the agent compares it
+with 0.5, the signal carries it in [0, 1]): with f the projection as a fraction
+of the limit, clamped at 0, the score is f / (1 + f), 0.5 exactly at the limit,
+and the threshold 0.5 is the user's ``> limit``. The projection is computed by the sidecar
 itself (``amf-sidecar replay --predict-window W --predict-horizon H``), with
 PromQL's semantics (checked against Prometheus in infer/promqlparity).
 
@@ -47,7 +49,7 @@ PROJECTION = "memory_percent_projected"  # infer.ProjectionName
 # of the trees, so both are judged on the same horizons.
 WINDOWS = ("30s", "1m", "2m", "5m", "10m")
 HORIZONS = lt.HORIZONS
-THRESHOLD = 1.0
+THRESHOLD = 0.5
 
 
 def _go_float(x):
@@ -57,17 +59,19 @@ def _go_float(x):
 
 
 def expr(window, horizon_s, threshold=THRESHOLD):
-    """The rule as PromQL, as the Go loader renders it (linearRule.Expr)."""
+    """The rule as PromQL, as the Go loader renders it (linearRule.Expr): it
+    alarms at the fraction f of the limit with f / (1 + f) = threshold."""
     return "predict_linear(memory_bytes[%s], %s) / memory_limit_bytes * 100 >= %s" % (
-        window, _go_float(horizon_s), _go_float(threshold * 100))
+        window, _go_float(horizon_s), _go_float(threshold / (1 - threshold) * 100))
 
 
 def scores(projected):
-    """The rule's score of each sample: the projection as a fraction of the
-    limit, 0 where it is undefined (an alert whose expression returns nothing
-    does not fire)."""
+    """The rule's score of each sample, f / (1 + f) with f the projection as a
+    fraction of the limit clamped at 0; 0 where it is undefined (an alert whose
+    expression returns nothing does not fire)."""
     p = np.asarray(projected, dtype=np.float64)
-    return np.where(np.isnan(p), 0.0, p / 100.0)
+    f = np.maximum(np.where(np.isnan(p), 0.0, p / 100.0), 0.0)
+    return f / (1.0 + f)
 
 
 def _parse_replay(text, what):

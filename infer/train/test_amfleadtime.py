@@ -43,16 +43,16 @@ def make_run(rid, family, ttf0=None, n=10, fault_from=0.0):
 
 
 class PredictLinearTest(unittest.TestCase):
-    def test_an_undefined_projection_does_not_fire_and_the_limit_is_one(self):
-        got = pl.scores([math.nan, 50.0, 100.0, 130.0])
-        self.assertEqual(list(got), [0.0, 0.5, 1.0, 1.3])
+    def test_an_undefined_projection_does_not_fire_and_the_limit_scores_half(self):
+        got = pl.scores([math.nan, -40.0, 50.0, 100.0, 130.0])
+        self.assertEqual(list(got), [0.0, 0.0, 0.5 / 1.5, 0.5, 1.3 / 2.3])
 
     def test_rule_text_is_the_go_loaders(self):
         # linearRule.Expr: FormatDuration(W), FormatFloat(H seconds), FormatFloat(100*threshold).
         self.assertEqual(pl.expr("5m", 30.0),
                          "predict_linear(memory_bytes[5m], 30) / memory_limit_bytes * 100 >= 100")
-        self.assertEqual(pl.expr("30s", 120.0, 0.9),
-                         "predict_linear(memory_bytes[30s], 120) / memory_limit_bytes * 100 >= 90")
+        self.assertEqual(pl.expr("30s", 120.0, 0.75),
+                         "predict_linear(memory_bytes[30s], 120) / memory_limit_bytes * 100 >= 300")
 
     def test_evaluation_uses_the_detectors_threshold(self):
         r = make_run("f", "x", ttf0=60.0)

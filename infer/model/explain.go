@@ -221,6 +221,8 @@ func (m *Model) Why(x *[NumFeatures]float64, projectedMemoryPercent, percentPerS
 			return ""
 		case math.IsInf(s, 1):
 			return fmt.Sprintf("memory's line is flat or falling, %.1f %% of the limit in %s (%s)", projectedMemoryPercent, FormatDuration(m.linear.horizon), m.linear.Expr())
+		case s <= 0:
+			return fmt.Sprintf("memory's line met the limit %.1f s ago, climbing %.3g %% of the limit per second (%s)", -s, percentPerSecond, m.linear.Expr())
 		}
 		return fmt.Sprintf("memory's line meets the limit in %.1f s, climbing %.3g %% of the limit per second (%s)", s, percentPerSecond, m.linear.Expr())
 	}

@@ -209,6 +209,7 @@ func TestWhyNamesTheTopThreeOrTheTimeToTheLimit(t *testing.T) {
 	}{
 		{"climbing towards the limit", 90, 1, "meets the limit in " + strconv.FormatFloat(h.Seconds()+10, 'f', 1, 64) + " s"},
 		{"flat", 90, 0, "flat or falling"},
+		{"past the limit already", 100 + 2*h.Seconds()*1, 1, "met the limit " + strconv.FormatFloat(h.Seconds(), 'f', 1, 64) + " s ago"},
 		{"no projection yet", math.NaN(), math.NaN(), ""},
 	}
 	for _, tt := range tests {

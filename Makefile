@@ -49,7 +49,7 @@ leadtime: build ## the lead-time model and the predict-linear detector from the 
 	$(PYTHON) infer/train/amftrain.py leadtime
 	$(GO) test -count=1 -run 'TestParityEmbedded|TestEmbedded|TestEveryEmbedded|TestExplanations|TestPredictLinear' ./infer/model/
 
-window-age: build ## P1 and the lead-time models on runs with full windows (lab/corpus/lead-in) vs young ones -> infer/train/report/window-age.{md,json}
+window-age: build ## P1, the lead-time models and predict-linear on runs with full windows (lab/corpus/lead-in) vs young ones -> infer/train/report/window-age.{md,json}
 	$(PYTHON) infer/train/amftrain.py window-age
 
 evaluate: ## P0-P2 x HGBC/RF/LR x seeds 42-46 -> infer/train/report/evaluation.{md,json}

@@ -12,7 +12,7 @@ import (
 // model: alarm when the straight line through the last W of memory meets the
 // limit within H,
 //
-//	predict_linear(memory_bytes[W], H) / memory_limit_bytes * 100 >= threshold * 100
+//	predict_linear(memory_bytes[W], H) / memory_limit_bytes * 100 >= 100
 //
 // It is embedded beside the trees (name PredictLinearName) so that it runs
 // through the same --model flag, gates and report. Its manifest has
@@ -28,14 +28,14 @@ import (
 //
 //	score = f / (1 + f)
 //
-// monotone in f, in [0, 1), and 0.5 exactly when the line meets the limit.
+// monotone in f, in [0, 1], and 0.5 exactly when the line meets the limit.
 // The manifest's threshold τ is on that scale, so the rule alarms at
 // f >= τ / (1 - τ): the user's `> limit` is τ = 0.5.
 
 // Manifest values of the predict_linear detector.
 const (
 	FormatPredictLinear    = "predict-linear-v1"
-	ObjectivePredictLinear = "predict_linear(memory_bytes[W], H) / memory_limit_bytes >= threshold"
+	ObjectivePredictLinear = "f = predict_linear(memory_bytes[W], H) / memory_limit_bytes; score f/(1+f) >= threshold"
 	// PredictLinearName is the embedded detector's name (--model predict-linear).
 	PredictLinearName = "predict-linear"
 )
@@ -97,6 +97,9 @@ func (r *linearRule) score(projectedMemoryPercent float64) float64 {
 		return 0
 	}
 	f := max(projectedMemoryPercent/100, 0)
+	if math.IsInf(f, 1) {
+		return 1 // the limit of f / (1 + f), not Inf/Inf
+	}
 	return f / (1 + f)
 }
 

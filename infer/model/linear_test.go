@@ -98,11 +98,12 @@ func TestPredictLinearScoresTheProjectionAgainstTheLimit(t *testing.T) {
 		{"just under the limit", math.Nextafter(100, 0), odds(math.Nextafter(100, 0) / 100), false},
 		{"at the limit fires at 0.5", 100, 0.5, true},
 		{"past the limit fires", 130, odds(1.3), true},
+		{"an unbounded line scores 1", math.Inf(1), 1, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := m.ScoreSample(&x, tt.projected)
-			if got != tt.want || m.Anomalous(got) != tt.anomalous || !(got >= 0 && got < 1) {
+			if got != tt.want || m.Anomalous(got) != tt.anomalous || !(got >= 0 && got <= 1) {
 				t.Errorf("score %v (anomalous %v), want %v (%v)", got, m.Anomalous(got), tt.want, tt.anomalous)
 			}
 		})

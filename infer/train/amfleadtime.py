@@ -366,7 +366,8 @@ def cross_validate(runs, feats, windows, horizon, seed):
 
 
 # The embedded models' manifests, by name (infer/model/embedded.go).
-MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json"}
+MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json",
+             "predict-linear": "predict-linear_manifest.json"}
 
 
 def embedded_probabilities(runs, name, sidecar=SIDECAR):
@@ -375,6 +376,9 @@ def embedded_probabilities(runs, name, sidecar=SIDECAR):
     `amf-sidecar score --model name` (dict run id -> probabilities)."""
     with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
         man = json.load(f)
+    if man["model_format"] == "predict-linear-v1":
+        import amfpredictlinear  # here: it imports this module
+        return amfpredictlinear.sidecar_scores(runs, name, sidecar)
     fw = man["feature_windows"]
     windows = {k: fw[k] for k in ("rate_window", "deriv_window", "subquery_step", "lookback")}
     norm = man["normalisation"]

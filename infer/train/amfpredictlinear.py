@@ -42,7 +42,7 @@ NAME = "predict-linear"
 MODEL_FILE = NAME + "_model.txt"
 MANIFEST_FILE = NAME + "_manifest.json"
 FORMAT = "predict-linear-v1"
-OBJECTIVE = "predict_linear(memory_bytes[W], H) / memory_limit_bytes >= threshold"
+OBJECTIVE = "f = predict_linear(memory_bytes[W], H) / memory_limit_bytes; score f/(1+f) >= threshold"
 PROJECTION = "memory_percent_projected"  # infer.ProjectionName
 
 # W from a few samples' worth to the deriv window of P1; H the label horizons
@@ -149,34 +149,40 @@ def write_detector(out_dir, window, horizon_s, corpus_sha256, validation):
 
 
 def detector_scores(runs, out_dir, sidecar=lt.SIDECAR):
-    """The written detector on the runs as the sidecar runs it: `amf-sidecar
-    replay --model FILE` (its manifest's projection) piped to `amf-sidecar score
-    --model FILE`, so the figures are the Go loader's and rule's, on exactly the
-    files shipped (dict run id -> scores)."""
-    out = {}
+    """The written detector on the runs as the sidecar runs it, on exactly the
+    files shipped to out_dir (dict run id -> scores)."""
     with tempfile.TemporaryDirectory() as d:
         # The loader's file rule: NAME.txt beside NAME.manifest.json.
         path = os.path.join(d, NAME + ".txt")
         shutil.copyfile(os.path.join(out_dir, MODEL_FILE), path)
         shutil.copyfile(os.path.join(out_dir, MANIFEST_FILE), os.path.join(d, NAME + ".manifest.json"))
-        for r in runs:
-            buf = io.StringIO()
-            w = csv.writer(buf, lineterminator="\n")
-            w.writerow(lt.RAW_COLUMNS)
-            w.writerows(r.rows)
-            p = subprocess.run([sidecar, "replay", "--in", "-", "--model", path],
-                               input=buf.getvalue(), capture_output=True, text=True)
-            if p.returncode != 0:
-                raise lt.CorpusError("amf-sidecar replay --model %s of run %s failed: %s" % (path, r.id, p.stderr.strip()))
-            _parse_replay(p.stdout, "amf-sidecar replay --model")
-            q = subprocess.run([sidecar, "score", "--model", path, "--in", "-"],
-                               input=p.stdout, capture_output=True, text=True)
-            if q.returncode != 0:
-                raise lt.CorpusError("amf-sidecar score --model %s failed: %s" % (path, q.stderr.strip()))
-            rows = list(csv.reader(io.StringIO(q.stdout)))
-            pi = rows[0].index("probability")
-            out[r.id] = np.array([float(x[pi]) for x in rows[1:]])
-            if len(out[r.id]) != len(r.t):
-                raise lt.CorpusError("run %s: score gave %d rows for %d samples" % (r.id, len(out[r.id]), len(r.t)))
+        return sidecar_scores(runs, path, sidecar)
+
+
+def sidecar_scores(runs, path, sidecar=lt.SIDECAR):
+    """The detector path (a model file, or the embedded name) on the runs:
+    `amf-sidecar replay --model` (its manifest's projection) piped to
+    `amf-sidecar score --model`, so the figures are the Go loader's and rule's
+    (dict run id -> scores)."""
+    out = {}
+    for r in runs:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(lt.RAW_COLUMNS)
+        w.writerows(r.rows)
+        p = subprocess.run([sidecar, "replay", "--in", "-", "--model", path],
+                           input=buf.getvalue(), capture_output=True, text=True)
+        if p.returncode != 0:
+            raise lt.CorpusError("amf-sidecar replay --model %s of run %s failed: %s" % (path, r.id, p.stderr.strip()))
+        _parse_replay(p.stdout, "amf-sidecar replay --model")
+        q = subprocess.run([sidecar, "score", "--model", path, "--in", "-"],
+                           input=p.stdout, capture_output=True, text=True)
+        if q.returncode != 0:
+            raise lt.CorpusError("amf-sidecar score --model %s failed: %s" % (path, q.stderr.strip()))
+        rows = list(csv.reader(io.StringIO(q.stdout)))
+        pi = rows[0].index("probability")
+        out[r.id] = np.array([float(x[pi]) for x in rows[1:]])
+        if len(out[r.id]) != len(r.t):
+            raise lt.CorpusError("run %s: score gave %d rows for %d samples" % (r.id, len(out[r.id]), len(r.t)))
     return out
 

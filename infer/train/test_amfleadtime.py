@@ -270,7 +270,7 @@ class WindowAgeEndToEndTest(unittest.TestCase):
         runs = [r for r in recorded if r.family not in lt.TRAIN_FAMILIES]
         self.assertEqual(rep["run_ids"], [r.id for r in runs])
         with_train = any(r.family in lt.TRAIN_FAMILIES for r in recorded)
-        self.assertEqual(len(rep["models"]), 4 if with_train else 3)
+        self.assertEqual(len(rep["models"]), 5 if with_train else 4)
         # The held-out model is the lead-time report's: the same figures.
         lead = read_json(os.path.join(lt.REPO_ROOT, "infer", "train", "report", "leadtime.json"))["test"]["leadtime"]
         got = rep["main_test"]["leadtime (train families)"]

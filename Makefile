@@ -45,11 +45,11 @@ model: ## train the P1 HGBC (seed 42) -> embedded default model + manifest + par
 	$(PYTHON) infer/train/amftrain.py model --data $(DATA)
 	$(GO) test -count=1 -run 'TestParityDefault|TestDefaultModel' ./infer/model/
 
-leadtime: build ## the lead-time model from the lab corpus (lab/corpus/data) -> embedded leadtime model + infer/train/report/leadtime.{md,json}
+leadtime: build ## the lead-time model and the predict-linear detector from the lab corpus (lab/corpus/data) -> embedded leadtime + predict-linear, explanation golden, infer/train/report/leadtime.{md,json}
 	$(PYTHON) infer/train/amftrain.py leadtime
-	$(GO) test -count=1 -run 'TestParityEmbedded|TestEmbedded|TestEveryEmbedded' ./infer/model/
+	$(GO) test -count=1 -run 'TestParityEmbedded|TestEmbedded|TestEveryEmbedded|TestExplanations|TestPredictLinear' ./infer/model/
 
-window-age: build ## P1 and the lead-time models on runs with full windows (lab/corpus/lead-in) vs young ones -> infer/train/report/window-age.{md,json}
+window-age: build ## P1, the lead-time models and predict-linear on runs with full windows (lab/corpus/lead-in) vs young ones -> infer/train/report/window-age.{md,json}
 	$(PYTHON) infer/train/amftrain.py window-age
 
 evaluate: ## P0-P2 x HGBC/RF/LR x seeds 42-46 -> infer/train/report/evaluation.{md,json}

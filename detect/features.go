@@ -29,6 +29,7 @@ func FeatureConfig(m *model.Model, interval time.Duration) (infer.Config, error)
 	}
 	fc := infer.DefaultConfig()
 	fc.RateWindow, fc.DerivWindow, fc.Step, fc.Lookback = w.Rate, w.Deriv, w.SubqueryStep, w.Lookback
+	fc.PredictWindow, fc.PredictHorizon = m.Projection() // zero for tree models
 	if err := fc.Validate(); err != nil {
 		return infer.Config{}, fmt.Errorf("model %s: %w: %w", m.Source(), model.ErrFeatureSpec, err)
 	}

@@ -62,6 +62,10 @@ type Step struct {
 	Scored   bool
 	Score    float64
 	Features *signal.Features
+	// Explanation says what drove an anomalous score (model.Model.Why):
+	// the top features, or predict_linear's time to the limit; "" for a
+	// score below the threshold.
+	Explanation string
 	// MemoryReference is what this reading's memory_percent is relative to.
 	MemoryReference cgroup.MemoryReference
 	// Err is why the sample gave no score: errors.Is cgroup.ErrGone when the
@@ -202,12 +206,16 @@ func (p *Pipeline) Sample(ctx context.Context) Step {
 	}
 	x := rec.Features.Values
 	Normalise(&x, p.model.Normalisation())
-	score := p.model.Score(&x)
+	proj := rec.Features.Projection
+	score := p.model.ScoreSample(&x, proj.MemoryPercent)
 	if math.IsNaN(score) {
 		st.Err = ErrNoScore
 		return st
 	}
 	st.Scored, st.Score, st.Features = true, score, SignalFeatures(&rec.Features)
+	if p.model.Anomalous(score) {
+		st.Explanation = p.model.Why(&x, proj.MemoryPercent, proj.PercentPerSecond)
+	}
 	last := score
 	p.score, p.features = &last, st.Features
 	st.Emission = p.emit(p.machine.Score(score), rec.Stats.Time)

@@ -37,7 +37,8 @@ func (e *InputError) Unwrap() error { return e.Err }
 // memory_limit_bytes, network_bytes_total, disk_bytes_total, in any order; time in
 // Unix seconds, may be fractional; an empty field is a series without a point at that
 // time) and writes the six features evaluated at each row's time, one row per input
-// row. An undefined feature is an empty field. On bad input it stops at the bad line
+// row. With cfg.PredictWindow set, the memory projection follows as a last column,
+// infer.ProjectionName. An undefined feature is an empty field. On bad input it stops at the bad line
 // and returns an *InputError; rows before it have been written, nothing of it.
 func Replay(in io.Reader, out io.Writer, cfg infer.Config) error {
 	eng, err := infer.NewEngine(cfg)
@@ -61,7 +62,11 @@ func Replay(in io.Reader, out io.Writer, cfg infer.Config) error {
 	w := bufio.NewWriter(out)
 	defer w.Flush()
 	names := contract.FeatureNames()
-	if _, err := fmt.Fprintf(w, "time,%s\n", strings.Join(names[:], ",")); err != nil {
+	projected := ""
+	if cfg.PredictWindow > 0 {
+		projected = "," + infer.ProjectionName
+	}
+	if _, err := fmt.Fprintf(w, "time,%s%s\n", strings.Join(names[:], ","), projected); err != nil {
 		return err
 	}
 	row := make([]byte, 0, 256)
@@ -87,6 +92,12 @@ func Replay(in io.Reader, out io.Writer, cfg infer.Config) error {
 		}
 		row = append(row[:0], timeText...)
 		row = appendFeatures(row, &v)
+		if cfg.PredictWindow > 0 {
+			row = append(row, ',')
+			if v.Projection.Why == infer.Defined {
+				row = strconv.AppendFloat(row, v.Projection.MemoryPercent, 'g', -1, 64)
+			}
+		}
 		row = append(row, '\n')
 		if _, err := w.Write(row); err != nil {
 			return err

@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 )
 
@@ -129,4 +131,26 @@ func FuzzReplay(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestReplayWritesTheProjectionWhenAPredictWindowIsSet(t *testing.T) {
+	cfg := infer.DefaultConfig()
+	cfg.PredictWindow, cfg.PredictHorizon = time.Minute, time.Minute
+	var out bytes.Buffer
+	if err := Replay(strings.NewReader(linearCSV(900)), &out, cfg); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if h := strings.Split(lines[0], ","); h[len(h)-1] != infer.ProjectionName || len(h) != 2+contract.NumFeatures {
+		t.Fatalf("header %q: want the features, then %s", lines[0], infer.ProjectionName)
+	}
+	if first := strings.Split(lines[1], ","); first[len(first)-1] != "" {
+		t.Errorf("one sample projects nothing, got %q", first[len(first)-1])
+	}
+	// Memory climbs 1000 B/s: 60 s after the last sample it is 60 kB higher.
+	last := strings.Split(lines[900], ",")
+	got, err := strconv.ParseFloat(last[len(last)-1], 64)
+	if want := (4e7 + 1000*(899+60)) / 1e8 * 100; err != nil || math.Abs(got-want) > 1e-9*want {
+		t.Errorf("last projection %q, want %g", last[len(last)-1], want)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
 )
 
@@ -18,7 +19,9 @@ import (
 // `probability` and `anomaly` (0/1 at the model's threshold) appended. Features are
 // taken on the model's scale, as in its training data. An empty (or NaN) feature is
 // a missing value and follows the model's missing-value path. On bad input it stops
-// at the bad line with an *InputError; rows before it have been written.
+// at the bad line with an *InputError; rows before it have been written. The
+// predict_linear detector scores the projection column (infer.ProjectionName, as
+// replay writes it for that model) and needs it.
 func ScoreCSV(in io.Reader, out io.Writer, m *model.Model) error {
 	r := csv.NewReader(in)
 	header, err := r.Read()
@@ -29,7 +32,11 @@ func ScoreCSV(in io.Reader, out io.Writer, m *model.Model) error {
 		return csvError(err)
 	}
 	names := contract.FeatureNames()
-	idx, err := columnIndex(header, names[:])
+	want := names[:]
+	if m.Rule() != "" {
+		want = append(want[:len(want):len(want)], infer.ProjectionName)
+	}
+	idx, err := columnIndex(header, want)
 	if err != nil {
 		return &InputError{Line: 1, Err: err}
 	}
@@ -38,6 +45,7 @@ func ScoreCSV(in io.Reader, out io.Writer, m *model.Model) error {
 		return err
 	}
 	var x [contract.NumFeatures]float64
+	projected := math.NaN()
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
@@ -51,16 +59,20 @@ func ScoreCSV(in io.Reader, out io.Writer, m *model.Model) error {
 		line, _ := r.FieldPos(0)
 		for i, col := range idx {
 			f := strings.TrimSpace(rec[col])
-			if f == "" || strings.EqualFold(f, "nan") {
-				x[i] = math.NaN()
-				continue
+			v := math.NaN()
+			if f != "" && !strings.EqualFold(f, "nan") {
+				if v, err = parseFinite(f); err != nil {
+					w.Flush()
+					return errors.Join(&InputError{Line: line, Column: want[i], Err: err}, w.Error())
+				}
 			}
-			if x[i], err = parseFinite(f); err != nil {
-				w.Flush()
-				return errors.Join(&InputError{Line: line, Column: names[i], Err: err}, w.Error())
+			if i < contract.NumFeatures {
+				x[i] = v
+			} else {
+				projected = v
 			}
 		}
-		p := m.Score(&x)
+		p := m.ScoreSample(&x, projected)
 		anomaly := "0"
 		if m.Anomalous(p) {
 			anomaly = "1"

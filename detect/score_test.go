@@ -109,3 +109,35 @@ func TestScoreCSVOnTheDataset(t *testing.T) {
 		}
 	}
 }
+
+func TestScoreCSVScoresThePredictLinearProjection(t *testing.T) {
+	m, err := model.Embedded(model.PredictLinearName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := featHeader + ",memory_percent_projected\n" +
+		"young,0.3,8,,,,,\n" +
+		"below,0.3,8,,,,,50\n" +
+		"at,0.3,8,,,,,100\n"
+	var out bytes.Buffer
+	if err := ScoreCSV(strings.NewReader(in), &out, m); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&out).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]string{{"0", "0"}, {strconv.FormatFloat(0.5/1.5, 'g', -1, 64), "0"}, {"0.5", "1"}}
+	for i, w := range want {
+		r := rows[i+1]
+		if got := [2]string{r[len(r)-2], r[len(r)-1]}; got != w {
+			t.Errorf("row %s: score, anomaly %v, want %v", r[0], got, w)
+		}
+	}
+	// Without the projection the rule cannot score: refused, naming the column.
+	err = ScoreCSV(strings.NewReader(featHeader+"\nx,1,1,1,1,1,1\n"), &bytes.Buffer{}, m)
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.Line != 1 || !strings.Contains(err.Error(), "memory_percent_projected") {
+		t.Fatalf("error %v; want an InputError at line 1 naming the projection column", err)
+	}
+}

@@ -42,6 +42,10 @@ type Status struct {
 	Threshold float64 `json:"threshold"`
 	// Features are the latest model inputs; nil before the first sample.
 	Features *signal.Features `json:"features"`
+	// Explanation says what drove the latest score while it is anomalous
+	// (model.Model.Why): the top three features, or predict_linear's time to
+	// the limit.
+	Explanation string `json:"explanation,omitempty"`
 	// Model names the model in use, e.g. its manifest name and digest.
 	Model string `json:"model"`
 	// Seq is the sequence number of the latest sample.

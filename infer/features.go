@@ -22,6 +22,11 @@ type Config struct {
 	Lookback    time.Duration // instant-selector lookback delta; Prometheus' 5m
 	// MemoryReference is used as the memory limit for samples without one (bytes).
 	MemoryReference float64
+	// PredictWindow and PredictHorizon are W and H of the projection the
+	// predict_linear detector reads (Vector.Projection); a zero PredictWindow
+	// computes none. They are not feature windows: no tree model reads them.
+	PredictWindow  time.Duration
+	PredictHorizon time.Duration
 }
 
 // DefaultConfig returns the windows of the published Prometheus pipeline.
@@ -50,6 +55,14 @@ func (c Config) Validate() error {
 		if err := check(f.name, f.d); err != nil {
 			return err
 		}
+	}
+	if c.PredictWindow != 0 {
+		if err := check("predict window", c.PredictWindow); err != nil {
+			return err
+		}
+	}
+	if c.PredictHorizon < 0 || c.PredictHorizon%time.Millisecond != 0 || (c.PredictWindow == 0 && c.PredictHorizon != 0) {
+		return fmt.Errorf("features: predict horizon %v must be a whole number of milliseconds >= 0, and needs a predict window", c.PredictHorizon)
 	}
 	if c.DerivWindow < c.Step {
 		return fmt.Errorf("features: deriv window %v is shorter than the step %v", c.DerivWindow, c.Step)
@@ -80,6 +93,7 @@ const (
 	TooFewSamples              // a rate needs two samples in its window
 	NoRecentSample             // no gauge sample within the lookback
 	TooFewRatePoints           // deriv needs two subquery points
+	NotConfigured              // the projection is only computed with Config.PredictWindow
 )
 
 func (u Undefined) String() string {
@@ -92,6 +106,8 @@ func (u Undefined) String() string {
 		return "no sample within the lookback"
 	case TooFewRatePoints:
 		return "fewer than 2 subquery points in the deriv window"
+	case NotConfigured:
+		return "not configured"
 	}
 	return fmt.Sprintf("undefined(%d)", uint8(u))
 }
@@ -102,6 +118,29 @@ type Vector struct {
 	T      int64
 	Values [contract.NumFeatures]float64
 	Why    [contract.NumFeatures]Undefined
+	// Projection is not a feature: it is what the predict_linear detector
+	// reads, computed only when Config.PredictWindow is set.
+	Projection Projection
+}
+
+// ProjectionName is the projection's column name in replay and score CSVs.
+const ProjectionName = "memory_percent_projected"
+
+// Projection is the memory the straight line through the last W of memory
+// samples reaches H after T, in percent of the memory limit:
+//
+//	predict_linear(memory_bytes[W], H) / memory_limit_bytes * 100
+//
+// with the limit as memory_percent takes it (the newest within the lookback,
+// else Config.MemoryReference). 100 is the limit. MemoryPercent is NaN exactly
+// when Why is not Defined.
+//
+// PercentPerSecond is that line's slope, deriv(memory_bytes[W]) /
+// memory_limit_bytes * 100: with it the line's time to the limit follows.
+type Projection struct {
+	MemoryPercent    float64
+	PercentPerSecond float64
+	Why              Undefined
 }
 
 // ErrOutOfOrder is returned for a sample or evaluation time older than one already
@@ -113,7 +152,9 @@ var ErrOutOfOrder = errors.New("features: time went backwards")
 type Engine struct {
 	cfg                                 Config
 	rateMs, derivMs, stepMs, lookbackMs int64
+	predictMs                           int64  // 0: no projection
 	cpu, mem, memPct, net, disk         series // raw samples
+	memRef                              series // the limit (or reference) each memory sample was divided by
 	cpuRateSteps, memSteps              series // inner subquery values, one per step
 	lastT                               int64  // newest sample or evaluation time
 	started                             bool
@@ -132,6 +173,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		derivMs:    cfg.DerivWindow.Milliseconds(),
 		stepMs:     cfg.Step.Milliseconds(),
 		lookbackMs: cfg.Lookback.Milliseconds(),
+		predictMs:  cfg.PredictWindow.Milliseconds(),
 	}, nil
 }
 
@@ -162,6 +204,9 @@ func (e *Engine) Add(s Sample) error {
 		}
 		e.mem.push(Point{s.T, s.MemoryBytes})
 		e.memPct.push(Point{s.T, s.MemoryBytes / ref * 100})
+		if e.predictMs > 0 {
+			e.memRef.push(Point{s.T, ref})
+		}
 	}
 	e.evict()
 	return nil
@@ -196,7 +241,28 @@ func (e *Engine) Eval(t int64) (Vector, error) {
 	v.Values[contract.DiskIOBytesPerSec], v.Why[contract.DiskIOBytesPerSec] = e.rate(&e.disk, t)
 	v.Values[contract.CPUGrowthRate], v.Why[contract.CPUGrowthRate] = e.deriv(&e.cpuRateSteps, t)
 	v.Values[contract.MemoryGrowthRate], v.Why[contract.MemoryGrowthRate] = e.deriv(&e.memSteps, t)
+	v.Projection = e.projection(t)
 	return v, nil
+}
+
+// projection evaluates predict_linear(memory_bytes[W], H) / memory_limit_bytes * 100
+// at t. Like PromQL it is undefined with fewer than two memory samples in the
+// window, or without a limit sample within the lookback to divide by.
+func (e *Engine) projection(t int64) Projection {
+	if e.predictMs == 0 {
+		return Projection{math.NaN(), math.NaN(), NotConfigured}
+	}
+	e.scratch = e.mem.window(e.scratch[:0], t-e.predictMs, t)
+	bytesAhead, ok := predictLinear(e.scratch, t, e.cfg.PredictHorizon.Seconds())
+	bytesPerSecond, _ := deriv(e.scratch)
+	if !ok {
+		return Projection{math.NaN(), math.NaN(), TooFewSamples}
+	}
+	limit, why := e.instant(&e.memRef, t)
+	if why != Defined {
+		return Projection{math.NaN(), math.NaN(), why}
+	}
+	return Projection{bytesAhead / limit * 100, bytesPerSecond / limit * 100, Defined}
 }
 
 // rate evaluates rate(s[R]) at t.
@@ -251,8 +317,8 @@ func (e *Engine) closeSteps(t int64) {
 // times >= lastT; future steps at times >= nextStep.
 func (e *Engine) evict() {
 	oldest := min(e.lastT, e.nextStep)
-	rawHorizon := oldest - max(e.rateMs, e.lookbackMs)
-	for _, s := range []*series{&e.cpu, &e.mem, &e.memPct, &e.net, &e.disk} {
+	rawHorizon := oldest - max(e.rateMs, e.lookbackMs, e.predictMs)
+	for _, s := range []*series{&e.cpu, &e.mem, &e.memPct, &e.memRef, &e.net, &e.disk} {
 		s.dropThrough(rawHorizon)
 	}
 	e.cpuRateSteps.dropThrough(e.lastT - e.derivMs)
@@ -271,7 +337,7 @@ func alignUp(t, step int64) int64 {
 // Reset forgets every sample, as after a restart: used when the wall clock steps
 // backwards, since windows cannot be recomputed over time that ran twice.
 func (e *Engine) Reset() {
-	for _, s := range []*series{&e.cpu, &e.mem, &e.memPct, &e.net, &e.disk, &e.cpuRateSteps, &e.memSteps} {
+	for _, s := range []*series{&e.cpu, &e.mem, &e.memPct, &e.memRef, &e.net, &e.disk, &e.cpuRateSteps, &e.memSteps} {
 		s.head, s.n = 0, 0
 	}
 	e.started, e.lastT, e.nextStep = false, 0, 0

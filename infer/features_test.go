@@ -207,6 +207,9 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 		func(c *Config) { c.DerivWindow = time.Second; c.Step = 5 * time.Second },
 		func(c *Config) { c.Lookback = -time.Minute },
 		func(c *Config) { c.MemoryReference = 0 },
+		func(c *Config) { c.PredictWindow = -time.Second },
+		func(c *Config) { c.PredictWindow = time.Minute; c.PredictHorizon = -time.Second },
+		func(c *Config) { c.PredictHorizon = time.Minute }, // a horizon without a window
 	}
 	for i, mutate := range bad {
 		c := DefaultConfig()
@@ -214,6 +217,40 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 		if _, err := NewEngine(c); err == nil {
 			t.Errorf("case %d: config %+v accepted", i, c)
 		}
+	}
+}
+
+func TestProjectionReachesTheLimitWhenTheLineDoes(t *testing.T) {
+	// Memory grows 1 MB/s from 50 MB against a 200 MB limit. At the last sample
+	// (t = 99 s) it is 149 MB; the line reaches 200 MB 51 s later.
+	const limit = 200e6
+	tests := []struct {
+		name    string
+		window  time.Duration
+		horizon time.Duration
+		want    float64 // percent of the limit; NaN: undefined
+		why     Undefined
+	}{
+		{"no window computes no projection", 0, 0, math.NaN(), NotConfigured},
+		{"horizon 0 is the line's value now", time.Minute, 0, 149e6 / limit * 100, Defined},
+		{"51 s ahead the line meets the limit", time.Minute, 51 * time.Second, 100, Defined},
+		{"120 s ahead it is past the limit", 30 * time.Second, 2 * time.Minute, 269e6 / limit * 100, Defined},
+		{"a window holding one sample is undefined", time.Second, time.Minute, math.NaN(), TooFewSamples},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.PredictWindow, cfg.PredictHorizon = tt.window, tt.horizon
+			e := mustEngine(t, cfg)
+			v := feed(t, e, 1_700_000_000_000, 1000, 100, func(i int, _ int64) Sample {
+				return Sample{CPUSeconds: float64(i), MemoryBytes: 50e6 + 1e6*float64(i), MemoryLimitBytes: limit}
+			})
+			got := v.Projection
+			if got.Why != tt.why || (math.IsNaN(tt.want) != math.IsNaN(got.MemoryPercent)) ||
+				(!math.IsNaN(tt.want) && !near(got.MemoryPercent, tt.want, 1e-12)) {
+				t.Errorf("projection %v (%v), want %v (%v)", got.MemoryPercent, got.Why, tt.want, tt.why)
+			}
+		})
 	}
 }
 

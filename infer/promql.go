@@ -72,6 +72,23 @@ func deriv(pts []Point) (slope float64, ok bool) {
 	return slope, true
 }
 
+// predictLinear is PromQL's predict_linear(v[W], duration) evaluated at evalT: the
+// least-squares line through the points (deriv's line), read off duration seconds
+// after evalT. Prometheus fits with the evaluation time as intercept time, so the
+// intercept is the line's value at evalT and the prediction is
+//
+//	slope*duration + intercept
+//
+// (funcPredictLinear). ok is false with fewer than two points, where PromQL drops
+// the element.
+func predictLinear(pts []Point, evalT int64, duration float64) (v float64, ok bool) {
+	if len(pts) < 2 {
+		return 0, false
+	}
+	slope, intercept := linearRegression(pts, evalT)
+	return slope*duration + intercept, true
+}
+
 // linearRegression is Prometheus' ordinary least squares with Kahan-compensated sums.
 func linearRegression(pts []Point, interceptTime int64) (slope, intercept float64) {
 	var (

@@ -387,7 +387,7 @@ func (s *Sidecar) apply(e detect.Emission, st *detect.Step) {
 	s.mu.Lock()
 	if st != nil {
 		p := st.Score
-		s.status.Score, s.status.Features = &p, st.Features
+		s.status.Score, s.status.Features, s.status.Explanation = &p, st.Features, st.Explanation
 	}
 	if v.Changed {
 		s.status.State, s.status.TransitionReason, s.status.LastTransition = v.State, v.Reason, time.Now()

@@ -110,6 +110,12 @@ func startSidecar(t *testing.T, broker string, reconnect time.Duration) *running
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startSidecarWith(t, broker, reconnect, m)
+}
+
+// startSidecarWith is startSidecar running model m.
+func startSidecarWith(t *testing.T, broker string, reconnect time.Duration, m *model.Model) *running {
+	t.Helper()
 	sig, err := NewSignaller(SignallerConfig{Broker: broker, Namespace: "tod", Pod: "broker-0", Token: "t",
 		KeepAlive: 2 * time.Second, ReconnectMin: reconnect, ReconnectMax: reconnect})
 	if err != nil {
@@ -155,6 +161,9 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 	if healthy.Probability == nil || *healthy.Probability >= 0.5 {
 		t.Fatalf("healthy signal without a low score: %+v", healthy)
 	}
+	if _, body := get(t, r.http.URL+"/status"); strings.Contains(body, `"explanation"`) {
+		t.Errorf("/status explains a healthy score: %s", body)
+	}
 
 	// 60 MiB of a 100 MiB limit is 120 on the dataset's scale: over its 80 cut.
 	r.src.memory.Store(60 << 20)
@@ -169,6 +178,10 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 	}
 	if code, body := get(t, r.http.URL+"/status"); code != 200 || !strings.Contains(body, `"state":"anomalous"`) {
 		t.Fatalf("/status = %d %s", code, body)
+	}
+	// The anomalous score is explained: memory is what changed.
+	if _, body := get(t, r.http.URL+"/status"); !strings.Contains(body, `"explanation":"memory_percent +`) {
+		t.Errorf("/status while anomalous does not name memory_percent first in its explanation: %s", body)
 	}
 
 	// The application beside the broker says it is broken.
@@ -194,6 +207,43 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 	}
 	r.done <- nil // for the cleanup
 	await(t, msgs, signal.Stopping)
+}
+
+func TestSidecarOnPredictLinearAlarmsOnAMemoryClimbAndSaysWhenItMeetsTheLimit(t *testing.T) {
+	m, err := model.Embedded(model.PredictLinearName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, broker := startBroker(t)
+	msgs := watch(t, broker)
+	r := startSidecarWith(t, broker, 10*time.Millisecond, m)
+	if h := await(t, msgs, signal.Healthy); h.Probability == nil || *h.Probability >= 0.5 {
+		t.Fatalf("healthy signal without a score under the limit: %+v", h)
+	}
+	// Memory climbs 1 MiB per sample (every 20 ms): the line meets the 100 MiB
+	// limit well within the rule's horizon.
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				if r.src.memory.Load() < 90<<20 {
+					r.src.memory.Add(1 << 20)
+				}
+			}
+		}
+	}()
+	defer close(stop)
+	a := await(t, msgs, signal.Anomalous)
+	if a.Probability == nil || *a.Probability < 0.5 {
+		t.Fatalf("anomalous without a projection at the limit: %+v", a)
+	}
+	if _, body := get(t, r.http.URL+"/status"); !strings.Contains(body, `"explanation":"memory's line m`) ||
+		!strings.Contains(body, "predict_linear(memory_bytes[") {
+		t.Errorf("/status does not say when memory meets the limit: %s", body)
+	}
 }
 
 func TestSidecarLastWillAndRepublishOnReconnect(t *testing.T) {

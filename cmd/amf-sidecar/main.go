@@ -199,6 +199,8 @@ func runReplay(_ context.Context, args []string, io stdio) int {
 	in := fs.String("in", "", "raw samples CSV (- for standard input)")
 	modelPath := fs.String("model", "", modelHelp()+": compute the features with the windows of its manifest; the output stays on the plain scale, without the model's normalisation")
 	windows := registerWindowFlags(fs)
+	predictWindow := fs.Duration("predict-window", 0, "W of the memory projection predict_linear(memory_bytes[W], H) / limit * 100, written as a last column "+infer.ProjectionName+" (0: none); with a model, only its own (--model predict-linear)")
+	predictHorizon := fs.Duration("predict-horizon", 0, "H of that projection")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -207,10 +209,15 @@ func runReplay(_ context.Context, args []string, io stdio) int {
 		return exitUsage
 	}
 	cfg := windows.cfg
+	cfg.PredictWindow, cfg.PredictHorizon = *predictWindow, *predictHorizon
 	if *modelPath != "" {
 		m, err := loadGivenModel("replay", *modelPath, io.err)
 		if err == nil {
 			cfg, err = windows.forModel(m, 0)
+		}
+		if err == nil && (*predictWindow != 0 || *predictHorizon != 0) && (*predictWindow != cfg.PredictWindow || *predictHorizon != cfg.PredictHorizon) {
+			err = fmt.Errorf("%w: --predict-window %s --predict-horizon %s, model %s projects with %s and %s", errWindowFlag,
+				model.FormatDuration(*predictWindow), model.FormatDuration(*predictHorizon), m.Source(), model.FormatDuration(cfg.PredictWindow), model.FormatDuration(cfg.PredictHorizon))
 		}
 		if err != nil {
 			fmt.Fprintf(io.err, "amf-sidecar replay: %v\n", err)

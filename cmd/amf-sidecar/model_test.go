@@ -89,7 +89,7 @@ func TestRunWithAModelName(t *testing.T) {
 		refusal string // "" = the model must be accepted
 	}{
 		{"the default model's name", "p1", ""},
-		{"an unknown name", "nosuch", "neither an embedded model (embedded: p1, leadtime)"},
+		{"an unknown name", "nosuch", "neither an embedded model (embedded: p1, leadtime, predict-linear)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -129,7 +129,7 @@ func TestLoadModelForRun(t *testing.T) {
 	}{
 		{"embedded model", "", time.Second, def.Source(), "", nil},
 		{"embedded model by name", "p1", time.Second, def.Source(), "", nil},
-		{"unknown name falls back naming the embedded models", "nosuch", time.Second, def.Source(), "model nosuch: no such model: neither an embedded model (embedded: p1, leadtime)", nil},
+		{"unknown name falls back naming the embedded models", "nosuch", time.Second, def.Source(), "model nosuch: no such model: neither an embedded model (embedded: p1, leadtime, predict-linear)", nil},
 		{"override usable at the interval", short, time.Second, short, "", nil},
 		{"override trained on faster samples falls back", fast, time.Second, def.Source(), "sampling every 1s is slower than the model's sample_interval 500ms", nil},
 		{"override usable at a finer interval", fast, 250 * time.Millisecond, fast, "", nil},

@@ -5,6 +5,19 @@
 // HistGradientBoostingClassifier) plus a JSON manifest. Scoring goes through
 // github.com/dmitryikh/leaves.
 //
+// One embedded detector has no trees: predict-linear, the Prometheus rule
+// predict_linear(memory_bytes[W], H) / memory_limit_bytes * 100 >= 100 that an
+// operator would write (linear.go). Its manifest has model_format
+// FormatPredictLinear and its model file is that PromQL line; it scores the
+// feature engine's memory projection (ScoreSample), not the six features.
+//
+// # Explanations
+//
+// Explain attributes a tree model's raw score to the features by Saabas' path
+// attribution (explain.go): bias + contributions = Raw. Why renders the top
+// three for logs and /status; for predict-linear it is the line's time to the
+// limit (SecondsToLimit).
+//
 // # Files
 //
 // Models are embedded by name (EmbeddedNames, Embedded): DefaultName "p1",

@@ -32,7 +32,7 @@ type embeddedModel struct {
 	name     string // what --model accepts; no path separator
 	model    string // file in this folder
 	manifest string // file in this folder
-	golden   string // parity golden under testdata, checked by TestParityEmbedded
+	golden   string // parity golden under testdata, checked by TestParityEmbedded; "" for a rule without trees
 }
 
 // embeddedModels is the registry, default first. To embed a model, put its
@@ -44,6 +44,11 @@ func embeddedModels() []embeddedModel {
 		// Trained on the lab corpus to predict an OOM kill within 120 s
 		// (make leadtime; infer/train/report/leadtime.md).
 		{name: "leadtime", model: "leadtime_model.txt", manifest: "leadtime_manifest.json", golden: "parity_leadtime.csv"},
+		// The rule a user would write instead, predict_linear of memory against
+		// the limit, W and H chosen like leadtime's (make leadtime; linear.go).
+		// No trees, so no parity golden: its projection is checked against
+		// Prometheus (infer/promqlparity).
+		{name: PredictLinearName, model: "predict-linear_model.txt", manifest: "predict-linear_manifest.json"},
 	}
 }
 

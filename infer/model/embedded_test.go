@@ -84,6 +84,12 @@ func TestEmbeddedFilesAreRegistered(t *testing.T) {
 	registered := map[string]bool{}
 	for _, e := range embeddedModels() {
 		registered[e.model], registered[e.manifest] = true, true
+		if e.golden == "" {
+			if m, err := Embedded(e.name); err != nil || m.Rule() == "" {
+				t.Errorf("embedded model %s has no parity golden but is not a rule (error %v)", e.name, err)
+			}
+			continue
+		}
 		if _, err := os.Stat(filepath.Join("testdata", e.golden)); err != nil {
 			t.Errorf("embedded model %s: parity golden: %v", e.name, err)
 		}
@@ -128,7 +134,7 @@ func TestLoadNameOrPath(t *testing.T) {
 		{"an embedded name wins over a file of that name", "p1", def.Source(), nil, nil},
 		{"a path", "good.txt", "good.txt", nil, nil},
 		{"./p1 is the file called p1", "./p1", "./p1", nil, nil},
-		{"an unknown name lists the embedded models", "nosuch", "", ErrNoSuchModel, []string{"model nosuch", "neither an embedded model (embedded: p1, leadtime) nor a model file"}},
+		{"an unknown name lists the embedded models", "nosuch", "", ErrNoSuchModel, []string{"model nosuch", "neither an embedded model (embedded: p1, leadtime, predict-linear) nor a model file"}},
 		{"a missing path is a file error", filepath.Join("models", "nosuch.txt"), "", ErrIO, []string{"nosuch.txt", "no such file"}},
 		{"an existing file without its manifest is a file error", "noman.txt", "", ErrIO, []string{"noman.manifest.json"}},
 	}

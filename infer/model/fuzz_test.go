@@ -31,6 +31,13 @@ func FuzzLoad(f *testing.F) {
 	f.Add(tiny, manifestFor(f, tiny, func(m map[string]any) {
 		m["feature_windows"].(map[string]any)["deriv_window"] = "7s"
 	}), false)
+	// The predict_linear detector: its files, and its manifest over another text.
+	pt, pm, err := EmbeddedFiles(PredictLinearName)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(pt, pm, false)
+	f.Add(tiny, pm, false)
 	f.Fuzz(func(t *testing.T, model, manifest []byte, fixSHA bool) {
 		if fixSHA {
 			manifest = manifestFor(t, model, nil)
@@ -48,8 +55,23 @@ func FuzzLoad(f *testing.F) {
 		}
 		nan := math.NaN()
 		for _, x := range [][contract.NumFeatures]float64{{}, {nan, nan, nan, nan, nan, nan}, {1e300, -1e300, 5, 80, 80.0000001, -3}} {
+			if m.Rule() != "" {
+				// A rule scores the projection: 0.5 at the limit, 0 without one.
+				if p := m.ScoreSample(&x, 100); p != 0.5 || m.ScoreSample(&x, nan) != 0 {
+					t.Fatalf("rule %q scores 100 %% as %v", m.Rule(), p)
+				}
+				continue
+			}
 			if p := m.Score(&x); !(p >= 0 && p <= 1) {
 				t.Fatalf("score %v for %v", p, x)
+			}
+			// An explanation, where the text allows one, adds up to the raw score.
+			if e, err := m.Explain(&x); err == nil {
+				if r := m.Raw(&x); !(math.Abs(e.Raw()-r) <= 1e-9*math.Max(1, math.Abs(r))) {
+					t.Fatalf("bias + contributions %v, raw %v for %v", e.Raw(), r, x)
+				}
+			} else if !errors.Is(err, ErrNoExplanation) {
+				t.Fatalf("Explain: %v", err)
 			}
 		}
 		w := m.Windows()

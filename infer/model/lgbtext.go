@@ -39,6 +39,9 @@ type lgbTree struct {
 	left      []int32
 	right     []int32
 	leaf      []float64
+	// leafCount is how many training samples reached each leaf (leaf_count;
+	// nil when the text has none). Explain weighs the leaves with it.
+	leafCount []float64
 }
 
 type lgbModel struct {
@@ -248,6 +251,20 @@ func parseTree(b *kvBlock) (lgbTree, error) {
 		}
 		t.leaf[i] = v
 	}
+	if _, ok := b.kv["leaf_count"]; ok {
+		lc, err := fields(b, "leaf_count", n)
+		if err != nil {
+			return t, err
+		}
+		t.leafCount = make([]float64, n)
+		for i, s := range lc {
+			c, err := strconv.ParseUint(s, 10, 53)
+			if err != nil {
+				return t, fmt.Errorf("leaf_count[%d] %q is not a sample count", i, clip(s))
+			}
+			t.leafCount[i] = float64(c)
+		}
+	}
 	if n == 1 {
 		return t, nil
 	}
@@ -364,27 +381,33 @@ func (t *lgbTree) raw(x *[contract.NumFeatures]float64) float64 {
 	}
 	i := int32(0)
 	for {
-		fval := x[t.feature[i]]
-		d := t.dtype[i]
-		mt := (d & dtMissingMask) >> 2
-		if math.IsNaN(fval) && mt != missingNaN {
-			fval = 0
-		}
-		var left bool
-		if (mt == missingZero && fval > -zeroThreshold && fval <= zeroThreshold) || (mt == missingNaN && math.IsNaN(fval)) {
-			left = d&dtDefaultLeft != 0
-		} else {
-			left = fval <= t.threshold[i]
-		}
-		c := t.right[i]
-		if left {
-			c = t.left[i]
-		}
+		c := t.child(i, x)
 		if c < 0 {
 			return t.leaf[^c]
 		}
 		i = c
 	}
+}
+
+// child is the child of internal node i that x goes to, by leaves' decision
+// rules (lgtree.go numericalDecision): a leaf k as ^k.
+func (t *lgbTree) child(i int32, x *[contract.NumFeatures]float64) int32 {
+	fval := x[t.feature[i]]
+	d := t.dtype[i]
+	mt := (d & dtMissingMask) >> 2
+	if math.IsNaN(fval) && mt != missingNaN {
+		fval = 0
+	}
+	var left bool
+	if (mt == missingZero && fval > -zeroThreshold && fval <= zeroThreshold) || (mt == missingNaN && math.IsNaN(fval)) {
+		left = d&dtDefaultLeft != 0
+	} else {
+		left = fval <= t.threshold[i]
+	}
+	if left {
+		return t.left[i]
+	}
+	return t.right[i]
 }
 
 func (m *lgbModel) raw(x *[contract.NumFeatures]float64) float64 {

@@ -47,6 +47,9 @@ type Manifest struct {
 	Dataset        *Dataset       `json:"dataset,omitempty"`
 	Validation     *Validation    `json:"validation,omitempty"`
 	TrainedBy      string         `json:"trained_by,omitempty"`
+	// PredictLinear is W and H of the predict_linear detector; present
+	// exactly when ModelFormat is FormatPredictLinear.
+	PredictLinear *PredictLinearSpec `json:"predict_linear,omitempty"`
 }
 
 // FeatureWindows are the PromQL windows the training features were computed
@@ -329,6 +332,7 @@ type parsedManifest struct {
 	man      Manifest
 	windows  Windows
 	warnings []string
+	linear   *linearRule // the predict_linear detector's rule; nil for trees
 }
 
 // parseManifest validates b. src names the model for the error's Source;
@@ -360,20 +364,39 @@ func parseManifest(src, where string, b []byte) (*parsedManifest, error) {
 	if m.SchemaVersion < oldestManifestSchemaVersion || m.SchemaVersion > ManifestSchemaVersion {
 		return bad(ErrManifest, "schema_version %d, this binary reads %d to %d", m.SchemaVersion, oldestManifestSchemaVersion, ManifestSchemaVersion)
 	}
-	if m.ModelFormat != "lightgbm-text-v3" && m.ModelFormat != "lightgbm-text-v2" {
-		return bad(ErrManifest, "model_format %q, want \"lightgbm-text-v3\" or \"lightgbm-text-v2\"", m.ModelFormat)
+	var linear *linearRule
+	switch m.ModelFormat {
+	case "lightgbm-text-v3", "lightgbm-text-v2":
+		if m.Objective != ObjectiveBinarySigmoid {
+			return bad(ErrManifest, "objective %q, want %q", m.Objective, ObjectiveBinarySigmoid)
+		}
+		if m.PredictLinear != nil {
+			return bad(ErrManifest, "a predict_linear section in a %s manifest", m.ModelFormat)
+		}
+	case FormatPredictLinear:
+		if m.Objective != ObjectivePredictLinear {
+			return bad(ErrManifest, "objective %q, want %q", m.Objective, ObjectivePredictLinear)
+		}
+		if m.PredictLinear == nil {
+			return bad(ErrManifest, "model_format %s without a predict_linear section (window, horizon)", m.ModelFormat)
+		}
+		r, err := m.PredictLinear.parse(m.Threshold)
+		if err != nil {
+			return bad(ErrManifest, "%v", err)
+		}
+		linear = r
+	default:
+		return bad(ErrManifest, "model_format %q, want \"lightgbm-text-v3\", \"lightgbm-text-v2\" or %q", m.ModelFormat, FormatPredictLinear)
 	}
-	if m.Objective != ObjectiveBinarySigmoid {
-		return bad(ErrManifest, "objective %q, want %q", m.Objective, ObjectiveBinarySigmoid)
+	// Both kinds score on the probability scale the gates and the signal use.
+	if math.IsNaN(m.Threshold) || m.Threshold <= 0 || m.Threshold >= 1 {
+		return bad(ErrManifest, "threshold %v is not in (0, 1)", m.Threshold)
 	}
 	if !isHex64(m.ModelSHA256) {
 		return bad(ErrManifest, "model_sha256 %q is not 64 lower-case hex digits", m.ModelSHA256)
 	}
 	if err := checkNames(m.FeatureNames); err != nil {
 		return bad(ErrFeatures, "feature_names: %v", err)
-	}
-	if math.IsNaN(m.Threshold) || m.Threshold <= 0 || m.Threshold >= 1 {
-		return bad(ErrManifest, "threshold %v is not in (0, 1)", m.Threshold)
 	}
 	var warnings []string
 	if missing := m.FeatureWindows.missing(); len(missing) > 0 {
@@ -396,7 +419,7 @@ func parseManifest(src, where string, b []byte) (*parsedManifest, error) {
 			return bad(ErrFeatureSpec, "normalisation.%s %v is not in (0, 10]", f.name, f.v)
 		}
 	}
-	return &parsedManifest{man: m, windows: w, warnings: warnings}, nil
+	return &parsedManifest{man: m, windows: w, warnings: warnings, linear: linear}, nil
 }
 
 // missing names the windows the manifest leaves empty.
@@ -463,6 +486,10 @@ func (m *Manifest) clone() Manifest {
 	if m.Validation != nil {
 		v := *m.Validation
 		c.Validation = &v
+	}
+	if m.PredictLinear != nil {
+		p := *m.PredictLinear
+		c.PredictLinear = &p
 	}
 	return c
 }

@@ -22,7 +22,11 @@ import (
 // Model is a loaded, validated model. It is immutable and safe for
 // concurrent use.
 type Model struct {
-	ens      *leaves.Ensemble // raw-margin ensemble; sigmoid applied by Score
+	ens      *leaves.Ensemble // raw-margin ensemble; sigmoid applied by Score; nil for predict_linear
+	linear   *linearRule      // the predict_linear detector (linear.go); nil for trees
+	trees    []lgbTree        // the trees as this package reads them, for Explain
+	means    [][]float64      // per tree, its internal nodes' expected values (explain.go); nil if unknown
+	meansErr error            // why means is nil
 	manifest Manifest
 	windows  Windows
 	warnings []string
@@ -38,13 +42,19 @@ type scratch struct {
 }
 
 // Score returns the anomaly probability of one feature vector, in the order
-// of FeatureNames. NaN entries are missing values. It does not allocate.
+// of FeatureNames. NaN entries are missing values. It does not allocate. The
+// predict_linear detector scores a projection, not features: its Score is NaN
+// (use ScoreSample).
 func (m *Model) Score(x *[contract.NumFeatures]float64) float64 {
 	return sigmoid(m.Raw(x))
 }
 
 // Raw returns the model's raw margin (log-odds) for x; Score = 1/(1+e^-Raw).
+// NaN for the predict_linear detector, which has no trees.
 func (m *Model) Raw(x *[contract.NumFeatures]float64) float64 {
+	if m.ens == nil {
+		return math.NaN()
+	}
 	s := m.scratch.Get().(*scratch)
 	s.in = *x
 	s.out[0] = 0
@@ -224,6 +234,12 @@ func load(src, manifestName string, modelBytes, manifestBytes []byte) (*Model, e
 	if sha != man.ModelSHA256 {
 		return nil, loadErr(src, ErrChecksum, "model sha256 is %s, manifest says %s", sha, man.ModelSHA256)
 	}
+	if parsed.linear != nil {
+		if err := parsed.linear.checkText(modelBytes); err != nil {
+			return nil, loadErr(src, ErrFormat, "%v", err)
+		}
+		return &Model{linear: parsed.linear, manifest: *man, windows: parsed.windows, warnings: parsed.warnings, source: src, sha: sha}, nil
+	}
 	txt, err := parseLGBText(modelBytes)
 	if err != nil {
 		var kind error = ErrFormat
@@ -254,7 +270,9 @@ func load(src, manifestName string, modelBytes, manifestBytes []byte) (*Model, e
 		source:   src,
 		sha:      sha,
 		nTrees:   len(txt.trees),
+		trees:    txt.trees,
 	}
+	m.means, m.meansErr = treeMeans(txt.trees)
 	m.scratch.New = func() any { return new(scratch) }
 	// leaves and this package's reading of the text must agree exactly.
 	for _, x := range txt.probes() {

@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 
+import amfexplain
 import amfexport
 from amfdata import FEATURES, REPO_ROOT
 
@@ -257,8 +258,9 @@ def decisions(p, t, debounce=DEBOUNCE, threshold=THRESHOLD):
     return out
 
 
-def evaluate_runs(runs, probs, horizon, gate_lead=GATE_LEAD_S):
-    """Event and sample figures of per-run probabilities (dict run id -> array).
+def evaluate_runs(runs, probs, horizon, gate_lead=GATE_LEAD_S, threshold=THRESHOLD):
+    """Event and sample figures of per-run probabilities (dict run id -> array),
+    anomalous at or above threshold (the predict_linear detector's is 1, the limit).
 
     - recall_at_gate: failing runs whose first timely decision (within the
       horizon of the failure) leaves at least gate_lead seconds;
@@ -277,11 +279,11 @@ def evaluate_runs(runs, probs, horizon, gate_lead=GATE_LEAD_S):
     for r in runs:
         p = probs[r.id]
         y = labels(r, horizon)
-        yhat = p >= THRESHOLD
+        yhat = p >= threshold
         tp += int(np.sum(yhat & (y == 1)))
         fp += int(np.sum(yhat & (y == 0)))
         fn += int(np.sum(~yhat & (y == 1)))
-        ds = decisions(p, r.t)
+        ds = decisions(p, r.t, threshold=threshold)
         fault_t = r.t[0] - r.since_onset[0] + r.fault_from_s
         entry = {"run": r.id, "family": r.family, "fails": r.fails, "decisions": len(ds),
                  "max_probability": float(np.max(p)) if len(p) else 0.0}
@@ -364,7 +366,8 @@ def cross_validate(runs, feats, windows, horizon, seed):
 
 
 # The embedded models' manifests, by name (infer/model/embedded.go).
-MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json"}
+MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json",
+             "predict-linear": "predict-linear_manifest.json"}
 
 
 def embedded_probabilities(runs, name, sidecar=SIDECAR):
@@ -373,6 +376,9 @@ def embedded_probabilities(runs, name, sidecar=SIDECAR):
     `amf-sidecar score --model name` (dict run id -> probabilities)."""
     with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
         man = json.load(f)
+    if man["model_format"] == "predict-linear-v1":
+        import amfpredictlinear  # here: it imports this module
+        return amfpredictlinear.sidecar_scores(runs, name, sidecar)
     fw = man["feature_windows"]
     windows = {k: fw[k] for k in ("rate_window", "deriv_window", "subquery_step", "lookback")}
     norm = man["normalisation"]
@@ -470,29 +476,52 @@ def render_report(rep):
             round((s["detected_before_failure"] or 0) * s["failing_runs"]), s["failing_runs"],
             _fmt(s["lead_s"]["min"], 1), _fmt(s["lead_s"]["median"], 1), _fmt(s["lead_s"]["max"], 1),
             s["false_alarms"], _fmt(s["false_alarms_per_hour"], 1)))
+    pl = rep["predict_linear"]
+    for c in pl["cross_validation"]:
+        s = c["summary"]
+        mark = " **(chosen)**" if c["window"] == pl["chosen"]["window"] and c["horizon_s"] == pl["chosen"]["horizon_s"] else ""
+        a("| predict_linear, W %s%s | %.0f | %d/%d | %d/%d | %s / %s / %s | %d | %s |" % (
+            c["window"], mark, c["horizon_s"],
+            round((s["recall_at_gate"] or 0) * s["failing_runs"]), s["failing_runs"],
+            round((s["detected_before_failure"] or 0) * s["failing_runs"]), s["failing_runs"],
+            _fmt(s["lead_s"]["min"], 1), _fmt(s["lead_s"]["median"], 1), _fmt(s["lead_s"]["max"], 1),
+            s["false_alarms"], _fmt(s["false_alarms_per_hour"], 1)))
+    a("")
+    a("The predict_linear rows are the rule an operator writes instead of a model, "
+      "`%s` with W and H as in the row, through the same gates (score f / (1 + f) with f the "
+      "projection as a fraction of the limit, so 0.5, the gates' threshold, is the limit). Nothing is fitted, so each left-out family's "
+      "scores do not depend on the other folds: the pooled folds are the rule on every "
+      "train run, and W, H are chosen by the same rule as the trees'." % pl["expr_template"])
     a("")
     a("## Held-out test families")
     a("")
     ch = rep["chosen"]
     a("Lead-time model: windows %s, H %.0f s, trained on the train families only. P1: the "
-      "embedded paper model as the sidecar runs it (5m/10m/5s, normalisation /0.5)." % (
-          window_key(ch["windows"]), ch["horizon_s"]))
+      "embedded paper model as the sidecar runs it (5m/10m/5s, normalisation /0.5). "
+      "predict_linear: `%s` (W, H chosen on the train families), scored by the sidecar "
+      "(`amf-sidecar replay --model` then `score --model` on the shipped files). All "
+      "judged with H %.0f s." % (
+          window_key(ch["windows"]), ch["horizon_s"], pl["expr"], ch["horizon_s"]))
     a("")
     a(SUMMARY_HEAD)
     a(_summary_row("lead-time (test families)", rep["test"]["leadtime"]))
     a(_summary_row("P1 (test families)", rep["test"]["p1"]))
+    a(_summary_row("predict_linear (test families)", rep["test"]["predict_linear"]))
     a(_summary_row("P1 (all families)", rep["p1_all"]))
+    a(_summary_row("predict_linear (all families)", pl["all"]))
     a("")
-    a("Per run (test families):")
+    a("Per run (test families; predict_linear's max score is f / (1 + f), f the projection as a fraction of the limit):")
     a("")
-    a("| run | fails | lead-time model: lead (s) / decisions / max p | P1: lead (s) / decisions / max p |")
-    a("|---|---|---|---|")
+    a("| run | fails | lead-time model: lead (s) / decisions / max p | P1: lead (s) / decisions / max p | predict_linear: lead (s) / decisions / max score |")
+    a("|---|---|---|---|---|")
     p1 = {e["run"]: e for e in rep["test"]["p1"]["runs"]}
+    plr = {e["run"]: e for e in rep["test"]["predict_linear"]["runs"]}
     for e in rep["test"]["leadtime"]["runs"]:
-        q = p1[e["run"]]
-        a("| %s | %s | %s / %d / %.3f | %s / %d / %.3f |" % (
+        q, z = p1[e["run"]], plr[e["run"]]
+        a("| %s | %s | %s / %d / %.3f | %s / %d / %.3f | %s / %d / %.3f |" % (
             e["run"], "yes" if e["fails"] else "no", _fmt(e.get("lead_s"), 1), e["decisions"],
-            e["max_probability"], _fmt(q.get("lead_s"), 1), q["decisions"], q["max_probability"]))
+            e["max_probability"], _fmt(q.get("lead_s"), 1), q["decisions"], q["max_probability"],
+            _fmt(z.get("lead_s"), 1), z["decisions"], z["max_probability"]))
     a("")
     a("## The shipped model")
     a("")
@@ -506,8 +535,39 @@ def render_report(rep):
     a(SUMMARY_HEAD)
     a(_summary_row("lead-time (shipped, all families)", sh["summary"]))
     a(_summary_row("P1 (all families)", rep["p1_all"]))
+    a(_summary_row("predict_linear (shipped, all families)", pl["all"]))
+    a("")
+    a("The shipped predict_linear detector is the rule chosen on the train families "
+      "(nothing to refit): `infer/model/predict-linear_model.txt` (its PromQL line, "
+      "sha256 %.12s…) and its manifest." % pl["sha256"])
     a("")
     return "\n".join(L) + "\n"
+
+
+def predict_linear_section(runs, train, test, h, args, log):
+    """The predict_linear detector: W, H chosen on the train families, shipped
+    to args.out_dir, then scored by the sidecar on the shipped files; test
+    figures judged with the trees' horizon h."""
+    import amfpredictlinear as pl  # here: it imports this module
+    cv = pl.cross_validate(train, args.sidecar, log)
+    best = select(cv)
+    w, ph = best["window"], best["horizon_s"]
+    probe = {r.id: pl.scores(pl.replay_projection(r, w, ph, args.sidecar)) for r in test}
+    val = evaluate_runs(test, probe, ph, threshold=pl.THRESHOLD)
+    man = pl.write_detector(args.out_dir, w, ph, corpus_sha256(args.corpus),
+                            {"test_rows": int(sum(len(r.t) for r in test)),
+                             "precision": val["sample_precision"] or 0.0,
+                             "recall": val["sample_recall"] or 0.0, "threshold": pl.THRESHOLD})
+    got = pl.detector_scores(runs, args.out_dir, args.sidecar)
+    # The shipped files, scored by the sidecar, are the rule evaluated here.
+    for r in test:
+        if not np.array_equal(got[r.id], probe[r.id]):
+            raise CorpusError("run %s: the shipped predict_linear detector scores differ from its replayed projection" % r.id)
+    return {"cross_validation": cv, "chosen": {"window": w, "horizon_s": ph},
+            "expr": pl.expr(w, ph), "expr_template": pl.expr("W", 0).replace("[W], 0)", "[W], H)"),
+            "sha256": man["model_sha256"],
+            "test": evaluate_runs(test, {r.id: got[r.id] for r in test}, h, threshold=pl.THRESHOLD),
+            "all": evaluate_runs(runs, got, h, threshold=pl.THRESHOLD)}
 
 
 def run(args, sklearn_version, write_golden, crafted_rows):
@@ -577,6 +637,10 @@ def run(args, sklearn_version, write_golden, crafted_rows):
     cr, cs = crafted_rows(final, allX[idx], rng)
     gp = os.path.join(args.out_dir, "testdata", "parity_leadtime.csv")
     write_golden(gp, final, X + cr, src + cs)
+    # Explanation golden: the same rows' Saabas attribution from sklearn's arrays.
+    ep = os.path.join(args.out_dir, "testdata", "explain_leadtime.csv")
+    amfexplain.write_golden(ep, final, X + cr, src + cs)
+    pl = predict_linear_section(runs, train, test, h, args, log)
     rep = {
         "schema_version": 1,
         "tool": "infer/train/amftrain.py leadtime",
@@ -594,7 +658,9 @@ def run(args, sklearn_version, write_golden, crafted_rows):
         "p1_all": p1_all,
         "shipped": {"trees": int(final.n_iter_), "training_rows": n, "sha256": man["model_sha256"],
                     "summary": shipped},
+        "predict_linear": pl,
     }
+    rep["test"]["predict_linear"] = pl.pop("test")
     os.makedirs(args.report, exist_ok=True)
     with open(os.path.join(args.report, "leadtime.json"), "w", encoding="utf-8") as f:
         json.dump(rep, f, indent=1)
@@ -605,6 +671,9 @@ def run(args, sklearn_version, write_golden, crafted_rows):
           "P1 on them: %s in time, %s false alarms/h" % (
               window_key(w), h, _fmt(lt_test["recall_at_gate"]), _fmt(lt_test["false_alarms_per_hour"], 1),
               _fmt(p1_test["recall_at_gate"]), _fmt(p1_test["false_alarms_per_hour"], 1)))
+    print("predict_linear: chose W %s, H %.0f s; test families: %s in time, %s false alarms/h" % (
+        pl["chosen"]["window"], pl["chosen"]["horizon_s"], _fmt(rep["test"]["predict_linear"]["recall_at_gate"]),
+        _fmt(rep["test"]["predict_linear"]["false_alarms_per_hour"], 1)))
     print("wrote %s (%d trees, sha256 %s), %s, %s, %s/leadtime.{md,json}" % (
         os.path.relpath(mp), final.n_iter_, man["model_sha256"], os.path.relpath(jp),
         os.path.relpath(gp), os.path.relpath(args.report)))

@@ -46,6 +46,7 @@ except ImportError as e:  # pragma: no cover
              "(apt-get install -y python3-sklearn)." % (sys.executable, e))
 
 import amfdata  # noqa: E402
+import amfexplain  # noqa: E402
 import amfexport  # noqa: E402
 import amfleadtime  # noqa: E402
 import amfwindowage  # noqa: E402
@@ -624,6 +625,7 @@ def exporter_case(out_dir, name, seed, kw):
     rows += extremes
     srcs = ["test"] * len(test) + ["crafted"] * (len(rows) - len(test))
     write_golden(os.path.join(out_dir, base + ".csv"), clf, rows, srcs)
+    amfexplain.write_golden(os.path.join(out_dir, base + ".explain.csv"), clf, rows, srcs)
     depth = max(int(p[0].nodes["depth"].max()) for p in clf._predictors)
     n_nan_left = sum(int(((p[0].nodes["is_leaf"] == 0) & (p[0].nodes["missing_go_to_left"] == 1)).sum())
                      for p in clf._predictors)

@@ -212,7 +212,7 @@ def run(args):
         chosen = json.load(f)["chosen"]
     w, h = chosen["windows"], chosen["horizon_s"]
     probs = {"young": {}, "full": {}}
-    for name in ("p1", "leadtime"):
+    for name in ("p1", "leadtime", "predict-linear"):
         probs["young"][name] = lt.embedded_probabilities(young, name, args.sidecar)
         probs["full"][name] = lt.embedded_probabilities(full, name, args.sidecar)
     # The held-out lead-time models, refitted (deterministic): the report's,
@@ -224,7 +224,7 @@ def run(args):
     test_main = [r for r in main if r.family in lt.TEST_FAMILIES]  # young is among them
     fm = {r.id: lt.replay_features(r, w, args.sidecar) for r in train + test_main}
     fl = {r.id: lt.replay_features(r, w, args.sidecar) for r in full + lead_train}
-    models = ["p1", "leadtime"]
+    models = ["p1", "leadtime", "predict-linear"]
     main_test = {}
     held_out = [("leadtime (train families)", train)]
     if lead_train:

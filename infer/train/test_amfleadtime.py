@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 
 import amfexport  # noqa: E402
 import amfleadtime as lt  # noqa: E402
+import amfpredictlinear as pl  # noqa: E402
 import amftrain  # noqa: E402
 import amfwindowage as wa  # noqa: E402
 
@@ -39,6 +40,25 @@ def make_run(rid, family, ttf0=None, n=10, fault_from=0.0):
     r.ttf = (np.full(n, math.nan) if ttf0 is None else ttf0 - np.arange(n, dtype=float))
     r.fault_from_s = fault_from
     return r
+
+
+class PredictLinearTest(unittest.TestCase):
+    def test_an_undefined_projection_does_not_fire_and_the_limit_scores_half(self):
+        got = pl.scores([math.nan, -40.0, 50.0, 100.0, 130.0])
+        self.assertEqual(list(got), [0.0, 0.0, 0.5 / 1.5, 0.5, 1.3 / 2.3])
+
+    def test_rule_text_is_the_go_loaders(self):
+        # linearRule.Expr: FormatDuration(W), FormatFloat(H seconds), FormatFloat(100*threshold).
+        self.assertEqual(pl.expr("5m", 30.0),
+                         "predict_linear(memory_bytes[5m], 30) / memory_limit_bytes * 100 >= 100")
+        self.assertEqual(pl.expr("30s", 120.0, 0.75),
+                         "predict_linear(memory_bytes[30s], 120) / memory_limit_bytes * 100 >= 300")
+
+    def test_evaluation_uses_the_detectors_threshold(self):
+        r = make_run("f", "x", ttf0=60.0)
+        p = np.full(len(r.t), 0.9)
+        self.assertEqual(lt.evaluate_runs([r], {"f": p}, 120.0, gate_lead=1.0)["detected_before_failure"], 1.0)
+        self.assertEqual(lt.evaluate_runs([r], {"f": p}, 120.0, gate_lead=1.0, threshold=1.0)["detected_before_failure"], 0.0)
 
 
 class DecisionTest(unittest.TestCase):
@@ -199,12 +219,13 @@ class EndToEndTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             args = types.SimpleNamespace(corpus=None, sidecar=lt.SIDECAR, out_dir=os.path.join(d, "m"),
                                          report=os.path.join(d, "r"), seed=42, verbose=False)
-            old = (lt.WINDOW_CANDIDATES, lt.HORIZONS)
+            old = (lt.WINDOW_CANDIDATES, lt.HORIZONS, pl.WINDOWS, pl.HORIZONS)
             lt.WINDOW_CANDIDATES, lt.HORIZONS = old[0][:1] + old[0][2:3], (60.0,)
+            pl.WINDOWS, pl.HORIZONS = ("30s", "2m"), (30.0, 60.0)
             try:
                 self.assertEqual(lt.run(args, "test", amftrain.write_golden, amftrain.crafted_rows), 0)
             finally:
-                lt.WINDOW_CANDIDATES, lt.HORIZONS = old
+                lt.WINDOW_CANDIDATES, lt.HORIZONS, pl.WINDOWS, pl.HORIZONS = old
             man = read_json(os.path.join(d, "m", "leadtime_manifest.json"))
             self.assertEqual(man["feature_windows"]["sample_interval"], "1s")
             self.assertEqual(man["normalisation"], {"cpu_reference_fraction": 1.0,
@@ -220,6 +241,18 @@ class EndToEndTest(unittest.TestCase):
             self.assertEqual(set(rep["split"]["train"]) & set(rep["split"]["test"]), set())
             golden = read_text(os.path.join(d, "m", "testdata", "parity_leadtime.csv")).splitlines()
             self.assertGreater(len(golden), 100)
+            # The predict_linear detector: chosen among its candidates, shipped
+            # as its PromQL line, judged on the test families.
+            self.assertEqual(len(rep["predict_linear"]["cross_validation"]), 4)
+            ch = rep["predict_linear"]["chosen"]
+            self.assertIn((ch["window"], ch["horizon_s"]), [(w, h) for w in ("30s", "2m") for h in (30.0, 60.0)])
+            pman = read_json(os.path.join(d, "m", pl.MANIFEST_FILE))
+            ptext = read_text(os.path.join(d, "m", pl.MODEL_FILE))
+            self.assertEqual(pman["model_sha256"], amfexport.sha256_bytes(ptext.encode()))
+            self.assertEqual(ptext.strip(), pl.expr(ch["window"], ch["horizon_s"]))
+            self.assertEqual(pman["predict_linear"]["window"], ch["window"])
+            test_ids = {e["run"] for e in rep["test"]["leadtime"]["runs"]}
+            self.assertEqual({e["run"] for e in rep["test"]["predict_linear"]["runs"]}, test_ids)
 
 
 LEAD_IN_OK = os.path.isfile(os.path.join(wa.LEAD_IN_DIR, lt.CORPUS_FILE))
@@ -237,7 +270,7 @@ class WindowAgeEndToEndTest(unittest.TestCase):
         runs = [r for r in recorded if r.family not in lt.TRAIN_FAMILIES]
         self.assertEqual(rep["run_ids"], [r.id for r in runs])
         with_train = any(r.family in lt.TRAIN_FAMILIES for r in recorded)
-        self.assertEqual(len(rep["models"]), 4 if with_train else 3)
+        self.assertEqual(len(rep["models"]), 5 if with_train else 4)
         # The held-out model is the lead-time report's: the same figures.
         lead = read_json(os.path.join(lt.REPO_ROOT, "infer", "train", "report", "leadtime.json"))["test"]["leadtime"]
         got = rep["main_test"]["leadtime (train families)"]

@@ -407,6 +407,13 @@ func (r *relay) untrack(c net.Conn) {
 }
 
 func (r *relay) serve(c net.Conn) {
+	// Closed with a reset, never left to linger in FIN-WAIT: an orphaned
+	// socket holds its network namespace, and with it the namespace's links,
+	// for minutes after the lab process is gone (its peer may be a node that
+	// is frozen or already torn down).
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
 	if !r.track(c) {
 		return
 	}

@@ -623,7 +623,30 @@ func (n *Node) waitReady(ctx context.Context) error {
 	}
 	nd := ev.Object.(*corev1.Node)
 	n.KubeletVersion, n.RuntimeVersion = nd.Status.NodeInfo.KubeletVersion, nd.Status.NodeInfo.ContainerRuntimeVersion
-	return nil
+	if n.cfg.LAN == nil {
+		return nil
+	}
+	// On a LAN, where nodes are lost, a node is up once its heartbeat is:
+	// the kubelet's first try at its Lease comes before it has registered
+	// the Node, and it tries again after a back-off of up to 7 s, so the Node
+	// can be Ready for seconds without a Lease.
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		_, err := c.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			return fmt.Errorf("Lease of Node %s: %w", n.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			if c := context.Cause(ctx); c != nil {
+				return fmt.Errorf("waiting for the Lease of Node %s: %w", n.Name, c)
+			}
+			return fmt.Errorf("waiting for the Lease of Node %s: %w", n.Name, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
 }
 
 func schedulable(nd *corev1.Node) bool {

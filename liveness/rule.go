@@ -12,7 +12,9 @@
 //     the node's have not for Timing.Lost, and the guard cannot reach the
 //     node's agent directly either. Its own heartbeats are the proof that its
 //     view is current: with the API server unreachable (or the watch stuck)
-//     they stop too, and nothing is declared on stale data.
+//     they stop too, and nothing is declared on stale data; once they come
+//     back, every guarded node gets a full Lost again (its renewals failed
+//     too while the API server was away).
 //   - Fencer, on the node that may be cut off: its agent fences (retires its
 //     own primaries locally) once for Timing.Fence it has neither renewed its
 //     Lease nor reached any of its guards. Timing.Lost exceeds Timing.Fence by
@@ -67,8 +69,11 @@ func (t Timing) Validate() error {
 type Guard struct {
 	t    Timing
 	self string
-	// own is when the guard's own latest renewal arrived through the watch.
-	own time.Time
+	// own is when the guard's own latest renewal arrived through the watch;
+	// freshSince when its view became current again after a stale spell
+	// (no guarded node's silence counts from before then: its renewals
+	// failed too while the API server was away).
+	own, freshSince time.Time
 	// nodes are the guarded nodes.
 	nodes map[string]*guarded
 }
@@ -107,6 +112,9 @@ func (g *Guard) Unwatch(node string) { delete(g.nodes, node) }
 // heartbeat. It returns true if a lost node is back.
 func (g *Guard) Observe(node string, renew, now time.Time) bool {
 	if node == g.self {
+		if !g.Fresh(now) {
+			g.freshSince = now
+		}
 		g.own = now
 		return false
 	}
@@ -146,8 +154,10 @@ func (g *Guard) Lost(now time.Time) []string {
 			continue
 		}
 		last := n.seen
-		if n.reached.After(last) {
-			last = n.reached
+		for _, t := range []time.Time{n.reached, g.freshSince} {
+			if t.After(last) {
+				last = t
+			}
 		}
 		if g.own.Sub(last) >= g.t.Lost {
 			n.lost = true

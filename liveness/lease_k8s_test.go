@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -18,7 +20,10 @@ import (
 
 const testNS = "amf-liveness"
 
-func startAPI(t *testing.T) *controlplane.ControlPlane {
+// startAPI starts a real API server and returns it with the clientset of a
+// ServiceAccount bound by a Role in testNS to exactly liveness.Rules(): the
+// agents of these tests have only what Rules grants.
+func startAPI(t *testing.T) (*controlplane.ControlPlane, kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -26,10 +31,74 @@ func startAPI(t *testing.T) *controlplane.ControlPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cp.Client().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{}); err != nil {
+	admin := cp.Client()
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return cp
+	if _, err := admin.RbacV1().Roles(testNS).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "amf-agent-liveness"}, Rules: liveness.Rules()}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(testNS).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "amf-agent-liveness"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "amf-agent-liveness"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: testNS, Name: agentSA}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cp.ServiceAccountConfig(ctx, testNS, agentSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One clientset stands for every simulated agent, each of which would
+	// have a client of its own: no client-side rate limit.
+	cfg.QPS = -1
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp, cs
+}
+
+const agentSA = "amf-agent"
+
+// TestAgentMayHeartbeatAndWatchLeasesInItsNamespaceOnly asks the API server
+// (SubjectAccessReview) what an agent bound to liveness.Rules() may do.
+func TestAgentMayHeartbeatAndWatchLeasesInItsNamespaceOnly(t *testing.T) {
+	cp, _ := startAPI(t)
+	ctx := context.Background()
+	user := "system:serviceaccount:" + testNS + ":" + agentSA
+	for _, tc := range []struct {
+		namespace, group, resource, verb string
+		want                             bool
+	}{
+		{testNS, "coordination.k8s.io", "leases", "update", true},
+		{testNS, "coordination.k8s.io", "leases", "create", true},
+		{testNS, "coordination.k8s.io", "leases", "watch", true},
+		{testNS, "coordination.k8s.io", "leases", "list", true},
+		{testNS, "coordination.k8s.io", "leases", "delete", false},
+		{testNS, "coordination.k8s.io", "leases", "patch", false},
+		{corev1.NamespaceNodeLease, "coordination.k8s.io", "leases", "update", false},
+		{corev1.NamespaceNodeLease, "coordination.k8s.io", "leases", "watch", false},
+		{"kube-system", "coordination.k8s.io", "leases", "update", false},
+		{"", "", "nodes", "get", false},
+		{"", "", "nodes", "patch", false},
+		{testNS, "", "pods", "delete", false},
+		{testNS, "", "secrets", "get", false},
+	} {
+		t.Run(fmt.Sprintf("%s %s in %q", tc.verb, tc.resource, tc.namespace), func(t *testing.T) {
+			sar, err := cp.Client().AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               user,
+				Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + testNS, "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: tc.namespace, Group: tc.group, Resource: tc.resource, Verb: tc.verb},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed != tc.want {
+				t.Errorf("allowed %v, want %v (%s)", sar.Status.Allowed, tc.want, sar.Status.Reason)
+			}
+		})
+	}
 }
 
 // agent is a simulated agent's heartbeat: it runs until stopped.
@@ -81,8 +150,7 @@ type loss struct {
 // stale data) nor after it is back; c, which still reaches its guard, does
 // not fence meanwhile.
 func TestGuardOnARealAPIServerSeesAStoppedAgentAndNothingWhileTheServerIsAway(t *testing.T) {
-	cp := startAPI(t)
-	c := cp.Client()
+	cp, c := startAPI(t)
 	tm := liveness.DefaultTiming
 	fencer, err := liveness.NewFencer(tm, time.Now())
 	if err != nil {
@@ -184,12 +252,11 @@ func TestGuardOnARealAPIServerSeesAStoppedAgentAndNothingWhileTheServerIsAway(t 
 // second, at two sizes. Both grow linearly: n/period writes, and each
 // renewal is delivered to its owner and its guard only (2n/period events).
 func TestHeartbeatCostGrowsWithTheNodes(t *testing.T) {
-	cp := startAPI(t)
+	_, c := startAPI(t)
 	tm := liveness.DefaultTiming
 	const window = 5 * time.Second
 	for _, n := range []int{10, 50} {
 		t.Run(fmt.Sprint(n, " agents"), func(t *testing.T) {
-			c := cp.Client()
 			var agents []*agent
 			var events atomic.Int64
 			ctx, cancel := context.WithCancel(context.Background())

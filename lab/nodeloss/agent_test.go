@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +213,44 @@ func TestGuardOnASurvivingNodeDeclaresACutNodeLostAndAPartitionedNodeFencesFirst
 	if d := fence.At.Sub(part); d > tm.Fence+2*tm.Period {
 		t.Errorf("fenced %v after the partition, want ≤ %v", d, tm.Fence+2*tm.Period)
 	}
+	// A slow node is not lost: node 2 held to half a CPU and saturated by a
+	// busy pod (BestEffort, two busy threads), for 12 Lost.
+	busy := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName: n2.Name, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "busy", Image: images.LabRef, ImagePullPolicy: corev1.PullNever, Args: []string{"stress", "--profile", "10m:cpu=2"}}},
+		},
+	}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, busy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n2.Starve(ctx, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	slow := time.Now()
+	time.Sleep(12 * tm.Lost) // a window in which nothing may happen
+	used := nodeUsage(t, n2, 2*time.Second)
+	for _, p := range []string{guard, pods[2].Name} {
+		ls, err := logLines(ctx, c, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls {
+			if l.At.After(slow) && (l.Event == "lost" || l.Event == "fence") {
+				t.Errorf("slow node: %s logged %+v", p, l)
+			}
+		}
+	}
+	t.Logf("slow node: %s at %.2f of its 0.5 CPU for %v, neither lost nor fenced", n2.Name, used, time.Since(slow).Round(time.Second))
+	if used < 0.4 {
+		t.Errorf("the slow node used %.2f CPU: not saturated", used)
+	}
+	if err := c.CoreV1().Pods(ns).Delete(ctx, busy.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	restore(n2)
+
 	ls, err := logLines(ctx, c, guard)
 	if err != nil {
 		t.Fatal(err)
@@ -219,4 +260,23 @@ func TestGuardOnASurvivingNodeDeclaresACutNodeLostAndAPartitionedNodeFencesFirst
 			t.Errorf("the guard, never cut off, fenced: %+v", l)
 		}
 	}
+}
+
+// nodeUsage is node n's CPU use (cores) over d, from its cgroup root.
+func nodeUsage(t *testing.T, n *kubenode.Node, d time.Duration) float64 {
+	t.Helper()
+	read := func() int64 {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuacct", n.Cgroup, "cpuacct.usage"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	u0, t0 := read(), time.Now()
+	time.Sleep(d) // a measurement window
+	return float64(read()-u0) / float64(time.Since(t0).Nanoseconds())
 }

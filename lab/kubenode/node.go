@@ -636,7 +636,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 			return nil
 		}
 		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
-			return fmt.Errorf("Lease of Node %s: %w", n.Name, err)
+			return fmt.Errorf("the Lease of Node %s: %w", n.Name, err)
 		}
 		select {
 		case <-ctx.Done():

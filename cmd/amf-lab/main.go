@@ -49,6 +49,10 @@ Usage:
       every second with the time of the failure (the lead-time model's corpus)
   amf-lab stress --profile SPEC [--scale f]
       the staged fault's load generator, run inside a container's cgroups
+  amf-lab liveness --node N --listen ADDR [--guard node=addr,...] [--guarded-by addr,...] [--namespace amf-system]
+      the node-loss rules (package liveness) as an agent would run them, in a
+      pod: a Lease heartbeat, a guard of the given nodes, a fencer; one JSON
+      line per decision (the multi-node lab's tests run it on each node)
   amf-lab broker --listen 127.0.0.1:1883
       a plain mochi MQTT broker process (used when Mosquitto is not installed)
   amf-lab cgroup2vm [--accel tcg|kvm] [--run REGEXP] [--timeout 4m]
@@ -83,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case len(args) >= 1 && args[0] == "cgroup2vm":
 		return runCgroup2VM(ctx, args[1:], stdout, stderr)
+	case len(args) >= 1 && args[0] == "liveness":
+		return runLiveness(ctx, args[1:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "broker":
 		return runBroker(ctx, args[1:], stderr)
 	case len(args) >= 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):

@@ -137,13 +137,17 @@ func (n *Node) kubeletConfig() ([]byte, error) {
 
 // kubeProxyConfig is kube-proxy's configuration (iptables mode).
 func (n *Node) kubeProxyConfig() ([]byte, error) {
+	cluster := n.PodCIDR
+	if n.cfg.LAN != nil {
+		cluster = allPods // every node's pods are the cluster's
+	}
 	return yaml.Marshal(map[string]any{
 		"apiVersion":       "kubeproxy.config.k8s.io/v1alpha1",
 		"kind":             "KubeProxyConfiguration",
 		"clientConnection": map[string]string{"kubeconfig": n.path("kube-proxy.kubeconfig")},
 		"hostnameOverride": n.Name,
 		"mode":             "iptables",
-		"clusterCIDR":      n.PodCIDR,
+		"clusterCIDR":      cluster,
 		// Inside a network namespace the global conntrack table size is read-only.
 		"conntrack":          map[string]any{"maxPerCore": 0, "min": 0},
 		"metricsBindAddress": "127.0.0.1:10249",

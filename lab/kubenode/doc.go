@@ -26,9 +26,26 @@
 // Service's EndpointSlice points there, so pods reach the API through
 // kube-proxy's ClusterIP rules as on any cluster.
 //
+// Several nodes run as a cluster on one LAN (LaunchCluster, or NewLAN and
+// Config.LAN): a network namespace the lab creates holds a bridge, each
+// node's only link is a veth into it (node i at 10.215.<i>.2), and the LAN's
+// gateway (LANGateway) relays to the API server, so a node reaches the API
+// server, the other nodes and the host only across its LAN port. The host
+// reaches the nodes and pods through one uplink veth into the LAN (amfl<j>,
+// routed only to this LAN's node and pod addresses). The LAN has a dead-end
+// default route, as every node has.
+//
+// Faults of a whole node (faults.go) act on what a real failure touches: the
+// node's freezer cgroup, which its daemons join and so every shim and pod
+// inherits (PowerCut: all frozen at once, and the LAN port down, so no FIN or
+// RST is ever sent), its LAN port (Partition), its cgroup root's CPU quota
+// (Starve), one daemon (StopDaemon); Restore undoes them.
+//
 // Teardown is one script, run by a janitor process that the node starts first
 // and that waits on a pipe from the lab process: Stop closes the pipe, and so
 // does the kernel when the lab process dies in any way (a test binary killed
 // outright included). The janitor freezes the node's cgroups, kills every
-// process in them, removes the cgroups and the node's files.
+// process in them, removes the cgroups and the node's files. A LAN has a
+// janitor of its own (its namespace's holder runs in freezer:/amf-lan<j>),
+// and a LAN node's janitor also removes the node's host routes.
 package kubenode

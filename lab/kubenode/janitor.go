@@ -58,6 +58,19 @@ while [ $i -lt 100 ]; do
 	i=$((i + 1))
 done
 for h in /sys/fs/cgroup/*/"$cg"; do [ -d "$h" ] && echo "kubenode janitor: cgroup $h left" >&2; done
+# A LAN node's host routes (through its LAN's uplink, which may outlive it).
+if [ -n "${AMF_JANITOR_ROUTES:-}" ]; then
+	echo "$AMF_JANITOR_ROUTES" | tr ';' '\n' | while read -r r; do
+		[ -n "$r" ] && ip route del $r 2>/dev/null
+	done
+fi
+# A link that goes with the namespaces (the kernel dismantles a namespace
+# asynchronously): wait until it is gone, so that the end of the teardown means it.
+if [ -n "${AMF_JANITOR_LINK:-}" ]; then
+	i=0
+	while ip link show dev "$AMF_JANITOR_LINK" >/dev/null 2>&1 && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+	ip link show dev "$AMF_JANITOR_LINK" >/dev/null 2>&1 && echo "kubenode janitor: link $AMF_JANITOR_LINK left" >&2
+fi
 for d in "$@"; do rm -rf -- "$d"; done
 # The kubelet sets kernel tunables machine-wide at start (kubeletTunables): the
 # last node to go puts back what the machine had before the first one came.
@@ -122,8 +135,11 @@ type janitor struct {
 
 // startJanitor starts the janitor for cgroup cg and paths. lock (the node
 // index's lock file) is handed to it, so the index stays taken until the
-// teardown has finished, even after the lab process is gone.
-func startJanitor(cg string, slot int, paths []string, lock *os.File, logPath string) (*janitor, error) {
+// teardown has finished, even after the lab process is gone. slot is the
+// node's (for the kernel tunables; -1 for a LAN); env adds AMF_JANITOR_ROUTES
+// (host routes to delete, ';'-separated) or AMF_JANITOR_LINK (a link to
+// wait for the end of).
+func startJanitor(cg string, slot int, paths []string, lock *os.File, logPath string, env []string) (*janitor, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -136,7 +152,10 @@ func startJanitor(cg string, slot int, paths []string, lock *os.File, logPath st
 	}
 	cmd := exec.Command("/bin/sh", append([]string{"-c", janitorScript, "kubenode-janitor", cg}, paths...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, logf, logf
-	cmd.Env = append(os.Environ(), fmt.Sprintf("AMF_JANITOR_SLOT=%d", slot))
+	cmd.Env = append(os.Environ(), env...)
+	if slot >= 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("AMF_JANITOR_SLOT=%d", slot))
+	}
 	cmd.ExtraFiles = []*os.File{lock}
 	// Its own process group and no death signal: it must outlive the lab process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

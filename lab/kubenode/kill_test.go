@@ -31,10 +31,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// childReport is what the child says once its node runs a pod.
+// childReport is what the child says once its nodes run a pod.
 type childReport struct {
-	Index          int
-	Cgroup, Dir    string
+	Nodes          []childNode
+	LAN            int    // the LAN's slot, -1 without one
+	Uplink         string // the host's end of the LAN's uplink
 	ControlPlane   string
 	Pod            string
 	ContainerPID   int
@@ -42,10 +43,17 @@ type childReport struct {
 	ImagesArchives []string
 }
 
-// runChild starts a control plane and a node with a running pod, reports
-// them on stdout, and waits to be killed.
+type childNode struct {
+	Index       int
+	Cgroup, Dir string
+}
+
+// runChild starts a control plane and a node with a running pod — or, with
+// AMF_KUBENODE_TEST_CLUSTER=1, a cluster of two nodes on a LAN with a pod on
+// the first, power-cut (frozen, its port down) — reports them on stdout,
+// and waits to be killed.
 func runChild() int {
-	var rep childReport
+	rep := childReport{LAN: -1}
 	_ = json.Unmarshal([]byte(os.Getenv("AMF_KUBENODE_TEST_IMAGES")), &rep.ImagesArchives)
 	say := func() {
 		b, _ := json.Marshal(rep)
@@ -59,15 +67,28 @@ func runChild() int {
 			return err
 		}
 		rep.ControlPlane = dir
-		cp, err := controlplane.Launch(ctx, dir, controlplane.Options{ServingIPs: kubenode.ServingIPs()}, func(string, ...any) {})
+		cp, err := controlplane.Launch(ctx, dir, controlplane.Options{ServingIPs: kubenode.ServingIPs(), NoFakeNodes: true}, func(string, ...any) {})
 		if err != nil {
 			return err
 		}
-		n, err := kubenode.Launch(ctx, kubenode.Config{ControlPlane: cp, Images: rep.ImagesArchives})
-		if err != nil {
-			return err
+		var nodes []*kubenode.Node
+		if os.Getenv("AMF_KUBENODE_TEST_CLUSTER") == "1" {
+			cl, err := kubenode.LaunchCluster(ctx, kubenode.ClusterConfig{ControlPlane: cp, Nodes: 2, Node: kubenode.Config{Images: rep.ImagesArchives}})
+			if err != nil {
+				return err
+			}
+			rep.LAN, rep.Uplink, nodes = cl.LAN.Index, cl.LAN.Uplink, cl.Nodes
+		} else {
+			n, err := kubenode.Launch(ctx, kubenode.Config{ControlPlane: cp, Images: rep.ImagesArchives})
+			if err != nil {
+				return err
+			}
+			nodes = []*kubenode.Node{n}
 		}
-		rep.Index, rep.Cgroup, rep.Dir = n.Index, n.Cgroup, n.Dir
+		for _, n := range nodes {
+			rep.Nodes = append(rep.Nodes, childNode{Index: n.Index, Cgroup: n.Cgroup, Dir: n.Dir})
+		}
+		n := nodes[0]
 		p := pod("victim", n.Name, images.MosquittoRef, nil)
 		if _, err := cp.Client().CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return err
@@ -76,7 +97,7 @@ func runChild() int {
 			pid, err := n.ContainerPID(ctx, p.Namespace, p.Name, "main")
 			if err == nil {
 				rep.Pod, rep.ContainerPID = p.Name, pid
-				return nil
+				break
 			}
 			select {
 			case <-ctx.Done():
@@ -84,6 +105,12 @@ func runChild() int {
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
+		if rep.LAN >= 0 {
+			if _, err := n.PowerCut(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
 	}()
 	if err != nil {
 		rep.Err = err.Error()
@@ -92,16 +119,53 @@ func runChild() int {
 	select {} // until killed
 }
 
+// waitSlot takes a slot's lock (the janitor holds it until its teardown is
+// over: taking it waits for exactly that) and releases it at the test's end.
+func waitSlot(t *testing.T, name string) {
+	t.Helper()
+	lock, err := os.OpenFile(filepath.Join("/run/amf-lab/kubenode", name), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+	locked := make(chan error, 1)
+	go func() { locked <- syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) }()
+	select {
+	case err := <-locked:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("slot %s is still taken a minute after its lab process was killed", name)
+	}
+	t.Cleanup(func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) })
+}
+
 // TestKilledLabProcessLeavesNothingBehind: a process that runs a node (with a
-// pod) and is killed outright (SIGKILL: no deferred cleanup runs) leaves no
-// process, cgroup, network link, mount or file of the node behind: its janitor
-// tears everything down.
+// pod), or a cluster on a LAN with one node power-cut (frozen), and is killed
+// outright (SIGKILL: no deferred cleanup runs) leaves no process, cgroup
+// (the hybrid cgroup2 mirror included), network link, host route, mount or
+// file behind: the janitors of the nodes and of the LAN tear everything down.
 func TestKilledLabProcessLeavesNothingBehind(t *testing.T) {
 	kubenodetest.Require(t)
 	var archives []string
 	for _, im := range kubenodetest.Images(t) {
 		archives = append(archives, im.Archive)
 	}
+	for _, tc := range []struct {
+		name    string
+		cluster bool
+	}{
+		{"one node", false},
+		{"a cluster on a LAN, one node power-cut", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			killChild(t, archives, tc.cluster)
+		})
+	}
+}
+
+func killChild(t *testing.T, archives []string, cluster bool) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +173,9 @@ func TestKilledLabProcessLeavesNothingBehind(t *testing.T) {
 	cmd := exec.Command(exe, "-test.run=^$")
 	env, _ := json.Marshal(archives)
 	cmd.Env = append(os.Environ(), childEnv+"=1", "AMF_KUBENODE_TEST_IMAGES="+string(env))
+	if cluster {
+		cmd.Env = append(cmd.Env, "AMF_KUBENODE_TEST_CLUSTER=1")
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
@@ -128,51 +195,64 @@ func TestKilledLabProcessLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("child: %q %v", line, err)
 	}
 	defer os.RemoveAll(rep.ControlPlane)
-	t.Logf("child runs node %s (%s) with pod %s, container process %d", rep.Cgroup, rep.Dir, rep.Pod, rep.ContainerPID)
+	t.Logf("child runs nodes %+v (LAN %d) with pod %s, container process %d", rep.Nodes, rep.LAN, rep.Pod, rep.ContainerPID)
 
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	// The slot's lock is the janitor's until the teardown is over: taking it
-	// waits for exactly that.
-	lock, err := os.OpenFile(filepath.Join("/run/amf-lab/kubenode", fmt.Sprintf("%d.lock", rep.Index)), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
+	for _, n := range rep.Nodes {
+		waitSlot(t, fmt.Sprintf("%d.lock", n.Index))
 	}
-	defer lock.Close()
-	locked := make(chan error, 1)
-	go func() { locked <- syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-locked:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the node's slot is still taken a minute after its lab process was killed")
+	if rep.LAN >= 0 {
+		waitSlot(t, fmt.Sprintf("lan%d.lock", rep.LAN))
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", rep.ContainerPID)); err == nil {
 		t.Errorf("the pod's container process %d is still running", rep.ContainerPID)
 	}
-	if left, _ := filepath.Glob("/sys/fs/cgroup/*/" + rep.Cgroup); len(left) > 0 {
-		t.Errorf("cgroups left: %v", left)
-	}
-	if _, err := os.Stat(rep.Dir); err == nil {
-		t.Errorf("node folder %s left", rep.Dir)
-	}
-	if _, err := net.InterfaceByName(fmt.Sprintf("amfv%d", rep.Index)); err == nil {
-		t.Errorf("the node's veth amfv%d is left", rep.Index)
-	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mounts), rep.Dir) {
-		t.Errorf("mounts of %s left", rep.Dir)
+	routes, _ := exec.Command("ip", "route", "show").CombinedOutput()
+	for _, n := range rep.Nodes {
+		if left, _ := filepath.Glob("/sys/fs/cgroup/*/" + n.Cgroup); len(left) > 0 {
+			t.Errorf("cgroups left: %v", left)
+		}
+		if _, err := os.Stat(n.Dir); err == nil {
+			t.Errorf("node folder %s left", n.Dir)
+		}
+		if _, err := net.InterfaceByName(fmt.Sprintf("amfv%d", n.Index)); err == nil {
+			t.Errorf("the node's veth amfv%d is left", n.Index)
+		}
+		if strings.Contains(string(mounts), n.Dir) {
+			t.Errorf("mounts of %s left", n.Dir)
+		}
+		for _, r := range strings.Split(string(routes), "\n") {
+			if strings.HasPrefix(r, fmt.Sprintf("10.214.%d.0/24 ", n.Index)) || strings.HasPrefix(r, fmt.Sprintf("10.215.%d.2 ", n.Index)) {
+				t.Errorf("host route to node slot %d left: %s", n.Index, r)
+			}
+		}
+	}
+	if rep.LAN >= 0 {
+		if left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/amf-lan%d", rep.LAN)); len(left) > 0 {
+			t.Errorf("LAN cgroups left: %v", left)
+		}
+		if _, err := net.InterfaceByName(rep.Uplink); err == nil {
+			t.Errorf("the LAN's uplink %s is left", rep.Uplink)
+		}
+		if strings.Contains(string(routes), rep.Uplink) {
+			t.Errorf("host routes through the LAN's uplink left:\n%s", routes)
+		}
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
-		if s := string(b); strings.Contains(s, rep.Dir) || strings.Contains(s, rep.ControlPlane) {
+		s := string(b)
+		for _, n := range rep.Nodes {
+			if strings.Contains(s, n.Dir) {
+				t.Errorf("process %s left: %s", filepath.Dir(p), strings.ReplaceAll(s, "\x00", " "))
+			}
+		}
+		if strings.Contains(s, rep.ControlPlane) {
 			t.Errorf("process %s left: %s", filepath.Dir(p), strings.ReplaceAll(s, "\x00", " "))
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -52,11 +51,11 @@ const (
 // ServingIPs are the addresses lab nodes reach the API server at (their relays):
 // pass them as controlplane.Options.ServingIPs so its certificate is valid there.
 func ServingIPs() []net.IP {
-	ips := make([]net.IP, MaxNodes)
+	ips := make([]net.IP, MaxNodes, MaxNodes+1)
 	for i := range ips {
 		ips[i] = net.IPv4(10, 213, byte(i), 2)
 	}
-	return ips
+	return append(ips, net.ParseIP(LANGateway))
 }
 
 // Config configures Launch.
@@ -79,6 +78,11 @@ type Config struct {
 	CNIBinDir string
 	// Log receives progress lines (default: none).
 	Log func(format string, args ...any)
+	// LAN, if set, is the cluster's LAN to plug the node into (see LAN): its
+	// only link, through which it reaches the API server, the other nodes and
+	// the host. Without one the node has a veth to the host and a relay of its
+	// own, and the link faults (PowerCut, Partition) are refused.
+	LAN *LAN
 }
 
 // Node is a running node.
@@ -106,7 +110,7 @@ type Node struct {
 	hostIP     string // the host's end of the veth
 	lock       *os.File
 	janitor    *janitor
-	relay      net.Listener
+	relay      *relay
 
 	restartMu sync.Mutex // RestartDaemon, one at a time
 
@@ -114,7 +118,14 @@ type Node struct {
 	holder   *daemon
 	daemons  map[string]*daemon
 	stopped  bool
+	fault    faultState
 	stopOnce sync.Once
+}
+
+// faultState is what faults the node has now (faults.go).
+type faultState struct {
+	frozen, linkDown, starved bool
+	down                      map[string]bool // daemons StopDaemon stopped
 }
 
 // Launch starts a node and returns once it is Ready. The caller calls Stop;
@@ -143,7 +154,7 @@ func Launch(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("kubenode: %s not built (%w): run make k8s", b, err)
 		}
 	}
-	n := &Node{cfg: cfg, daemons: map[string]*daemon{}}
+	n := &Node{cfg: cfg, daemons: map[string]*daemon{}, fault: faultState{down: map[string]bool{}}}
 	if err := n.takeIndex(); err != nil {
 		return nil, err
 	}
@@ -207,6 +218,10 @@ func (n *Node) takeIndex() error {
 		n.Cgroup = fmt.Sprintf("amf-node%d", i)
 		n.IP = fmt.Sprintf("10.213.%d.2", i)
 		n.hostIP = fmt.Sprintf("10.213.%d.1", i)
+		if n.cfg.LAN != nil {
+			n.IP = fmt.Sprintf("10.215.%d.2", i)
+			n.hostIP = ""
+		}
 		n.PodCIDR = fmt.Sprintf("10.214.%d.0/24", i)
 		n.podGateway = fmt.Sprintf("10.214.%d.1", i)
 		n.runDir = fmt.Sprintf("/run/amf-node%d", i)
@@ -246,7 +261,15 @@ func (n *Node) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	if n.janitor, err = startJanitor(n.Cgroup, n.Index, []string{n.Dir, n.runDir}, n.lock, filepath.Join(lockDir, strconv.Itoa(n.Index)+".janitor.log")); err != nil {
+	var env []string
+	if l := n.cfg.LAN; l != nil {
+		var rs []string
+		for _, r := range l.hostRoutes(n) {
+			rs = append(rs, strings.Join(r, " "))
+		}
+		env = append(env, "AMF_JANITOR_ROUTES="+strings.Join(rs, ";"))
+	}
+	if n.janitor, err = startJanitor(n.Cgroup, n.Index, []string{n.Dir, n.runDir}, n.lock, filepath.Join(lockDir, strconv.Itoa(n.Index)+".janitor.log"), env); err != nil {
 		return err
 	}
 	if err := saveTunables(); err != nil {
@@ -258,11 +281,17 @@ func (n *Node) setup(ctx context.Context) error {
 	if err := n.startHolder(ctx); err != nil {
 		return err
 	}
-	if err := n.network(); err != nil {
-		return err
-	}
-	if err := n.startRelay(); err != nil {
-		return err
+	if n.cfg.LAN != nil {
+		if err := n.cfg.LAN.plug(n); err != nil {
+			return err
+		}
+	} else {
+		if err := n.network(); err != nil {
+			return err
+		}
+		if err := n.startRelay(); err != nil {
+			return err
+		}
 	}
 	if err := n.writeConfigs(); err != nil {
 		return err
@@ -273,8 +302,10 @@ func (n *Node) setup(ctx context.Context) error {
 	if err := n.importImages(ctx); err != nil {
 		return err
 	}
-	if err := n.publishAPIEndpoint(ctx); err != nil {
-		return err
+	if n.cfg.LAN == nil { // a LAN publishes its gateway instead
+		if err := n.publishAPIEndpoint(ctx); err != nil {
+			return err
+		}
 	}
 	for _, name := range []string{"kubelet", "kube-proxy"} {
 		if err := n.startDaemon(name, n.daemonArgs(name)...); err != nil {
@@ -426,44 +457,16 @@ func (n *Node) startRelay() error {
 	if err != nil {
 		return fmt.Errorf("API server relay: %w", err)
 	}
-	n.relay = l
-	target := "127.0.0.1:" + strconv.Itoa(n.cfg.ControlPlane.APIServerPort())
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go relay(c, target)
-		}
-	}()
+	n.relay = newRelay(l, "127.0.0.1:"+strconv.Itoa(n.cfg.ControlPlane.APIServerPort()))
 	return nil
-}
-
-func relay(c net.Conn, target string) {
-	defer c.Close()
-	u, err := net.DialTimeout("tcp", target, 5*time.Second)
-	if err != nil {
-		return
-	}
-	defer u.Close()
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go cp(u, c)
-	go cp(c, u)
-	<-done
-	<-done
 }
 
 func (n *Node) writeConfigs() error {
 	cp := n.cfg.ControlPlane
 	server := "https://" + net.JoinHostPort(n.IP, strconv.Itoa(APIServerPort))
+	if n.cfg.LAN != nil {
+		server = "https://" + net.JoinHostPort(LANGateway, strconv.Itoa(APIServerPort))
+	}
 	for _, k := range []struct {
 		file, cn string
 		groups   []string
@@ -620,7 +623,30 @@ func (n *Node) waitReady(ctx context.Context) error {
 	}
 	nd := ev.Object.(*corev1.Node)
 	n.KubeletVersion, n.RuntimeVersion = nd.Status.NodeInfo.KubeletVersion, nd.Status.NodeInfo.ContainerRuntimeVersion
-	return nil
+	if n.cfg.LAN == nil {
+		return nil
+	}
+	// On a LAN, where nodes are lost, a node is up once its heartbeat is:
+	// the kubelet's first try at its Lease comes before it has registered
+	// the Node, and it tries again after a back-off of up to 7 s, so the Node
+	// can be Ready for seconds without a Lease.
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		_, err := c.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			return fmt.Errorf("the Lease of Node %s: %w", n.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			if c := context.Cause(ctx); c != nil {
+				return fmt.Errorf("waiting for the Lease of Node %s: %w", n.Name, c)
+			}
+			return fmt.Errorf("waiting for the Lease of Node %s: %w", n.Name, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
 }
 
 func schedulable(nd *corev1.Node) bool {

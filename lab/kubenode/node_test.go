@@ -126,12 +126,19 @@ func TestNodeRunsPodsInTheirOwnNetworkUnderItsCgroupRoot(t *testing.T) {
 	if podNS == hostNS || podNS == nodeNS || podNS == "" {
 		t.Errorf("pod network namespace %q; host %q, node %q: want its own", podNS, hostNS, nodeNS)
 	}
-	// The broker answers on the pod's IP, from the host, through the node.
-	conn, err := net.DialTimeout("tcp", net.JoinHostPort(got.Status.PodIP, "1883"), 5*time.Second)
-	if err != nil {
-		t.Errorf("dial the broker at its pod IP: %v", err)
-	} else {
-		conn.Close()
+	// The broker answers on the pod's IP, from the host, through the node
+	// (once it listens: a running container may not have bound its port yet,
+	// and a loaded machine showed "connection refused" right after the start).
+	var derr error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var conn net.Conn
+		if conn, derr = net.DialTimeout("tcp", net.JoinHostPort(got.Status.PodIP, "1883"), 5*time.Second); derr == nil {
+			conn.Close()
+			break
+		}
+	}
+	if derr != nil {
+		t.Errorf("dial the broker at its pod IP: %v", derr)
 	}
 	logs, err := c.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil || !strings.Contains(string(logs), "mosquitto") {

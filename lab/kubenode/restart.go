@@ -45,45 +45,17 @@ const (
 // with "pod does not exist"); kube-proxy's healthz says ok. If the daemon
 // exits again before that, the error says so with its log's end.
 func (n *Node) RestartDaemon(ctx context.Context, name string, sig syscall.Signal) error {
-	back, ok := map[string]func(context.Context) error{
-		Containerd: n.containerdUp,
-		Kubelet:    n.kubeletUp,
-		KubeProxy:  func(ctx context.Context) error { return n.healthz(ctx, kubeProxyHealthz) },
-	}[name]
-	if !ok {
+	if _, ok := daemonUp(n)[name]; !ok {
 		return fmt.Errorf("kubenode %s: no daemon %q to restart: restart %s, %s or %s", n.Name, name, Containerd, Kubelet, KubeProxy)
 	}
 	// One restart at a time per node: two would race for the same slot in
 	// n.daemons and start the daemon twice.
 	n.restartMu.Lock()
 	defer n.restartMu.Unlock()
-	n.mu.Lock()
-	stopped, d := n.stopped, n.daemons[name]
-	n.mu.Unlock()
-	if stopped || d == nil {
-		return fmt.Errorf("kubenode %s: %s not restarted: the node is not running", n.Name, name)
+	if err := n.stopDaemon(ctx, name, sig); err != nil {
+		return err
 	}
-	select {
-	case <-d.done:
-		// Already gone by itself: start it again all the same.
-	default:
-		if err := d.cmd.Process.Signal(sig); err != nil {
-			return fmt.Errorf("kubenode %s: signal %s (pid %d) with %v: %w", n.Name, name, d.cmd.Process.Pid, sig, err)
-		}
-	}
-	select {
-	case <-d.done:
-	case <-ctx.Done():
-		return fmt.Errorf("kubenode %s: %s (pid %d) still running after %v: %w", n.Name, name, d.cmd.Process.Pid, sig, ctx.Err())
-	}
-	if err := n.startDaemon(name, d.args...); err != nil {
-		return fmt.Errorf("kubenode %s: start %s again: %w", n.Name, name, err)
-	}
-	nd := n.daemon(name)
-	if err := poll(ctx, name+" back after a restart", nd, func() error { return back(ctx) }); err != nil {
-		return fmt.Errorf("kubenode %s: %w", n.Name, err)
-	}
-	return nil
+	return n.startAgain(ctx, name)
 }
 
 // DaemonPID returns the host PID of one of the node's daemons (Containerd,

@@ -6,6 +6,7 @@ package kubenodetest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -79,14 +80,73 @@ func Require(t testing.TB) {
 }
 
 // Images builds the lab's images (cached per machine) for the module the test
-// runs in.
+// runs in. Each archive is hard-linked into the test's temporary folder at
+// once, and the links are returned: the shared cache is pruned by whichever
+// clone on the machine builds a newer archive, and an import minutes later
+// must not find its file gone.
 func Images(t testing.TB) []images.Image {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	imgs, err := images.Build(ctx, images.Options{})
-	if err != nil {
-		t.Fatalf("images: %v", err)
+	dir := t.TempDir()
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var imgs []images.Image
+		if imgs, err = images.Build(ctx, images.Options{}); err != nil {
+			break
+		}
+		if err = linkInto(dir, imgs); err == nil {
+			return imgs
+		}
 	}
-	return imgs
+	t.Fatalf("images: %v", err)
+	return nil
+}
+
+// linkInto hard-links every image's archive into dir and points it there.
+func linkInto(dir string, imgs []images.Image) error {
+	for i := range imgs {
+		p := filepath.Join(dir, filepath.Base(imgs[i].Archive))
+		_ = os.Remove(p)
+		if err := os.Link(imgs[i].Archive, p); err != nil {
+			return fmt.Errorf("keep %s for the test: %w", imgs[i].Archive, err)
+		}
+		imgs[i].Archive = p
+	}
+	return nil
+}
+
+// StartCluster returns a running control plane and a cluster of nodes on one
+// LAN (kubenode.LaunchCluster), stopped (nodes, LAN, then the control plane)
+// when the test ends; their logs go to the test log if it failed.
+func StartCluster(t testing.TB, nodes int, opts Options) (*controlplane.ControlPlane, *kubenode.Cluster) {
+	t.Helper()
+	Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	imgs := Images(t)
+	opts.ControlPlane.ServingIPs = append(opts.ControlPlane.ServingIPs, kubenode.ServingIPs()...)
+	opts.ControlPlane.NoFakeNodes = true
+	cp, err := controlplane.Start(ctx, t, opts.ControlPlane)
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+	cfg := opts.Node
+	for _, im := range imgs {
+		cfg.Images = append(cfg.Images, im.Archive)
+	}
+	if cfg.Log == nil {
+		cfg.Log = t.Logf
+	}
+	c, err := kubenode.LaunchCluster(ctx, kubenode.ClusterConfig{ControlPlane: cp, Nodes: nodes, Node: cfg})
+	if err != nil {
+		t.Fatalf("cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.DumpLogs()
+		}
+		c.Stop()
+	})
+	return cp, c
 }

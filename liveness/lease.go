@@ -1,0 +1,228 @@
+package liveness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+)
+
+// LabelNode labels an agent's Lease with its node's name: guards select the
+// Leases they watch by it.
+const LabelNode = "amf.io/node"
+
+// LeaseName is the name of the Lease of node's agent.
+func LeaseName(node string) string { return "amf-agent-" + node }
+
+// Heartbeat renews the Lease of one node's agent every Timing.Period: one
+// write per period (an update of the object it last wrote; a get only after
+// a conflict), each bounded by one period.
+type Heartbeat struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Node      string
+	Timing    Timing
+	// OnRenew is called with the send time of every renewal that succeeded
+	// (for Fencer.Renewed); OnError with every failed one. Both optional.
+	OnRenew func(sent time.Time)
+	OnError func(error)
+}
+
+// Run renews until ctx ends.
+func (h *Heartbeat) Run(ctx context.Context) error {
+	if err := h.Timing.Validate(); err != nil {
+		return err
+	}
+	var last *coordinationv1.Lease
+	tick := time.NewTicker(h.Timing.Period)
+	defer tick.Stop()
+	for {
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, h.Timing.Period)
+		l, err := h.renew(rctx, last, sent)
+		cancel()
+		switch {
+		case err == nil:
+			last = l
+			if h.OnRenew != nil {
+				h.OnRenew(sent)
+			}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				last = nil // read it again next time
+			}
+			if h.OnError != nil {
+				h.OnError(err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func (h *Heartbeat) renew(ctx context.Context, last *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
+	leases := h.Client.CoordinationV1().Leases(h.Namespace)
+	if last == nil {
+		l, err := leases.Get(ctx, LeaseName(h.Node), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(h.Node), Namespace: h.Namespace}}
+			h.fill(l, now)
+			return leases.Create(ctx, l, metav1.CreateOptions{})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("liveness: get Lease %s: %w", LeaseName(h.Node), err)
+		}
+		last = l
+	}
+	l := last.DeepCopy()
+	h.fill(l, now)
+	l, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("liveness: renew Lease %s: %w", LeaseName(h.Node), err)
+	}
+	return l, nil
+}
+
+func (h *Heartbeat) fill(l *coordinationv1.Lease, now time.Time) {
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[LabelNode] = h.Node
+	l.Spec.HolderIdentity = ptr.To(h.Node)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(math.Ceil(h.Timing.Lost.Seconds())))
+	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
+}
+
+// GuardConfig configures RunGuard.
+type GuardConfig struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// Self is the guard's own node; Nodes the nodes whose primaries it guards.
+	Self   string
+	Nodes  []string
+	Timing Timing
+	// Probe says whether node's agent answers directly (over the LAN),
+	// within the ctx it is given; nil: no probes.
+	Probe func(ctx context.Context, node string) bool
+	// OnLost is called once per loss, OnBack when a lost node heartbeats
+	// again; OnEvent (optional) with every Lease event the watch delivered.
+	OnLost, OnBack func(node string, at time.Time)
+	OnEvent        func()
+}
+
+// RunGuard watches the Leases of cfg.Nodes and of cfg.Self only (one watch,
+// selected by LabelNode), probes the guarded agents every period, and calls
+// OnLost when Guard declares a node lost, until ctx ends. To guard other
+// nodes, end it and run it again.
+func RunGuard(ctx context.Context, cfg GuardConfig) error {
+	g, err := NewGuard(cfg.Timing, cfg.Self)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Nodes) == 0 {
+		return errors.New("liveness: RunGuard needs nodes to guard")
+	}
+	var mu sync.Mutex
+	now := time.Now()
+	for _, n := range cfg.Nodes {
+		g.Watch(n, now)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	check := func(now time.Time) {
+		mu.Lock()
+		lost := g.Lost(now)
+		mu.Unlock()
+		for _, n := range lost {
+			if cfg.OnLost != nil {
+				cfg.OnLost(n, now)
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(cfg.Timing.Period / 5)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				check(now)
+			}
+		}
+	}()
+	if cfg.Probe != nil {
+		for _, n := range cfg.Nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tick := time.NewTicker(cfg.Timing.Period)
+				defer tick.Stop()
+				for {
+					pctx, pcancel := context.WithTimeout(ctx, cfg.Timing.Period)
+					ok := cfg.Probe(pctx, n)
+					pcancel()
+					if ok {
+						mu.Lock()
+						g.Reached(n, time.Now())
+						mu.Unlock()
+					}
+					select {
+					case <-ctx.Done():
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+		}
+	}
+	nodes := append([]string{cfg.Self}, cfg.Nodes...)
+	sort.Strings(nodes)
+	sel := LabelNode + " in (" + strings.Join(nodes, ",") + ")"
+	lw := cache.NewFilteredListWatchFromClient(cfg.Client.CoordinationV1().RESTClient(), "leases", cfg.Namespace, func(o *metav1.ListOptions) {
+		o.LabelSelector = sel
+	})
+	_, err = watchtools.UntilWithSync(ctx, lw, &coordinationv1.Lease{}, nil, func(ev watch.Event) (bool, error) {
+		l, ok := ev.Object.(*coordinationv1.Lease)
+		if !ok || ev.Type == watch.Deleted || l.Spec.RenewTime == nil {
+			return false, nil
+		}
+		at := time.Now()
+		if cfg.OnEvent != nil {
+			cfg.OnEvent()
+		}
+		mu.Lock()
+		back := g.Observe(l.Labels[LabelNode], l.Spec.RenewTime.Time, at)
+		mu.Unlock()
+		if back && cfg.OnBack != nil {
+			cfg.OnBack(l.Labels[LabelNode], at)
+		}
+		return false, nil
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("liveness: watch of the guarded Leases: %w", err)
+}

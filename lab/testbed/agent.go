@@ -53,12 +53,11 @@ type Agent struct {
 	subs  []chan AgentLine
 }
 
-// onLine passes on a log line that is newer than after (the last line
-// passed on, when a stream starts again) and returns its time.
-func (a *Agent) onLine(s string, after time.Time) (time.Time, bool) {
+// onLine passes on a JSON log line (others are ignored).
+func (a *Agent) onLine(s string) {
 	var l AgentLine
-	if json.Unmarshal([]byte(s), &l) != nil || l.Msg == "" || !l.Time.After(after) {
-		return time.Time{}, false
+	if json.Unmarshal([]byte(s), &l) != nil || l.Msg == "" {
+		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -69,7 +68,6 @@ func (a *Agent) onLine(s string, after time.Time) (time.Time, bool) {
 		default: // a slow reader still has Lines
 		}
 	}
-	return l.Time, true
 }
 
 // Lines returns a copy of every line logged so far.

@@ -93,24 +93,24 @@ func waitAgentPod(ctx context.Context, c kubernetes.Interface, node string, args
 // follow streams the pod's log (through the API server and the kubelet, as
 // kubectl logs -f does) into onLine until ctx ends. A stream ends when the
 // container restarts or the kubelet does; the next one starts at the second
-// of the last line read (the API's SinceTime has whole seconds) and skips
-// the lines up to that line's own time, so nothing is read twice, and a
+// of the last line read (the API's SinceTime has whole seconds), and a
+// logResume skips what was read before, so nothing is read twice and a
 // restarted container's first lines are not lost to a SinceTime taken after
 // it started.
 func (a *Agent) follow(ctx context.Context, c kubernetes.Interface, pod string) {
-	var last time.Time // the time of the last line passed on
+	var r logResume
 	for ctx.Err() == nil {
 		since := metav1.NewTime(time.Now().Add(-time.Hour))
-		if !last.IsZero() {
-			since = metav1.NewTime(last)
+		if !r.last.IsZero() {
+			since = metav1.NewTime(r.last)
 		}
-		rc, err := c.CoreV1().Pods(AgentNamespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true, SinceTime: &since}).Stream(ctx)
+		rc, err := c.CoreV1().Pods(AgentNamespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true, Timestamps: true, SinceTime: &since}).Stream(ctx)
 		if err == nil {
 			sc := bufio.NewScanner(rc)
 			sc.Buffer(make([]byte, 64<<10), 1<<20)
 			for sc.Scan() {
-				if t, ok := a.onLine(sc.Text(), last); ok {
-					last = t
+				if line, ok := r.fresh(sc.Text()); ok {
+					a.onLine(line)
 				}
 			}
 			rc.Close()
@@ -120,4 +120,36 @@ func (a *Agent) follow(ctx context.Context, c kubernetes.Interface, pod string) 
 		case <-time.After(200 * time.Millisecond): // the restarted container's log is not there at once
 		}
 	}
+}
+
+// logResume tells the lines of a log stream with timestamps (the runtime's
+// time of each write, in the log's own order) from those an earlier stream
+// already gave. The lines' own "time" fields cannot: the agent's goroutines
+// take a line's time before they take the log handler's lock, so a line
+// may be written after one with a later time (under load, a RetirePrimary
+// decision line was dropped that way).
+type logResume struct {
+	last   time.Time           // write time of the newest line passed on
+	atLast map[string]struct{} // the lines written at exactly last
+}
+
+// fresh returns s's line without its timestamp, and whether it is new.
+func (r *logResume) fresh(s string) (string, bool) {
+	ts, line, ok := strings.Cut(s, " ")
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if !ok || err != nil {
+		return "", false
+	}
+	switch {
+	case at.Before(r.last):
+		return "", false // read before the stream started again
+	case at.Equal(r.last):
+		if _, seen := r.atLast[line]; seen {
+			return "", false
+		}
+	default:
+		r.last, r.atLast = at, map[string]struct{}{}
+	}
+	r.atLast[line] = struct{}{}
+	return line, true
 }

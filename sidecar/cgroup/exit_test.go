@@ -1,8 +1,10 @@
 package cgroup
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -11,21 +13,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func startSleep(t *testing.T) *exec.Cmd {
+// startPaused starts this test binary as a child that waits until killed
+// (rolePause; no other binary is needed, so it runs in make test-cgroup2's
+// guest too).
+func startPaused(t *testing.T) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("sleep", "60")
+	cmd := selfCommand(rolePause)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("child said %q (%v), want ready", line, err)
+	}
 	return cmd
 }
 
 // The exit arrives as it happens, before anyone reaps the process (a
 // zombie has ended for the watcher: its broker is not serving).
 func TestWatchExitDeliversTheKillOfARunningProcess(t *testing.T) {
-	cmd := startSleep(t)
+	cmd := startPaused(t)
 	ch, err := WatchExit(t.Context(), cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +71,7 @@ func TestWatchExitDeliversTheKillOfARunningProcess(t *testing.T) {
 }
 
 func TestWatchExitClosesWithoutAValueWhenTheContextEnds(t *testing.T) {
-	cmd := startSleep(t)
+	cmd := startPaused(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	ch, err := WatchExit(ctx, cmd.Process.Pid)
 	if err != nil {
@@ -65,10 +84,11 @@ func TestWatchExitClosesWithoutAValueWhenTheContextEnds(t *testing.T) {
 }
 
 func TestWatchExitRefusesAProcessThatIsGone(t *testing.T) {
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
+	cmd := startPaused(t)
+	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	_ = cmd.Wait() // reaped: the PID is free
 	for _, pid := range []int{cmd.Process.Pid, 0, -1} {
 		if _, err := WatchExit(t.Context(), pid); err == nil {
 			t.Errorf("WatchExit(%d): no error for a process that is not there", pid)

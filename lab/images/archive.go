@@ -34,8 +34,6 @@ func (r recipe) archive(dir string) (Image, error) {
 	// A missing, damaged or foreign file is made again (the rename replaces it).
 	if d, size, err := readArchive(path, r.ref); err == nil {
 		img.Digest, img.Size = d, size
-		now := time.Now()
-		_ = os.Chtimes(path, now, now) // in use: pruneOld keeps it
 		return img, nil
 	}
 	built, err := r.build()
@@ -230,16 +228,18 @@ func readArchive(path, ref string) (v1.Hash, int64, error) {
 	return none, 0, fmt.Errorf("read %s: no image named %s", path, ref)
 }
 
-// pruneAge is how long an archive may go unused before pruneOld removes it.
-// Another checkout of the project (a worktree, CI's clone) on the same
-// machine may be building or importing its own version of an image right
-// now; only archives nobody has used for a day are surely nobody's.
+// pruneAge is how old another archive of an image must be before pruneOld
+// removes it. Another checkout of the project on the same machine (a
+// worktree, CI's clone) may be importing its own version of the image right
+// now, built moments ago; one written a day ago is, at worst, built again by
+// a checkout that still wants it. (Marking archives as used on every cache
+// hit would say more, but would make a warm build write to the cache.)
 const pruneAge = 24 * time.Hour
 
-// pruneOld removes name's archives other than keep that have not been used
-// for pruneAge: each input change makes a new archive, and old ones would
-// pile up in the cache. Errors are ignored: a file left behind only costs
-// space.
+// pruneOld removes name's archives other than keep that were written more
+// than pruneAge ago: each input change makes a new archive, and old ones
+// would pile up in the cache. Errors are ignored: a file left behind only
+// costs space.
 func pruneOld(dir, name, keep string) {
 	old, _ := filepath.Glob(filepath.Join(dir, name+"-"+strings.Repeat("[0-9a-f]", 32)+".tar"))
 	for _, p := range old {

@@ -9,7 +9,7 @@ import (
 )
 
 // Another checkout on the machine may be importing its own archive of an
-// image right now: pruneOld removes only archives unused for pruneAge.
+// image right now: pruneOld removes only archives written pruneAge ago.
 func TestPruneOldKeepsArchivesInUseElsewhere(t *testing.T) {
 	dir := t.TempDir()
 	name := func(c string) string { return filepath.Join(dir, "mosquitto-"+strings.Repeat(c, 32)+".tar") }
@@ -20,7 +20,7 @@ func TestPruneOldKeepsArchivesInUseElsewhere(t *testing.T) {
 	}{
 		{name("a"), 48 * time.Hour, true}, // keep, however old
 		{name("b"), time.Minute, true},    // another checkout's, just built
-		{name("c"), 23 * time.Hour, true}, // used within the day
+		{name("c"), 23 * time.Hour, true}, // written within the day
 		{name("d"), 25 * time.Hour, false},
 		{filepath.Join(dir, "pause-"+strings.Repeat("e", 32)+".tar"), 48 * time.Hour, true}, // another image
 	}
@@ -37,7 +37,7 @@ func TestPruneOldKeepsArchivesInUseElsewhere(t *testing.T) {
 	for _, f := range files {
 		_, err := os.Stat(f.path)
 		if kept := err == nil; kept != f.wantKept {
-			t.Errorf("%s (unused for %v): kept %v, want %v", filepath.Base(f.path), f.age, kept, f.wantKept)
+			t.Errorf("%s (written %v ago): kept %v, want %v", filepath.Base(f.path), f.age, kept, f.wantKept)
 		}
 	}
 }

@@ -327,7 +327,7 @@ func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 	if a.workloads[w.key] != w {
 		return // retired while being loaded (resume)
 	}
-	a.step(ctx, w, Sample(s.Received, s.State, s.Probability()))
+	a.step(ctx, w, Observed(s))
 }
 
 // resumeFromStandby loads the primary that an unmanaged Deployment names as
@@ -657,6 +657,9 @@ func (a *Actuator) decision(w *workload, action string, err error, attrs ...slog
 	all := []slog.Attr{slog.String("deployment", w.key.String()), slog.String("action", action),
 		slog.String("phase", string(w.gate.Rec.Phase)), slog.String("standby", w.gate.Policy.Standby),
 		slog.Bool("dry_run", a.dryRun)}
+	if why := w.gate.Rec.Why; why != "" && w.gate.Rec.Active() {
+		all = append(all, slog.String("explanation", why))
+	}
 	if err != nil {
 		level = slog.LevelError
 		all = append(all, slog.String("error", err.Error()))

@@ -290,6 +290,32 @@ func TestDryRunDecidesAndWritesNothing(t *testing.T) {
 	}
 }
 
+func TestSwitchoverSaysWhatDroveItInTheEventTheRecordAndTheDecisionLines(t *testing.T) {
+	const why = "memory_growth_rate +2.31, memory_percent +0.842"
+	f := newFakeCluster()
+	f.autoReady = true
+	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
+	r.send(signal.Healthy)
+	for range 3 {
+		r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: r.pod}, State: signal.Anomalous, Previous: signal.Healthy,
+			Source: signal.SourcePublish, Message: &signal.Message{State: signal.Anomalous, Explanation: why}, Received: time.Now()}
+	}
+	f.await(t, "SwitchoverDecided Event", func() bool { return slices.Contains(f.reasonsLocked(), "SwitchoverDecided") })
+	if got := r.record("primary").Why; got != why {
+		t.Errorf("record's why %q, want %q", got, why)
+	}
+	f.mu.Lock()
+	for _, ev := range f.events {
+		if ev.Reason == "SwitchoverDecided" && !strings.Contains(ev.Note, "driven by "+why) {
+			t.Errorf("SwitchoverDecided note %q does not say %q", ev.Note, why)
+		}
+	}
+	f.mu.Unlock()
+	r.logs.wait(t, "scale-up decision with the explanation", func(l map[string]any) bool {
+		return l["msg"] == "decision" && l["action"] == string(ActScaleStandby) && l["explanation"] == why
+	})
+}
+
 // addPod adds a pod of Deployment dep (through a ReplicaSet) and returns its name.
 func (f *fakeCluster) addPod(ns, dep string) string {
 	f.mu.Lock()

@@ -55,6 +55,11 @@ type Record struct {
 	// FlapGuarded reports that a decision was refused by the flap guard and
 	// warned about once, so the warning is not repeated every sample.
 	FlapGuarded bool `json:"flapGuarded,omitempty"`
+	// Why is what drove the decision of a switchover: the explanation the
+	// confirming sample carried (its top features, or predict_linear's time
+	// to the limit); "" for a failover, whose cause is the primary's state,
+	// and for a sidecar that sent none.
+	Why string `json:"why,omitempty"`
 	// Restore reports that the standby is a hot pair's old primary, retired
 	// by the switchover that made this Deployment the primary: it is scaled
 	// back to 1 (a fresh pod, the new hot standby) once its old pods are
@@ -94,9 +99,10 @@ type Input struct {
 	Kind InputKind
 	At   time.Time
 	// InSample: the pod's state and, for anomalous samples, the model's score
-	// (nil: counted as anomalous, the sidecar decided).
+	// (nil: counted as anomalous, the sidecar decided) and what drove it.
 	State       signal.State
 	Probability *float64
+	Why         string
 	// InStandby: readyReplicas >= 1 at the standby's current generation.
 	Ready bool
 	// InStandby: spec.replicas >= 1.
@@ -109,6 +115,14 @@ type Input struct {
 // Sample returns an InSample input.
 func Sample(at time.Time, st signal.State, prob *float64) Input {
 	return Input{Kind: InSample, At: at, State: st, Probability: prob}
+}
+
+// Observed returns the InSample input of a pod's observation, with the
+// explanation its message carries.
+func Observed(o signal.Observation) Input {
+	in := Sample(o.Received, o.State, o.Probability())
+	in.Why = o.Explanation()
+	return in
 }
 
 // StandbyReadiness returns an InStandby input of a scaled-up standby that is
@@ -281,7 +295,7 @@ func (g *Gate) sample(in Input) []Action {
 			r.Anomalous++
 			r.Phase = PhaseSuspect
 			if r.Anomalous >= g.Policy.Gates.Debounce {
-				return g.decide(in.At)
+				return g.decide(in)
 			}
 		case classCrash:
 			return g.failover(in.At, in.State)
@@ -310,7 +324,7 @@ func (g *Gate) sample(in Input) []Action {
 		case classAnomalous:
 			r.Anomalous++
 			if r.Anomalous >= g.Policy.Gates.Debounce {
-				return g.decide(in.At)
+				return g.decide(in)
 			}
 		case classCrash:
 			return g.failover(in.At, in.State)
@@ -322,21 +336,23 @@ func (g *Gate) sample(in Input) []Action {
 	return nil
 }
 
-// decide starts a switchover after a debounced anomaly, unless the flap guard
-// holds it back.
-func (g *Gate) decide(now time.Time) []Action {
+// decide starts a switchover after a debounced anomaly (in is the sample
+// that confirmed it), unless the flap guard holds it back.
+func (g *Gate) decide(in Input) []Action {
 	r := &g.Rec
+	now := in.At
 	if !r.LastSwitch.IsZero() && now.Before(r.LastSwitch.Add(g.Policy.Gates.Cooldown)) {
 		if r.FlapGuarded {
 			return nil
 		}
 		r.FlapGuarded = true
-		return []Action{warning("FlapGuard", "anomaly confirmed (%d samples) but the last switchover was at %s, within the cool-down of %v: not switching",
-			r.Anomalous, r.LastSwitch.UTC().Format(time.RFC3339), g.Policy.Gates.Cooldown)}
+		return []Action{warning("FlapGuard", "anomaly confirmed (%d samples%s) but the last switchover was at %s, within the cool-down of %v: not switching",
+			r.Anomalous, drivenBy(in.Why), r.LastSwitch.UTC().Format(time.RFC3339), g.Policy.Gates.Cooldown)}
 	}
 	wasAborted := r.Phase == PhaseAborted
 	r.Phase, r.Decision, r.Confirmed, r.Failover, r.FlapGuarded, r.AbortAt = PhaseWaitReady, now, 0, false, false, time.Time{}
-	acts := []Action{event("SwitchoverDecided", "%d consecutive anomalous samples: bringing up the standby %s", r.Anomalous, r.Standby)}
+	r.Why = in.Why
+	acts := []Action{event("SwitchoverDecided", "%d consecutive anomalous samples%s: bringing up the standby %s", r.Anomalous, drivenBy(r.Why), r.Standby)}
 	if g.cold() && !wasAborted {
 		acts = append(acts, Action{Kind: ActScaleStandby, Replicas: 1})
 	}
@@ -352,7 +368,7 @@ func (g *Gate) decide(now time.Time) []Action {
 func (g *Gate) failover(now time.Time, st signal.State) []Action {
 	r := &g.Rec
 	wasAborted := r.Phase == PhaseAborted
-	r.Phase, r.Decision, r.Failover, r.Confirmed, r.AbortAt = PhaseFailover, now, true, 0, time.Time{}
+	r.Phase, r.Decision, r.Failover, r.Confirmed, r.AbortAt, r.Why = PhaseFailover, now, true, 0, time.Time{}, ""
 	acts := []Action{event("Failover", "primary %s: bringing up the standby %s at once", st, r.Standby)}
 	if r.StandbyReady {
 		return append(acts, g.retire()...)
@@ -383,8 +399,16 @@ func (g *Gate) maybeRetire(now time.Time) []Action {
 	if r.Phase != PhaseConfirm || !r.StandbyReady || r.Confirmed < g.Policy.Gates.Reconfirm || now.Before(r.Decision.Add(g.Policy.Gates.Hold)) {
 		return nil
 	}
-	return append([]Action{event("SwitchoverConfirmed", "%d anomalous samples with the standby %s Ready, %v since the decision: retiring the primary",
-		r.Confirmed, r.Standby, now.Sub(r.Decision).Round(time.Millisecond))}, g.retire()...)
+	return append([]Action{event("SwitchoverConfirmed", "%d anomalous samples with the standby %s Ready, %v since the decision%s: retiring the primary",
+		r.Confirmed, r.Standby, now.Sub(r.Decision).Round(time.Millisecond), drivenBy(r.Why))}, g.retire()...)
+}
+
+// drivenBy renders an explanation for an Event's message; "" without one.
+func drivenBy(why string) string {
+	if why == "" {
+		return ""
+	}
+	return ", driven by " + why
 }
 
 func (g *Gate) retire() []Action {

@@ -397,3 +397,39 @@ func TestGateRetired(t *testing.T) {
 		t.Errorf("after Retired: %+v", g.Rec)
 	}
 }
+
+func TestGateRecordsWhatDroveADecisionAndNothingForACrash(t *testing.T) {
+	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
+	p.Gates.Debounce = 2
+	const why = "memory_percent +1.5"
+	explained := func(at time.Time) Input { in := anom(at); in.Why = why; return in }
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name    string
+		inputs  []func(time.Time) Input
+		wantWhy string
+		reason  string // the Event whose message must carry wantWhy
+	}{
+		{"a confirmed anomaly records the confirming sample's explanation", []func(time.Time) Input{anom, explained}, why, "SwitchoverDecided"},
+		{"a sidecar that sends none leaves it empty", []func(time.Time) Input{anom, anom}, "", "SwitchoverDecided"},
+		{"a crash is its own cause", []func(time.Time) Input{explained, gone}, "", "Failover"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewGate(p, Record{})
+			var acts []Action
+			for i, in := range tc.inputs {
+				acts = g.Step(in(t0.Add(time.Duration(i) * time.Second)))
+			}
+			if g.Rec.Why != tc.wantWhy {
+				t.Errorf("record's why %q, want %q", g.Rec.Why, tc.wantWhy)
+			}
+			i := slices.IndexFunc(acts, func(a Action) bool { return a.Reason == tc.reason })
+			if i < 0 {
+				t.Fatalf("no %s Event in %v", tc.reason, summary(acts))
+			}
+			if has := strings.Contains(acts[i].Message, "driven by"); has != (tc.wantWhy != "") || !strings.Contains(acts[i].Message, tc.wantWhy) {
+				t.Errorf("%s message %q, want it to say %q", tc.reason, acts[i].Message, tc.wantWhy)
+			}
+		})
+	}
+}

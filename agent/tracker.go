@@ -349,6 +349,9 @@ func (t *Tracker) logObservation(ev Event) {
 		if m.Reason != "" {
 			attrs = append(attrs, slog.String("reason", m.Reason))
 		}
+		if m.Explanation != "" {
+			attrs = append(attrs, slog.String("explanation", m.Explanation))
+		}
 	}
 	t.log.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -92,6 +92,7 @@ type Pipeline struct {
 	seq      uint64
 	score    *float64         // the last score, sent with every message
 	features *signal.Features // the last features, idem
+	why      string           // the last score's explanation, idem ("" below the threshold)
 }
 
 // NewPipeline checks cfg and builds a pipeline whose feature windows come
@@ -217,7 +218,7 @@ func (p *Pipeline) Sample(ctx context.Context) Step {
 		st.Explanation = p.model.Why(&x, proj.MemoryPercent, proj.PercentPerSecond)
 	}
 	last := score
-	p.score, p.features = &last, st.Features
+	p.score, p.features, p.why = &last, st.Features, signal.ShortExplanation(st.Explanation)
 	st.Emission = p.emit(p.machine.Score(score), rec.Stats.Time)
 	return st
 }
@@ -264,5 +265,5 @@ func (p *Pipeline) message(v Verdict, at time.Time) *signal.Message {
 	}
 	p.seq++
 	return &signal.Message{State: v.State, Reason: signal.ShortReason(v.Reason), Seq: p.seq, Time: at,
-		Probability: p.score, Features: p.features}
+		Probability: p.score, Features: p.features, Explanation: p.why}
 }

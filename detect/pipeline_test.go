@@ -148,6 +148,28 @@ func TestPipelineSignals(t *testing.T) {
 			t.Fatalf("%d messages for 4 anomalous samples, want 4: %+v", len(msgs), msgs)
 		}
 	})
+	t.Run("an anomalous message says what drove its score, a healthy one says nothing", func(t *testing.T) {
+		for _, tc := range []struct {
+			memory float64
+			want   signal.State
+		}{{60 << 20, signal.Anomalous}, {10 << 20, signal.Healthy}} {
+			msgs := run(t, newPipeline(t, &synthSource{memory: tc.memory, t0: t0}), 4)
+			if len(msgs) == 0 {
+				t.Fatalf("memory %v: no message", tc.memory)
+			}
+			m := msgs[len(msgs)-1]
+			if m.State != tc.want {
+				t.Fatalf("memory %v: state %s, want %s", tc.memory, m.State, tc.want)
+			}
+			if got := m.Explanation != ""; got != (tc.want == signal.Anomalous) {
+				t.Errorf("%s message's explanation %q", m.State, m.Explanation)
+			}
+			m.Version, m.Namespace, m.Pod = signal.Version, "tod", "broker-0" // the signaller's part
+			if _, err := signal.Encode(&m); err != nil {
+				t.Errorf("%s message does not encode: %v", m.State, err)
+			}
+		}
+	})
 	t.Run("stop always has a message and refuses the application after", func(t *testing.T) {
 		p := newPipeline(t, &synthSource{memory: 10 << 20, t0: t0})
 		run(t, p, 1)

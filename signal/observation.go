@@ -51,3 +51,12 @@ func (o *Observation) Probability() *float64 {
 	}
 	return o.Message.Probability
 }
+
+// Explanation is what drove the score the observation carries, when it is
+// anomalous; "" otherwise.
+func (o *Observation) Explanation() string {
+	if o.Message == nil {
+		return ""
+	}
+	return o.Message.Explanation
+}

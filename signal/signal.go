@@ -27,15 +27,27 @@ const MaxMessageBytes = 4 << 10
 // MaxReasonBytes bounds the free-text reason, so a message always fits.
 const MaxReasonBytes = 512
 
+// MaxExplanationBytes bounds the explanation: three features with their
+// contributions ("memory_growth_rate +2.31, memory_percent +0.842,
+// cpu_growth_rate +0.125") take about 70 bytes, predict_linear's time to the
+// limit fewer.
+const MaxExplanationBytes = 256
+
 // ShortReason cuts a reason to MaxReasonBytes at a UTF-8 boundary, ending it
 // with "…" when cut: a long reason (a discovery error naming every cgroup it
 // looked at) must shorten the signal, not stop it.
-func ShortReason(r string) string {
-	if len(r) <= MaxReasonBytes {
+func ShortReason(r string) string { return shorten(r, MaxReasonBytes) }
+
+// ShortExplanation cuts an explanation to MaxExplanationBytes as ShortReason
+// cuts a reason.
+func ShortExplanation(e string) string { return shorten(e, MaxExplanationBytes) }
+
+func shorten(r string, limit int) string {
+	if len(r) <= limit {
 		return r
 	}
 	const ell = "…"
-	cut := MaxReasonBytes - len(ell)
+	cut := limit - len(ell)
 	for cut > 0 && !utf8.RuneStart(r[cut]) {
 		cut--
 	}
@@ -88,6 +100,12 @@ type Message struct {
 	Seq         uint64    `json:"seq"`  // sample sequence number, increasing per sidecar run
 	Time        time.Time `json:"time"` // when the sample was taken
 	Reason      string    `json:"reason,omitempty"`
+	// Explanation says what drove the score when it is anomalous: the top
+	// features by contribution, or predict_linear's time to the limit
+	// (model.Model.Why); absent otherwise. An agent older than this field
+	// refuses messages that carry it (unknown fields are refused), so
+	// agents are upgraded before sidecars.
+	Explanation string `json:"explanation,omitempty"`
 }
 
 // Errors a decoder returns, to be checked with errors.Is.
@@ -160,10 +178,20 @@ func (m *Message) Validate() error {
 	}
 	// Printable UTF-8 only: keeps logs clean and bounds the escaped size (at most
 	// 2 bytes of JSON per byte of reason), so a valid message always fits.
-	if !utf8.ValidString(m.Reason) || strings.ContainsFunc(m.Reason, unicode.IsControl) {
+	if !printable(m.Reason) {
 		return fmt.Errorf("%w: reason must be printable UTF-8", ErrInvalid)
 	}
+	if len(m.Explanation) > MaxExplanationBytes {
+		return fmt.Errorf("%w: explanation of %d bytes, at most %d", ErrInvalid, len(m.Explanation), MaxExplanationBytes)
+	}
+	if !printable(m.Explanation) {
+		return fmt.Errorf("%w: explanation must be printable UTF-8", ErrInvalid)
+	}
 	return nil
+}
+
+func printable(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
 }
 
 // Values returns the features in the model's input order, that of
@@ -212,6 +240,7 @@ func Decode(topic string, payload []byte) (Message, error) {
 		Seq         *uint64    `json:"seq"`
 		Time        *time.Time `json:"time"`
 		Reason      string     `json:"reason"`
+		Explanation string     `json:"explanation"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
@@ -235,7 +264,7 @@ func Decode(topic string, payload []byte) (Message, error) {
 	m := Message{
 		Version: *raw.Version, Namespace: *raw.Namespace, Pod: *raw.Pod, State: *raw.State,
 		Probability: raw.Probability, Features: raw.Features, Seq: *raw.Seq, Time: *raw.Time,
-		Reason: raw.Reason,
+		Reason: raw.Reason, Explanation: raw.Explanation,
 	}
 	if err := m.Validate(); err != nil {
 		return Message{}, err

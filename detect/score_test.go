@@ -12,18 +12,12 @@ import (
 	"testing"
 
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/infer/model/modeltest"
 )
 
 const featHeader = "pod,cpu_percent,memory_percent,network_io_bytes_per_sec,disk_io_bytes_per_sec,cpu_growth_rate,memory_growth_rate"
 
-func defaultModel(t *testing.T) *model.Model {
-	t.Helper()
-	m, err := model.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+func defaultModel(t *testing.T) *model.Model { return modeltest.Default(t) }
 
 func TestScoreCSVAppendsProbabilityAndVerdict(t *testing.T) {
 	m := defaultModel(t)

@@ -1,9 +1,6 @@
 package detect
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -12,39 +9,8 @@ import (
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/infer/model/modeltest"
 )
-
-// modelWith loads the embedded default model's trees with its manifest edited:
-// the same scores, another feature spec.
-func modelWith(t *testing.T, edit func(man map[string]any)) *model.Model {
-	t.Helper()
-	mb, jb, err := model.EmbeddedFiles(model.DefaultName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var man map[string]any
-	if err := json.Unmarshal(jb, &man); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(mb)
-	man["model_sha256"] = hex.EncodeToString(sum[:])
-	edit(man)
-	if jb, err = json.Marshal(man); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(mb, jb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func setWindows(rate, deriv, step, lookback, sample string) func(map[string]any) {
-	return func(man map[string]any) {
-		man["feature_windows"] = map[string]any{"rate_window": rate, "deriv_window": deriv,
-			"subquery_step": step, "lookback": lookback, "sample_interval": sample}
-	}
-}
 
 // The embedded model's spec is the published pipeline's: the model-less
 // defaults of replay and sample (infer.DefaultConfig) compute what it scores.
@@ -59,8 +25,8 @@ func TestEmbeddedModelSpecIsThePublishedPipeline(t *testing.T) {
 }
 
 func TestFeatureConfigComesFromTheManifest(t *testing.T) {
-	short := modelWith(t, setWindows("1m", "2m", "1s", "30s", "1s"))
-	v1 := modelWith(t, func(man map[string]any) { man["schema_version"] = 1; delete(man, "feature_windows") })
+	short := modeltest.Edited(t, modeltest.Windows("1m", "2m", "1s", "30s", "1s"))
+	v1 := modeltest.Edited(t, func(man map[string]any) { man["schema_version"] = 1; delete(man, "feature_windows") })
 	cases := []struct {
 		name     string
 		m        *model.Model
@@ -103,12 +69,12 @@ func TestSpecAtTheLimitsDefinesEveryFeature(t *testing.T) {
 		name string
 		edit func(map[string]any)
 	}{
-		{"rate of 2 samples, deriv of 2 steps", setWindows("10s", "10s", "5s", "5s", "5s")},
-		{"sample interval not dividing the step", setWindows("6s", "4s", "2s", "4s", "3s")},
-		{"lookback of one sample interval", setWindows("2s", "2s", "1s", "1s", "1s")},
+		{"rate of 2 samples, deriv of 2 steps", modeltest.Windows("10s", "10s", "5s", "5s", "5s")},
+		{"sample interval not dividing the step", modeltest.Windows("6s", "4s", "2s", "4s", "3s")},
+		{"lookback of one sample interval", modeltest.Windows("2s", "2s", "1s", "1s", "1s")},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m := modelWith(t, c.edit)
+			m := modeltest.Edited(t, c.edit)
 			w := m.Windows()
 			fc, err := FeatureConfig(m, w.SampleInterval)
 			if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/infer/model/modeltest"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
@@ -342,11 +343,4 @@ func TestSidecarLooksForItsTargetUntilFound(t *testing.T) {
 	waitFor("back", func(st healthcheck.Status) bool { return st.State == signal.Healthy })
 }
 
-func defaultModel(t *testing.T) *model.Model {
-	t.Helper()
-	m, err := model.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+func defaultModel(t *testing.T) *model.Model { return modeltest.Default(t) }

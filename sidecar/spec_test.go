@@ -3,8 +3,6 @@ package sidecar
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -13,39 +11,8 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/infer/model/modeltest"
 )
-
-// modelWith loads the embedded default model's trees with its manifest edited:
-// the same scores, another feature spec.
-func modelWith(t *testing.T, edit func(man map[string]any)) *model.Model {
-	t.Helper()
-	mb, jb, err := model.EmbeddedFiles(model.DefaultName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var man map[string]any
-	if err := json.Unmarshal(jb, &man); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(mb)
-	man["model_sha256"] = hex.EncodeToString(sum[:])
-	edit(man)
-	if jb, err = json.Marshal(man); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(mb, jb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func setWindows(rate, deriv, step, lookback, sample string) func(map[string]any) {
-	return func(man map[string]any) {
-		man["feature_windows"] = map[string]any{"rate_window": rate, "deriv_window": deriv,
-			"subquery_step": step, "lookback": lookback, "sample_interval": sample}
-	}
-}
 
 func TestNewRefusesAModelItCannotFeed(t *testing.T) {
 	_, err := New(Config{Source: &loadSource{}, Interval: time.Minute, Model: defaultModel(t)})
@@ -65,9 +32,9 @@ func TestRunLogsTheFeatureSpecAtStart(t *testing.T) {
 	}{
 		{"embedded P1 model", defaultModel(t), map[string]any{"rate_window": "5m", "deriv_window": "10m", "subquery_step": "5s",
 			"lookback": "5m", "trained_sample_interval": "5s", "interval": "1s", "cpu_reference_fraction": 0.5}, ""},
-		{"short-window model", modelWith(t, setWindows("1m", "2m", "1s", "30s", "1s")), map[string]any{"rate_window": "1m",
+		{"short-window model", modeltest.Edited(t, modeltest.Windows("1m", "2m", "1s", "30s", "1s")), map[string]any{"rate_window": "1m",
 			"deriv_window": "2m", "subquery_step": "1s", "lookback": "30s", "trained_sample_interval": "1s"}, ""},
-		{"older manifest", modelWith(t, func(man map[string]any) {
+		{"older manifest", modeltest.Edited(t, func(man map[string]any) {
 			man["schema_version"] = 1
 			delete(man["feature_windows"].(map[string]any), "lookback")
 		}), map[string]any{"lookback": "5m"}, "does not state the feature windows lookback"},

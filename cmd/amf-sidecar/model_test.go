@@ -27,7 +27,7 @@ func TestModelFlagTakesAnEmbeddedNameOrAPath(t *testing.T) {
 	dir := t.TempDir()
 	// A model trained on other windows as the file "p1" (no .txt), named like
 	// the default embedded model, and as an ordinary path.
-	short := modeltest.Files(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	short := modeltest.Files(t, dir, "short", modeltest.Windows("1m", "2m", "1s", "30s", "1s"))
 	for _, f := range []struct{ from, to string }{{short, "p1"}, {model.ManifestPathFor(short), "p1.manifest.json"}} {
 		b, err := os.ReadFile(f.from)
 		if err != nil {

@@ -14,13 +14,6 @@ import (
 	"github.com/amf-edge/amf/infer/model/modeltest"
 )
 
-func windowsEdit(rate, deriv, step, lookback, sample string) func(map[string]any) {
-	return func(man map[string]any) {
-		man["feature_windows"] = map[string]any{"rate_window": rate, "deriv_window": deriv,
-			"subquery_step": step, "lookback": lookback, "sample_interval": sample}
-	}
-}
-
 // rampCSV is 20 minutes of raw samples every 5 s with a CPU and memory ramp.
 func rampCSV() string {
 	var b strings.Builder
@@ -36,13 +29,13 @@ func rampCSV() string {
 func TestWindowFlagsAgainstTheModel(t *testing.T) {
 	dir := t.TempDir()
 	p1 := modeltest.Files(t, dir, "p1", nil)
-	short := modeltest.Files(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
-	fast := modeltest.Files(t, dir, "fast", windowsEdit("1m", "2m", "500ms", "30s", "500ms"))
+	short := modeltest.Files(t, dir, "short", modeltest.Windows("1m", "2m", "1s", "30s", "1s"))
+	fast := modeltest.Files(t, dir, "fast", modeltest.Windows("1m", "2m", "500ms", "30s", "500ms"))
 	old := modeltest.Files(t, dir, "old", func(man map[string]any) {
 		man["schema_version"] = 1
 		delete(man["feature_windows"].(map[string]any), "lookback")
 	})
-	badSpec := modeltest.Files(t, dir, "bad", windowsEdit("5m", "7s", "5s", "5m", "5s"))
+	badSpec := modeltest.Files(t, dir, "bad", modeltest.Windows("5m", "7s", "5s", "5m", "5s"))
 	features := filepath.Join(dir, "features.csv")
 	if err := os.WriteFile(features, []byte("cpu_percent,memory_percent,network_io_bytes_per_sec,disk_io_bytes_per_sec,cpu_growth_rate,memory_growth_rate\n1,2,3,4,5,6\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -86,7 +79,7 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 
 // replay --model computes what the flags of the same windows compute.
 func TestReplayWithAModelUsesItsWindows(t *testing.T) {
-	short := modeltest.Files(t, t.TempDir(), "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
+	short := modeltest.Files(t, t.TempDir(), "short", modeltest.Windows("1m", "2m", "1s", "30s", "1s"))
 	ramp := rampCSV()
 	_, withModel, errs := runCLI(t, ramp, "replay", "--in", "-", "--model", short)
 	_, withFlags, _ := runCLI(t, ramp, "replay", "--in", "-", "--rate-window", "1m", "--deriv-window", "2m", "--step", "1s", "--lookback", "30s")
@@ -113,8 +106,8 @@ func TestWindowFlagDefaultsAreTheEmbeddedModels(t *testing.T) {
 
 func TestLoadModelForRun(t *testing.T) {
 	dir := t.TempDir()
-	short := modeltest.Files(t, dir, "short", windowsEdit("1m", "2m", "1s", "30s", "1s"))
-	fast := modeltest.Files(t, dir, "fast", windowsEdit("1m", "2m", "500ms", "30s", "500ms"))
+	short := modeltest.Files(t, dir, "short", modeltest.Windows("1m", "2m", "1s", "30s", "1s"))
+	fast := modeltest.Files(t, dir, "fast", modeltest.Windows("1m", "2m", "500ms", "30s", "500ms"))
 	def, err := model.Default()
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,11 @@
-// Package modeltest writes model files for tests: an embedded model with its
-// manifest edited, as a user's --model file would be. Tests only; product code
-// never imports it.
+// Package modeltest makes models for tests: the embedded default model with
+// its manifest edited, loaded (Edited) or written as a user's --model file
+// would be (Files). Tests only; product code never imports it.
 package modeltest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -39,4 +41,47 @@ func Files(t testing.TB, dir, name string, edit func(man map[string]any)) string
 		t.Fatal(err)
 	}
 	return path
+}
+
+// Default is the embedded default model.
+func Default(t testing.TB) *model.Model {
+	t.Helper()
+	m, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// Edited loads the embedded default model's trees with its manifest edited
+// by edit: the same scores, another feature spec.
+func Edited(t testing.TB, edit func(man map[string]any)) *model.Model {
+	t.Helper()
+	mb, jb, err := model.EmbeddedFiles(model.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man map[string]any
+	if err := json.Unmarshal(jb, &man); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(mb)
+	man["model_sha256"] = hex.EncodeToString(sum[:])
+	edit(man)
+	if jb, err = json.Marshal(man); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(mb, jb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// Windows is a manifest edit that sets every feature window.
+func Windows(rate, deriv, step, lookback, sample string) func(man map[string]any) {
+	return func(man map[string]any) {
+		man["feature_windows"] = map[string]any{"rate_window": rate, "deriv_window": deriv,
+			"subquery_step": step, "lookback": lookback, "sample_interval": sample}
+	}
 }

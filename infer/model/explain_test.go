@@ -1,10 +1,8 @@
 package model
 
 import (
-	"encoding/csv"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,42 +25,15 @@ type explainRow struct {
 
 func readExplainGolden(t *testing.T, path string) []explainRow {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("explanation golden: %v", err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	want := append(append([]string{"source"}, featureNames[:]...), "bias")
+	after := []string{"bias"}
 	for _, n := range featureNames {
-		want = append(want, "contribution_"+n)
-	}
-	want = append(want, "raw")
-	if strings.Join(recs[0], ",") != strings.Join(want, ",") {
-		t.Fatalf("%s: header %v, want %v", path, recs[0], want)
-	}
-	num := func(s string, line int) float64 {
-		if s == "" {
-			return math.NaN()
-		}
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			t.Fatalf("%s:%d: %v", path, line, err)
-		}
-		return v
+		after = append(after, "contribution_"+n)
 	}
 	var rows []explainRow
-	for i, r := range recs[1:] {
-		g := explainRow{line: i + 2, source: r[0]}
-		for j := range contract.NumFeatures {
-			g.x[j] = num(r[1+j], g.line)
-			g.contrib[j] = num(r[2+contract.NumFeatures+j], g.line)
-		}
-		g.bias = num(r[1+contract.NumFeatures], g.line)
-		g.raw = num(r[2+2*contract.NumFeatures], g.line)
+	for _, r := range readNumericCSV(t, path, append(after, "raw")...) {
+		g := explainRow{line: r.line, source: r.source, bias: r.v[contract.NumFeatures], raw: r.v[2*contract.NumFeatures+1]}
+		copy(g.x[:], r.v)
+		copy(g.contrib[:], r.v[contract.NumFeatures+1:])
 		rows = append(rows, g)
 	}
 	return rows

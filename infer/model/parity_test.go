@@ -25,6 +25,28 @@ type goldenRow struct {
 
 func readGolden(t *testing.T, path string) []goldenRow {
 	t.Helper()
+	var rows []goldenRow
+	for _, r := range readNumericCSV(t, path, "raw", "probability") {
+		g := goldenRow{line: r.line, source: r.source, raw: r.v[contract.NumFeatures], proba: r.v[contract.NumFeatures+1]}
+		copy(g.x[:], r.v)
+		rows = append(rows, g)
+	}
+	return rows
+}
+
+// csvRow is one row of a golden CSV: its line, its source column, and the
+// numbers after it (empty = NaN).
+type csvRow struct {
+	line   int
+	source string
+	v      []float64
+}
+
+// readNumericCSV reads a golden CSV written by infer/train's scripts, whose
+// header is source, the six features, then the columns named in after; every
+// value is a Python repr (round-trip exact) or empty for NaN.
+func readNumericCSV(t *testing.T, path string, after ...string) []csvRow {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatalf("golden file: %v", err)
@@ -34,30 +56,23 @@ func readGolden(t *testing.T, path string) []goldenRow {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
-	want := append(append([]string{"source"}, featureNames[:]...), "raw", "probability")
-	if strings.Join(recs[0], ",") != strings.Join(want, ",") {
-		t.Fatalf("%s: header %v, want %v", path, recs[0], want)
+	want := append(append([]string{"source"}, featureNames[:]...), after...)
+	if len(recs) == 0 || strings.Join(recs[0], ",") != strings.Join(want, ",") {
+		t.Fatalf("%s: header %v, want %v", path, recs[:min(len(recs), 1)], want)
 	}
-	parse := func(s string, line int) float64 {
-		if s == "" {
-			return math.NaN()
-		}
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			t.Fatalf("%s:%d: %v", path, line, err)
-		}
-		return v
-	}
-	var rows []goldenRow
+	var rows []csvRow
 	for i, r := range recs[1:] {
-		line := i + 2
-		g := goldenRow{line: line, source: r[0]}
-		for j := 0; j < contract.NumFeatures; j++ {
-			g.x[j] = parse(r[1+j], line)
+		row := csvRow{line: i + 2, source: r[0], v: make([]float64, len(r)-1)}
+		for j, s := range r[1:] {
+			row.v[j] = math.NaN()
+			if s == "" {
+				continue
+			}
+			if row.v[j], err = strconv.ParseFloat(s, 64); err != nil {
+				t.Fatalf("%s:%d: %v", path, row.line, err)
+			}
 		}
-		g.raw = parse(r[1+contract.NumFeatures], line)
-		g.proba = parse(r[2+contract.NumFeatures], line)
-		rows = append(rows, g)
+		rows = append(rows, row)
 	}
 	return rows
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,11 @@ func TestScaledExperimentStructure(t *testing.T) {
 	}
 	if amf.Detection == nil || amf.Confirmation == nil || *amf.Confirmation < *amf.Detection {
 		t.Errorf("AMF run: detection %v, confirmation %v: want both, detection first", amf.Detection, amf.Confirmation)
+	}
+	// The model's explanation travels from the sidecar's score through the
+	// signal to the agent's decision (P1's trees: Saabas contributions).
+	if !strings.Contains(amf.Explanation, "Saabas") {
+		t.Errorf("AMF run: the scale-up decision says %q of what drove it, want the trees' contributions", amf.Explanation)
 	}
 	if !reactive.OOMKilled {
 		t.Errorf("reactive run: no OOM kill")

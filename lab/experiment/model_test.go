@@ -90,7 +90,8 @@ func TestSummaryNamesEachModesModel(t *testing.T) {
 	res := Results{Runs: []RunResult{
 		{Mode: Reactive, Index: 1},
 		{Mode: AMF, Index: 1, Model: "p1", ModelSHA256: sha, SidecarModel: "(embedded p1) sha256:" + sha},
-		{Mode: AMF, Index: 2, Model: "p1", ModelSHA256: sha, SidecarModel: "(embedded p1) sha256:" + sha},
+		{Mode: AMF, Index: 2, Model: "p1", ModelSHA256: sha, SidecarModel: "(embedded p1) sha256:" + sha,
+			Explanation: "memory_percent +15 (Saabas, log-odds)"},
 		{Mode: Observe, Index: 1, Model: "leadtime", ModelSHA256: sha,
 			SidecarModel: "(embedded p1) sha256:cd (fallback: model override rejected)"},
 	}}
@@ -100,6 +101,7 @@ func TestSummaryNamesEachModesModel(t *testing.T) {
 	for _, want := range []string{
 		"AMF (make-before-break switchover; times in s after the fault's onset):\n\nModel: p1 (sha256 abababababab).\n\n",
 		"Model: leadtime (sha256 abababababab).\nRun 1: the sidecar reported (embedded p1) sha256:cd (fallback: model override rejected).\n",
+		"What drove each switchover (the agent's decision line):\n\n- run 2: memory_percent +15 (Saabas, log-odds)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)

@@ -46,6 +46,9 @@ type RunResult struct {
 	Gaps       []GapAt `json:"gaps"`       // every gap over the probe's threshold from the baseline on
 	Duplicates int     `json:"duplicates"` // messages the OBU received twice (both edge brokers bridged)
 	Lost       int     `json:"lost"`
+	// Explanation is what drove the scale-up decision, as its decision line
+	// says (the top features, or predict_linear's time to the limit).
+	Explanation string `json:"explanation,omitempty"`
 	// Switchovers counts scale-up decisions (healthy mode: false switchovers).
 	Switchovers    int     `json:"switchovers"`
 	MaxProbability float64 `json:"max_probability"`
@@ -188,6 +191,7 @@ func (res *Results) Summary(w io.Writer) {
 		fmt.Fprintln(w, "| paper | 14 | 18–27 | – | 34–42 | no | ≤ 1050 (two runs < 250) | – | ≈ 1000 |")
 		fmt.Fprintln(w, "| target | – | ≤ 8 | – | ≤ 25 | no | ≤ 250 | – | – |")
 		fmt.Fprintln(w)
+		explanations(w, runs)
 	}
 	if runs := by[Observe]; len(runs) > 0 {
 		fmt.Fprintln(w, "Observe (the agent decides but never acts; times in s after the fault's onset):")
@@ -248,4 +252,24 @@ func oomCell(r RunResult) string {
 		return "no"
 	}
 	return "yes, " + opt(r.OOM, "%.1f")
+}
+
+// explanations lists what drove each run's switchover, as the agent's
+// decision line said it.
+func explanations(w io.Writer, runs []RunResult) {
+	var said bool
+	for _, r := range runs {
+		if r.Explanation == "" {
+			continue
+		}
+		if !said {
+			fmt.Fprintln(w, "What drove each switchover (the agent's decision line):")
+			fmt.Fprintln(w)
+			said = true
+		}
+		fmt.Fprintf(w, "- run %d: %s\n", r.Index, r.Explanation)
+	}
+	if said {
+		fmt.Fprintln(w)
+	}
 }

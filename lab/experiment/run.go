@@ -243,6 +243,7 @@ func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Tim
 			detection = l.Time
 		case l.Msg == "decision" && l.Deployment == primary && l.Action == string(actuate.ActScaleStandby) && confirmation.IsZero():
 			confirmation = l.Time
+			res.Explanation = l.Explanation
 			res.Switchovers++
 		case l.Msg == "decision" && l.Deployment == primary && l.Action == string(actuate.ActRetirePrimary) && !l.DryRun && retired.IsZero():
 			retired = l.Time

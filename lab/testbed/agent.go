@@ -38,6 +38,9 @@ type AgentLine struct {
 	Phase      string    `json:"phase"`
 	DryRun     bool      `json:"dry_run"`
 	Error      string    `json:"error"`
+	// Explanation is what drove the score (a signal) or the switchover (a
+	// decision).
+	Explanation string `json:"explanation"`
 }
 
 // Agent is the agent DaemonSet's pod on a node (DeployAgent) and what it logged.

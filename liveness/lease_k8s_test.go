@@ -23,7 +23,7 @@ const testNS = "amf-liveness"
 // startAPI starts a real API server and returns it with the clientset of a
 // ServiceAccount bound by a Role in testNS to exactly liveness.Rules(): the
 // agents of these tests have only what Rules grants.
-func startAPI(t *testing.T) (*controlplane.ControlPlane, kubernetes.Interface) {
+func startAPI(t testing.TB) (*controlplane.ControlPlane, kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -38,6 +38,9 @@ type AgentLine struct {
 	Phase      string    `json:"phase"`
 	DryRun     bool      `json:"dry_run"`
 	Error      string    `json:"error"`
+	// Node is the node of the agent's liveness lines ("guarded node lost",
+	// "fence").
+	Node string `json:"node"`
 }
 
 // Agent is the agent DaemonSet's pod on a node (DeployAgent) and what it logged.
@@ -47,6 +50,9 @@ type Agent struct {
 
 	stop     context.CancelFunc // ends following the log
 	followed chan struct{}
+	// reconnect ends the current log stream (Reconnect), so a new one
+	// starts where it left off.
+	reconnect chan struct{}
 
 	mu    sync.Mutex
 	lines []AgentLine
@@ -93,6 +99,16 @@ func (a *Agent) Subscribe() (<-chan AgentLine, func()) {
 				break
 			}
 		}
+	}
+}
+
+// Reconnect ends the log stream being read, and a new one starts where it
+// left off: after a power cut or a partition of the agent's node the old
+// stream hangs (no reset ever came) until TCP gives up, minutes later.
+func (a *Agent) Reconnect() {
+	select {
+	case a.reconnect <- struct{}{}:
+	default:
 	}
 }
 

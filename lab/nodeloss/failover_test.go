@@ -81,7 +81,7 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := p.WaitFailover(ctx, a, b, cut.At, nA.Name, nB.Name, failoverBound)
+	f, err := p.WaitFailover(ctx, a, b, oldPod, cut.At, nA.Name, nB.Name, failoverBound)
 	if err != nil {
 		t.Fatalf("power cut: %v", err)
 	}
@@ -104,7 +104,7 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	if err := nB.Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f, err = p.WaitFailover(ctx, b, a, part, nB.Name, nA.Name, failoverBound)
+	f, err = p.WaitFailover(ctx, b, a, oldPod, part, nB.Name, nA.Name, failoverBound)
 	if err != nil {
 		t.Fatalf("partition: %v", err)
 	}

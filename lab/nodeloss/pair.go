@@ -253,21 +253,27 @@ type Failover struct {
 	StandbyUnready string
 }
 
-// WaitFailover waits (up to timeout) until the standby is the primary:
-// the old one scaled to 0, the roles exchanged, the new one Ready.
-func (p *Pair) WaitFailover(ctx context.Context, primary, standby string, faultAt time.Time, lostNode, guardNode string, timeout time.Duration) (Failover, error) {
+// WaitFailover waits (up to timeout) until the standby is the primary: the
+// old primary's pod oldPod marked for deletion (its Deployment scaled to 0;
+// it may be back at 1 already, the new hot standby to be), the roles
+// exchanged, the new primary Ready.
+func (p *Pair) WaitFailover(ctx context.Context, primary, standby, oldPod string, faultAt time.Time, lostNode, guardNode string, timeout time.Duration) (Failover, error) {
 	var f Failover
 	if err := eventually(ctx, "the standby becomes the primary", timeout, func() (bool, string) {
 		pd, sd := p.dep(ctx, primary), p.dep(ctx, standby)
 		if pd == nil || sd == nil {
 			return false, "not read"
 		}
-		if !ready(sd) && f.StandbyUnready == "" {
+		// Its pods' readiness: an annotation write bumps a Deployment's
+		// generation, and ready() waits for the controller to observe it.
+		if sd.Status.ReadyReplicas < 1 && f.StandbyUnready == "" {
 			f.StandbyUnready = describe(sd)
 		}
 		f.Seen = time.Now()
-		ok := ptr.Deref(pd.Spec.Replicas, 1) == 0 && sd.Annotations[contract.AnnRole] == "primary" && pd.Annotations[contract.AnnRole] == "standby" && ready(sd)
-		return ok, describe(pd) + "; " + describe(sd)
+		pod, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, oldPod, metav1.GetOptions{})
+		deleted := apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil)
+		ok := deleted && sd.Annotations[contract.AnnRole] == "primary" && pd.Annotations[contract.AnnRole] == "standby" && ready(sd)
+		return ok, fmt.Sprintf("old pod %s deleted %v (%v); %s; %s", oldPod, deleted, err, describe(pd), describe(sd))
 	}); err != nil {
 		return f, err
 	}

@@ -5,9 +5,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/lab/nodeloss"
 	"github.com/amf-edge/amf/lab/testbed"
+	"github.com/amf-edge/amf/liveness"
 )
 
 // failoverBound bounds a lost node → the standby primary in the test:
@@ -25,7 +31,9 @@ const failoverBound = 30 * time.Second
 // agent fences first, the standby's agent (now on node 0) fails it over,
 // and after the heal one primary remains again. No probe message is lost
 // and the standby is Ready throughout: its bridges never depended on the
-// primary.
+// primary. Then the primary's node held to 0.7 CPU and saturated for 30 s,
+// and the API server stopped for 5 s: nothing lost, nobody fenced, no
+// failover.
 func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -124,4 +132,73 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	if err := p.WaitOnePrimary(ctx, a, b, oldPod); err != nil {
 		t.Fatalf("after the partition: %v", err)
 	}
+
+	// A slow node is not a lost one: the primary's node (node 0 again) held
+	// to 0.7 CPU and saturated by a busy pod for 12 Lost. (Not less: on
+	// cgroup v1 a node's quota may not be below a pod's, and the broker's
+	// pod may use 0.6.)
+	if err := p.WaitPair(ctx, a, b, nA.Name, nB.Name); err != nil {
+		t.Fatal(err)
+	}
+	busy := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: nodeloss.BrokerNamespace},
+		Spec: corev1.PodSpec{
+			NodeName: nA.Name, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "busy", Image: images.LabRef, ImagePullPolicy: corev1.PullNever, Args: []string{"stress", "--profile", "10m:cpu=2"}}},
+		},
+	}
+	if _, err := cp.Client().CoreV1().Pods(nodeloss.BrokerNamespace).Create(ctx, busy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nA.Starve(ctx, 0.7); err != nil {
+		t.Fatal(err)
+	}
+	slow := time.Now()
+	time.Sleep(12 * liveness.DefaultTiming.Lost) // a window in which nothing may happen
+	used := nodeUsage(t, nA, 2*time.Second)
+	for n, ag := range p.Agents {
+		for _, l := range ag.Lines() {
+			if l.Time.After(slow) && (l.Msg == "guarded node lost" || l.Msg == "fence" || (l.Msg == "decision" && l.Action == "RetirePrimary")) {
+				t.Errorf("slow node: the agent on %s logged %+v", n, l)
+			}
+		}
+	}
+	t.Logf("slow node: %s at %.2f of its 0.7 CPU for %v: neither lost nor fenced, no failover", nA.Name, used, time.Since(slow).Round(time.Second))
+	if used < 0.55 {
+		t.Errorf("the slow node used %.2f CPU: not saturated", used)
+	}
+	if err := cp.Client().CoreV1().Pods(nodeloss.BrokerNamespace).Delete(ctx, busy.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Restore(ctx, nA); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitPair(ctx, a, b, nA.Name, nB.Name); err != nil {
+		t.Fatalf("after the slow spell: %v", err)
+	}
+
+	// The API server away for two Lost: every agent's view is stale, the
+	// guards still answer their probes, so nothing is declared, nobody
+	// fences, nothing fails over, then or after it is back.
+	away := time.Now()
+	cp.StopAPIServer()
+	time.Sleep(2 * liveness.DefaultTiming.Lost) // the outage
+	if err := cp.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * liveness.DefaultTiming.Lost) // a window in which nothing may happen
+	for _, ag := range p.Agents {
+		ag.Reconnect() // the streams broke with the API server
+	}
+	if err := p.WaitPair(ctx, a, b, nA.Name, nB.Name); err != nil {
+		t.Fatalf("after the API server came back: %v", err)
+	}
+	for n, ag := range p.Agents {
+		for _, l := range ag.Lines() {
+			if l.Time.After(away) && (l.Msg == "guarded node lost" || l.Msg == "fence" || (l.Msg == "decision" && l.Action == "RetirePrimary")) {
+				t.Errorf("API server away: the agent on %s logged %+v", n, l)
+			}
+		}
+	}
+	t.Logf("API server away for %v: nothing declared, nobody fenced, no failover", 2*liveness.DefaultTiming.Lost)
 }

@@ -52,6 +52,15 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// OwnerCacheSize bounds the pod → Deployment cache; default 4096.
 	OwnerCacheSize int
+	// Node is this agent's node. With it, the actuator takes part in node
+	// loss (nodeloss.go): it records on each hot standby the nodes of the
+	// pair's pods that signal to it, reports through OnGuards which nodes it
+	// guards and which guard it, and fails a primary over when NodeLost
+	// says its node is lost. Empty: none of that.
+	Node string
+	// OnGuards is called from Run's goroutine whenever the Guards change;
+	// it must not block. Optional.
+	OnGuards func(Guards)
 }
 
 // Controller is the reportingController of the agent's Events.
@@ -75,6 +84,7 @@ type Actuator struct {
 	loads     uint64
 	readyCh   chan readiness
 	events    *recorder
+	nl        nodeLoss
 }
 
 type podKey struct{ ns, name string }
@@ -95,7 +105,11 @@ type workload struct {
 	// annotations of the primary when loaded: the policy copied by a role exchange.
 	annotations map[string]string
 	stop        context.CancelFunc // the standby watch
-	gen         uint64             // distinguishes loads of the same Deployment
+	// standbyAnn are the standby's annotations as its watch last saw them
+	// (nil before): the nodes of the pair (contract.AnnPrimaryNode,
+	// AnnStandbyNode).
+	standbyAnn map[string]string
+	gen        uint64 // distinguishes loads of the same Deployment
 	// retry holds the actions left by a failed one, to try again at retryAt
 	// while the Gate is still in retryPhase.
 	retry      []Action
@@ -109,6 +123,7 @@ type readiness struct {
 	primary podKey
 	gen     uint64 // the workload load it belongs to; stale watches are ignored
 	status  standbyStatus
+	ann     map[string]string // the standby's annotations
 	at      time.Time
 }
 
@@ -151,6 +166,7 @@ func New(cfg Config) (*Actuator, error) {
 		a.inst = "amf-agent"
 	}
 	a.events = newRecorder(a.cluster, a.log, a.now, a.inst)
+	a.nl = newNodeLoss(cfg.Node, cfg.OnGuards)
 	return a, nil
 }
 
@@ -201,9 +217,16 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 			if w == nil || !w.managed || w.gen != r.gen {
 				continue
 			}
+			w.standbyAnn = r.ann
 			a.step(ctx, w, StandbyStatus(r.at, r.status.ready, r.status.scaled, r.status.drained))
+		case e := <-a.nl.events:
+			a.nodeEvent(ctx, e)
 		case <-timer.C:
 			now := a.now()
+			if !a.nl.retryAt.IsZero() && !a.nl.retryAt.After(now) {
+				a.nl.retryAt = time.Time{}
+				a.failLostNodes(ctx)
+			}
 			for _, w := range a.workloads {
 				if len(w.retry) > 0 && !w.retryAt.After(now) {
 					acts := w.retry
@@ -220,6 +243,7 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 				}
 			}
 		}
+		a.syncNodes(ctx)
 	}
 }
 
@@ -283,6 +307,9 @@ func (a *Actuator) resetTimer(t *time.Timer) {
 			next = d
 		}
 	}
+	if r := a.nl.retryAt; !r.IsZero() && (next.IsZero() || r.Before(next)) {
+		next = r
+	}
 	wait := time.Hour
 	if !next.IsZero() {
 		wait = max(next.Sub(a.now()), 0)
@@ -309,6 +336,11 @@ func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 	}
 	if dep == "" {
 		return // not owned by a Deployment: nothing to actuate
+	}
+	if a.nl.signalled(podKey{s.Namespace, dep}, s.Pod, s.State) {
+		if w, ok := a.workloads[podKey{s.Namespace, dep}]; ok && (!w.managed || w.gate.Rec.Phase == PhaseIdle) {
+			w.loaded = time.Time{} // read again below (workload): never in the middle of a switchover
+		}
 	}
 	w, err := a.workload(ctx, podKey{s.Namespace, dep})
 	if err != nil {

@@ -92,6 +92,11 @@ const (
 	// while its record is written, reached the server and the record did
 	// not (the agent stopped in between, or the write was refused).
 	InOrphan
+	// InNodeLost reports that the primary's node is lost (package liveness:
+	// its agent's heartbeats and its probes are gone while the guard's own
+	// view is current), observed by the guard, the agent of the hot
+	// standby's node. It is a crash of the primary: failover at once.
+	InNodeLost
 )
 
 // Input is one observation fed to a Gate.
@@ -110,6 +115,8 @@ type Input struct {
 	// InStandby: spec.replicas == 0 and no pod of it left, at its current
 	// generation (a retired Deployment whose old pods are gone).
 	Drained bool
+	// InNodeLost: the lost node.
+	Node string
 }
 
 // Sample returns an InSample input.
@@ -138,6 +145,10 @@ func StandbyStatus(at time.Time, ready, scaled, drained bool) Input {
 
 // Orphaned returns an InOrphan input.
 func Orphaned(at time.Time) Input { return Input{Kind: InOrphan, At: at} }
+
+// NodeLost returns an InNodeLost input: the primary's node was declared
+// lost at at.
+func NodeLost(at time.Time, node string) Input { return Input{Kind: InNodeLost, At: at, Node: node} }
 
 // Tick returns an InTick input.
 func Tick(at time.Time) Input { return Input{Kind: InTick, At: at} }
@@ -270,6 +281,8 @@ func (g *Gate) Step(in Input) []Action {
 		return g.tick(in.At)
 	case InOrphan:
 		return g.orphan(in.At)
+	case InNodeLost:
+		return g.crash(in.At, "lost with its node "+in.Node)
 	}
 	return nil
 }
@@ -298,7 +311,7 @@ func (g *Gate) sample(in Input) []Action {
 				return g.decide(in)
 			}
 		case classCrash:
-			return g.failover(in.At, in.State)
+			return g.crash(in.At, string(in.State))
 		}
 	case PhaseWaitReady, PhaseConfirm:
 		switch c {
@@ -310,12 +323,7 @@ func (g *Gate) sample(in Input) []Action {
 				return g.maybeRetire(in.At)
 			}
 		case classCrash:
-			if r.Phase == PhaseConfirm && r.StandbyReady {
-				r.Failover = true
-				return append([]Action{event("Failover", "primary %s while the standby %s is Ready: retiring it now", in.State, r.Standby)}, g.retire()...)
-			}
-			r.Phase, r.Failover = PhaseFailover, true
-			return []Action{event("Failover", "primary %s during the switchover: retiring it as soon as the standby %s is Ready", in.State, r.Standby)}
+			return g.crash(in.At, string(in.State))
 		}
 	case PhaseAborted:
 		switch c {
@@ -327,11 +335,31 @@ func (g *Gate) sample(in Input) []Action {
 				return g.decide(in)
 			}
 		case classCrash:
-			return g.failover(in.At, in.State)
+			return g.crash(in.At, string(in.State))
 		}
 	case PhaseFailover, PhaseRetiring:
 		// Committed: a primary that crashed is retired even if Kubernetes
 		// restarted it meanwhile; we stop depending on its restart.
+	}
+	return nil
+}
+
+// crash handles trouble that is here (the primary unhealthy, gone, or lost
+// with its node; why says which) in every phase: a failover at once, or,
+// during a switchover, retiring the primary as soon as the standby is Ready.
+// Committed phases (Failover, Retiring) go on as they are.
+func (g *Gate) crash(now time.Time, why string) []Action {
+	r := &g.Rec
+	switch r.Phase {
+	case PhaseIdle, PhaseSuspect, PhaseAborted:
+		return g.failover(now, why)
+	case PhaseWaitReady, PhaseConfirm:
+		if r.Phase == PhaseConfirm && r.StandbyReady {
+			r.Failover = true
+			return append([]Action{event("Failover", "primary %s while the standby %s is Ready: retiring it now", why, r.Standby)}, g.retire()...)
+		}
+		r.Phase, r.Failover = PhaseFailover, true
+		return []Action{event("Failover", "primary %s during the switchover: retiring it as soon as the standby %s is Ready", why, r.Standby)}
 	}
 	return nil
 }
@@ -365,11 +393,11 @@ func (g *Gate) decide(in Input) []Action {
 
 // failover starts bringing the standby up at once, without debounce or flap
 // guard: a crashed primary is not a prediction that could be wrong.
-func (g *Gate) failover(now time.Time, st signal.State) []Action {
+func (g *Gate) failover(now time.Time, why string) []Action {
 	r := &g.Rec
 	wasAborted := r.Phase == PhaseAborted
 	r.Phase, r.Decision, r.Failover, r.Confirmed, r.AbortAt, r.Why = PhaseFailover, now, true, 0, time.Time{}, ""
-	acts := []Action{event("Failover", "primary %s: bringing up the standby %s at once", st, r.Standby)}
+	acts := []Action{event("Failover", "primary %s: bringing up the standby %s at once", why, r.Standby)}
 	if r.StandbyReady {
 		return append(acts, g.retire()...)
 	}

@@ -39,6 +39,7 @@ func ready(at time.Time) Input    { return StandbyReadiness(at, true) }
 func notReady(at time.Time) Input { return StandbyReadiness(at, false) }
 func tick(at time.Time) Input     { return Tick(at) }
 func orphaned(at time.Time) Input { return Orphaned(at) }
+func nodeLost(at time.Time) Input { return NodeLost(at, "node-a") }
 
 // drained: the standby at 0 replicas with no pod left; scaledUp: its
 // replicas raised, not Ready yet; terminating: at 0, a pod still there.
@@ -93,6 +94,26 @@ func TestGate(t *testing.T) {
 		steps  []step
 	}{
 		{"cold switchover retires the primary only after ready, reconfirm and hold", cold, Record{}, switchover()},
+		{"the primary's node lost with the hot standby Ready: retired at once", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, nodeLost, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"the primary's node lost before the hot standby is Ready: retired once it is", hot, Record{}, []step{
+			{0, nodeLost, []string{"event:Failover"}, PhaseFailover},
+			{sec, nodeLost, nil, PhaseFailover},
+			{sec, anom, nil, PhaseFailover},
+			{sec, ready, []string{"event:StandbyReady", "retire"}, PhaseRetiring},
+		}},
+		{"the primary's node lost during a switchover's reconfirmation: retired at once", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverDecided"}, PhaseConfirm},
+			{sec, nodeLost, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"the primary's node lost with no standby ever Ready: the ready timeout keeps the primary", hot, Record{}, []step{
+			{0, nodeLost, []string{"event:Failover"}, PhaseFailover},
+			{2 * time.Minute, tick, []string{"warn:StandbyNotReady"}, PhaseIdle},
+		}},
 		{"hold already over: the third reconfirm sample retires at once", cold, Record{}, []step{
 			{0, anom, nil, ""}, {sec, anom, nil, ""},
 			{sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
@@ -283,7 +304,7 @@ func TestGate(t *testing.T) {
 // sequence of length 6 from a small alphabet: RetirePrimary is only ever
 // emitted while the latest standby observation was Ready.
 func TestGateRetireNeedsReadyStandby(t *testing.T) {
-	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick, orphaned}
+	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick, orphaned, nodeLost}
 	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
 	p.Gates.Hold = 0
 	p.Gates.Debounce, p.Gates.Reconfirm = 1, 1

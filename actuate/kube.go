@@ -91,8 +91,12 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	}
 	// New primary first: if we stop after it, both carry a policy, the old
 	// one in phase Retiring, and a resume repeats the exchange.
-	newAnn := map[string]*string{contract.AnnStandby: ptr.To(w.key.name), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil, contract.AnnRecord: ptr.To(string(rec))}
-	oldAnn := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To(sk.name), contract.AnnRecord: nil}
+	// The pair's nodes (on the standby) are the agents' to write again
+	// for the new roles: cleared on both.
+	newAnn := map[string]*string{contract.AnnStandby: ptr.To(w.key.name), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil, contract.AnnRecord: ptr.To(string(rec)),
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
+	oldAnn := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To(sk.name), contract.AnnRecord: nil,
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
 	src := w.annotations
 	for _, key := range contract.PolicyKeys() {
 		if key == contract.AnnStandby {
@@ -142,13 +146,15 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 // server gone for long), the loop reads the object again and watches anew.
 func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64, standby string, initial *appsv1.Deployment) {
 	var last *standbyStatus
-	send := func(st standbyStatus) {
-		if last != nil && *last == st {
+	var lastNodes [2]string
+	send := func(st standbyStatus, ann map[string]string) {
+		nodes := [2]string{ann[contract.AnnPrimaryNode], ann[contract.AnnStandbyNode]}
+		if last != nil && *last == st && nodes == lastNodes {
 			return
 		}
-		last = &st
+		last, lastNodes = &st, nodes
 		select {
-		case a.readyCh <- readiness{primary: primary, gen: gen, status: st, at: a.now()}:
+		case a.readyCh <- readiness{primary: primary, gen: gen, status: st, ann: ann, at: a.now()}:
 		case <-ctx.Done():
 		}
 	}
@@ -170,13 +176,13 @@ func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64,
 			}
 		}
 		backoff = 200 * time.Millisecond
-		send(statusOf(d))
+		send(statusOf(d), d.Annotations)
 		_ = a.cluster.WatchDeployment(ctx, primary.ns, standby, d.ResourceVersion, func(d *appsv1.Deployment) {
 			if d == nil {
-				send(standbyStatus{}) // deleted
+				send(standbyStatus{}, nil) // deleted
 				return
 			}
-			send(statusOf(d))
+			send(statusOf(d), d.Annotations)
 		})
 	}
 }

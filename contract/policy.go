@@ -26,6 +26,14 @@ const (
 	AnnPrimary = "amf.io/primary"
 	// AnnRecord holds the Gate's Record as JSON on the primary.
 	AnnRecord = "amf.io/switchover"
+	// AnnPrimaryNode, on a hot standby, names the node its primary's pod
+	// runs on; written by that node's agent, so the standby's agent knows
+	// which node to guard (DESIGN.md, "Losing a whole node").
+	AnnPrimaryNode = "amf.io/primary-node"
+	// AnnStandbyNode, on a hot standby, names the node its own pod runs on;
+	// written by that node's agent (the guard), so the primary's agent
+	// knows whom to probe before it fences.
+	AnnStandbyNode = "amf.io/standby-node"
 )
 
 // PolicyKeys returns the annotations of the policy: what a role exchange

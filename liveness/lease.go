@@ -35,6 +35,9 @@ type Heartbeat struct {
 	Namespace string
 	Node      string
 	Timing    Timing
+	// ProbeAddr, if set, is written on the Lease (AnnProbe): where this
+	// agent answers its guards' probes (ServeProbes).
+	ProbeAddr string
 	// OnRenew is called with the send time of every renewal that succeeded
 	// (for Fencer.Renewed); OnError with every failed one. Both optional.
 	OnRenew func(sent time.Time)
@@ -106,6 +109,12 @@ func (h *Heartbeat) fill(l *coordinationv1.Lease, now time.Time) {
 		l.Labels = map[string]string{}
 	}
 	l.Labels[LabelNode] = h.Node
+	if h.ProbeAddr != "" {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[AnnProbe] = h.ProbeAddr
+	}
 	l.Spec.HolderIdentity = ptr.To(h.Node)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(math.Ceil(h.Timing.Lost.Seconds())))
 	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
@@ -122,6 +131,11 @@ type GuardConfig struct {
 	// Probe says whether node's agent answers directly (over the LAN),
 	// within the ctx it is given; nil: no probes.
 	Probe func(ctx context.Context, node string) bool
+	// ProbeAt, used when Probe is nil, says whether the agent answers at
+	// the address its node's Lease advertises (AnnProbe, as last seen
+	// through the watch), e.g. Probe; a node whose address is not known yet
+	// is not reached.
+	ProbeAt func(ctx context.Context, addr string) bool
 	// OnLost is called once per loss, OnBack when a lost node heartbeats
 	// again; OnEvent (optional) with every Lease event the watch delivered.
 	OnLost, OnBack func(node string, at time.Time)
@@ -141,6 +155,15 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 		return errors.New("liveness: RunGuard needs nodes to guard")
 	}
 	var mu sync.Mutex
+	addrs := map[string]string{} // node → AnnProbe, under mu
+	if cfg.Probe == nil && cfg.ProbeAt != nil {
+		cfg.Probe = func(ctx context.Context, node string) bool {
+			mu.Lock()
+			a := addrs[node]
+			mu.Unlock()
+			return a != "" && cfg.ProbeAt(ctx, a)
+		}
+	}
 	now := time.Now()
 	for _, n := range cfg.Nodes {
 		g.Watch(n, now)
@@ -214,6 +237,9 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 			cfg.OnEvent()
 		}
 		mu.Lock()
+		if a := l.Annotations[AnnProbe]; a != "" {
+			addrs[l.Labels[LabelNode]] = a
+		}
 		back := g.Observe(l.Labels[LabelNode], l.Spec.RenewTime.Time, at)
 		mu.Unlock()
 		if back && cfg.OnBack != nil {
@@ -225,4 +251,14 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 		return ctx.Err()
 	}
 	return fmt.Errorf("liveness: watch of the guarded Leases: %w", err)
+}
+
+// ProbeAddrOf returns the probe address node's agent advertises on its
+// Lease (AnnProbe), read once; "" if it advertises none.
+func ProbeAddrOf(ctx context.Context, c kubernetes.Interface, namespace, node string) (string, error) {
+	l, err := c.CoordinationV1().Leases(namespace).Get(ctx, LeaseName(node), metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("liveness: get Lease %s: %w", LeaseName(node), err)
+	}
+	return l.Annotations[AnnProbe], nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -83,6 +84,9 @@ func TestManifestsOnRealAPIServer(t *testing.T) {
 		if c := agent.Spec.Containers[0]; c.Ports[0].HostPort != 1884 || !contains(c.Args, "--node-name=$(NODE_NAME)") {
 			t.Errorf("agent container: hostPort %d args %q", c.Ports[0].HostPort, c.Args)
 		}
+		if c := agent.Spec.Containers[0]; !contains(c.Args, "--liveness") || !contains(c.Args, "--liveness-advertise=$(HOST_IP):1885") || !hostPort(c, 1885) {
+			t.Errorf("agent container without node loss (--liveness, its probes on host port 1885): ports %+v args %q", c.Ports, c.Args)
+		}
 		ds, err := cs.AppsV1().DaemonSets("amf-system").Get(ctx, "amf-agent", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -90,6 +94,7 @@ func TestManifestsOnRealAPIServer(t *testing.T) {
 		if ds.Status.DesiredNumberScheduled != 1 {
 			t.Errorf("DaemonSet desires %d pods, want 1 (one kwok node)", ds.Status.DesiredNumberScheduled)
 		}
+		checkLivenessRights(ctx, t, cs)
 
 		broker := waitPod(ctx, t, cs, "amf-example", "app.kubernetes.io/instance=edge-broker-a", node)
 		checkBrokerPod(t, broker)
@@ -121,6 +126,51 @@ func TestManifestsOnRealAPIServer(t *testing.T) {
 		waitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", pi)
 		checkBrokerPod(t, waitPod(ctx, t, cs, "amf-example", "app.kubernetes.io/instance=edge-broker-a", pi))
 	})
+}
+
+func hostPort(c corev1.Container, port int32) bool {
+	for _, p := range c.Ports {
+		if p.HostPort == port && p.ContainerPort == port {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLivenessRights asks the API server (SubjectAccessReview) what the
+// agent's ServiceAccount may do with Leases and Nodes as base binds it: its
+// heartbeat and its guard's watch in amf-system, nothing else.
+func checkLivenessRights(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	for _, tc := range []struct {
+		namespace, group, resource, verb string
+		want                             bool
+	}{
+		{"amf-system", "coordination.k8s.io", "leases", "create", true},
+		{"amf-system", "coordination.k8s.io", "leases", "update", true},
+		{"amf-system", "coordination.k8s.io", "leases", "get", true},
+		{"amf-system", "coordination.k8s.io", "leases", "list", true},
+		{"amf-system", "coordination.k8s.io", "leases", "watch", true},
+		{"amf-system", "coordination.k8s.io", "leases", "delete", false},
+		{"amf-example", "coordination.k8s.io", "leases", "update", false},
+		{corev1.NamespaceNodeLease, "coordination.k8s.io", "leases", "update", false},
+		{corev1.NamespaceNodeLease, "coordination.k8s.io", "leases", "watch", false},
+		{"", "", "nodes", "get", false},
+		{"", "", "nodes", "list", false},
+		{"amf-example", "", "pods", "list", false},
+	} {
+		sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:amf-system:amf-agent",
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:amf-system", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: tc.namespace, Group: tc.group, Resource: tc.resource, Verb: tc.verb},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != tc.want {
+			t.Errorf("the agent may %s %s in %q: %v, want %v (%s)", tc.verb, tc.resource, tc.namespace, sar.Status.Allowed, tc.want, sar.Status.Reason)
+		}
+	}
 }
 
 // checkBrokerPod checks what the injected broker pod must carry once kwok runs it.
@@ -279,7 +329,7 @@ func TestOverlayPinsEveryWorkloadToArm64(t *testing.T) {
 // that actuate/rbac_test.go compares with actuate.Rules(), and the TokenReview rule.
 func TestActuationRoleIsReferenced(t *testing.T) {
 	out := kustomize(t, kubectlPath(t), "base")
-	for _, want := range []string{"name: amf-agent-actuate", "name: amf-agent-authn", "tokenreviews"} {
+	for _, want := range []string{"name: amf-agent-actuate", "name: amf-agent-authn", "tokenreviews", "name: amf-agent-liveness"} {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("base renders no %q", want)
 		}

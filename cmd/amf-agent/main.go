@@ -68,12 +68,16 @@ func run(args []string, stderr io.Writer) error {
 		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		maxClients   = fs.Int("max-clients", 256, "most MQTT connections open at once")
 		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")
+		live         = addLivenessFlags(fs)
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := live.check(*actuation, *nodeName); err != nil {
+		return err
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -141,7 +145,15 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("actuation client: %w", err)
 	}
-	act, err := actuate.New(actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: *observeOnly, Instance: *nodeName, ResumeOnStart: *resume, Registerer: a.MetricsRegisterer()})
+	var nl *nodeLiveness
+	if live.on {
+		if nl, err = listenLiveness(live, cs, *nodeName, log.With("component", "liveness"), a.MetricsRegisterer()); err != nil {
+			return err
+		}
+	}
+	acfg := actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: *observeOnly, Instance: *nodeName, ResumeOnStart: *resume, Registerer: a.MetricsRegisterer()}
+	nl.configure(&acfg, *nodeName)
+	act, err := actuate.New(acfg)
 	if err != nil {
 		return err
 	}
@@ -149,10 +161,14 @@ func run(args []string, stderr io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wait := agent.StartActuation(ctx, a.Tracker(), act)
+	waitLiveness := nl.start(ctx, act)
 	err = a.Run(ctx)
 	cancel()
 	if aerr := wait(); aerr != nil && err == nil {
 		err = aerr
+	}
+	if lerr := waitLiveness(); lerr != nil && err == nil {
+		err = lerr
 	}
 	return err
 }

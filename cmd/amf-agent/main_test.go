@@ -217,6 +217,12 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--kubeconfig", filepath.Join(dir, "missing")}, "--kubeconfig"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--liveness", "--kubeconfig", open}, "--liveness needs --actuate"},
+		{[]string{"--liveness", "--actuate", "--kubeconfig", open}, "--liveness needs --node-name"},
+		{[]string{"--liveness", "--actuate", "--node-name", "n0", "--kubeconfig", open}, "--liveness-advertise"},
+		{[]string{"--liveness", "--actuate", "--node-name", "n0", "--liveness-advertise", "10.0.0.5", "--kubeconfig", open}, "want host:port"},
+		{[]string{"--liveness", "--actuate", "--node-name", "n0", "--liveness-advertise", "10.0.0.5:http", "--kubeconfig", open}, "not a TCP port"},
+		{[]string{"--liveness", "--actuate", "--node-name", "n0", "--liveness-advertise", "10.0.0.5:1885", "--liveness-lost", "1s", "--kubeconfig", open}, "fence"},
 	} {
 		err := run(tt.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -40,6 +40,11 @@ Usage:
       agent's signal vs the pod status and the kubelet's liveness probes
   amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s]
       one real agent under the load of a full node's sidecars
+  amf-lab bench node-loss [--cuts 10] [--k8s-toleration 300s] [--k8s-wait 10m] [--keep] [-v]
+      three lab nodes, the agent DaemonSet, a hot broker pair bridging RDS and
+      OBU: power cuts of the primary's node, the standby's failover and the
+      probe's outage, then one plain broker as Kubernetes alone runs it; the
+      last line is JSON (root; make deps k8s first)
   amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--reactive-runs N] [--scale 0.25] [--out DIR] [--model NAME|PATH]
       the paper's availability experiment on a real control plane and a real
       node (kubelet + containerd; root; make deps k8s first); --model: the
@@ -50,9 +55,9 @@ Usage:
   amf-lab stress --profile SPEC [--scale f]
       the staged fault's load generator, run inside a container's cgroups
   amf-lab liveness --node N --listen ADDR [--guard node=addr,...] [--guarded-by addr,...] [--namespace amf-system]
-      the node-loss rules (package liveness) as an agent would run them, in a
+      the node-loss rules (package liveness) alone, guards given by hand, in a
       pod: a Lease heartbeat, a guard of the given nodes, a fencer; one JSON
-      line per decision (the multi-node lab's tests run it on each node)
+      line per decision (the agent runs them itself with --liveness)
   amf-lab broker --listen 127.0.0.1:1883
       a plain mochi MQTT broker process (used when Mosquitto is not installed)
   amf-lab cgroup2vm [--accel tcg|kvm] [--run REGEXP] [--timeout 4m]
@@ -73,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return benchSignal(ctx, args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "bench" && args[1] == "agent":
 		return benchAgent(ctx, args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "bench" && args[1] == "node-loss":
+		return benchNodeLoss(ctx, args[2:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "demo":
 		return runDemo(ctx, stdout, stderr)
 	case len(args) >= 1 && args[0] == "experiment":

@@ -1,9 +1,10 @@
-// Package nodeloss runs package liveness's heartbeat, guard and fencer as an
-// agent would, as a process in a pod on a lab node (amf-lab liveness), so
-// that the multi-node lab's faults (a power cut, a partition) hit it as they
-// would hit the agent, and prints one JSON line per decision. Test
-// infrastructure until the agent runs the rules itself; product code never
-// imports it.
+// Package nodeloss is the multi-node lab's node-loss rig, test
+// infrastructure that product code never imports: RunAgent runs package
+// liveness's heartbeat, guard and fencer alone, with guards given by hand, as
+// a process in a pod on a lab node (amf-lab liveness), printing one JSON line
+// per decision; Pair runs the agent DaemonSet itself (--liveness) with a hot
+// pair of edge brokers and the E2E probe on three lab nodes, for the tests
+// and for RunBench (amf-lab bench node-loss).
 package nodeloss
 
 import (

@@ -229,8 +229,11 @@ func TestGuardOnASurvivingNodeDeclaresACutNodeLostAndAPartitionedNodeFencesFirst
 		t.Fatal(err)
 	}
 	slow := time.Now()
+	periods0, throttled0 := cpuThrottling(t, n2)
 	time.Sleep(12 * tm.Lost) // a window in which nothing may happen
 	used := nodeUsage(t, n2, 2*time.Second)
+	periods, throttled := cpuThrottling(t, n2)
+	periods, throttled = periods-periods0, throttled-throttled0
 	for _, p := range []string{guard, pods[2].Name} {
 		ls, err := logLines(ctx, c, p)
 		if err != nil {
@@ -242,9 +245,12 @@ func TestGuardOnASurvivingNodeDeclaresACutNodeLostAndAPartitionedNodeFencesFirst
 			}
 		}
 	}
-	t.Logf("slow node: %s at %.2f of its 0.5 CPU for %v, neither lost nor fenced", n2.Name, used, time.Since(slow).Round(time.Second))
-	if used < 0.4 {
-		t.Errorf("the slow node used %.2f CPU: not saturated", used)
+	t.Logf("slow node: %s at %.2f of its 0.5 CPU, held at its quota in %d of %d periods, for %v, neither lost nor fenced",
+		n2.Name, used, throttled, periods, time.Since(slow).Round(time.Second))
+	// The premise: the node wanted more than its quota (what it got also
+	// depends on the rest of this machine's load: 0.39 of 0.5 once).
+	if throttled*10 < periods {
+		t.Errorf("the slow node was held at its quota in %d of %d periods only: not starved", throttled, periods)
 	}
 	if err := c.CoreV1().Pods(ns).Delete(ctx, busy.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

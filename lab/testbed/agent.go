@@ -41,6 +41,9 @@ type AgentLine struct {
 	// Explanation is what drove the score (a signal) or the switchover (a
 	// decision).
 	Explanation string `json:"explanation"`
+	// Node is the node of the agent's liveness lines ("guarded node lost",
+	// "fence").
+	Node string `json:"node"`
 }
 
 // Agent is the agent DaemonSet's pod on a node (DeployAgent) and what it logged.
@@ -50,6 +53,9 @@ type Agent struct {
 
 	stop     context.CancelFunc // ends following the log
 	followed chan struct{}
+	// reconnect ends the current log stream (Reconnect), so a new one
+	// starts where it left off.
+	reconnect chan struct{}
 
 	mu    sync.Mutex
 	lines []AgentLine
@@ -96,6 +102,16 @@ func (a *Agent) Subscribe() (<-chan AgentLine, func()) {
 				break
 			}
 		}
+	}
+}
+
+// Reconnect ends the log stream being read, and a new one starts where it
+// left off: after a power cut or a partition of the agent's node the old
+// stream hangs (no reset ever came) until TCP gives up, minutes later.
+func (a *Agent) Reconnect() {
+	select {
+	case a.reconnect <- struct{}{}:
+	default:
 	}
 }
 

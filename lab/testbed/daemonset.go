@@ -31,6 +31,17 @@ const AgentDaemonSet = "amf-agent"
 // its log followed (Lines, Subscribe). Applying it again with other extra
 // arguments rolls the pod and follows the new one.
 func DeployAgent(ctx context.Context, cp *controlplane.ControlPlane, repo, node string, extra []string) (*Agent, error) {
+	as, err := DeployAgents(ctx, cp, repo, []string{node}, extra)
+	if err != nil {
+		return nil, err
+	}
+	return as[0], nil
+}
+
+// DeployAgents is DeployAgent for several nodes of one cluster: one apply,
+// one change of the arguments, then the agent's pod on each node Ready and
+// its log followed, in the order of nodes.
+func DeployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo string, nodes []string, extra []string) ([]*Agent, error) {
 	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
 		return nil, fmt.Errorf("kubectl apply -k manifests/base: %w: %s", err, out)
 	}
@@ -47,19 +58,27 @@ func DeployAgent(ctx context.Context, cp *controlplane.ControlPlane, repo, node 
 	if _, err := c.AppsV1().DaemonSets(AgentNamespace).Patch(ctx, AgentDaemonSet, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, fmt.Errorf("set the agent's arguments: %w", err)
 	}
-	pod, err := waitAgentPod(ctx, c, node, args, 2*time.Minute)
-	if err != nil {
-		return nil, err
+	var agents []*Agent
+	for _, node := range nodes {
+		pod, err := waitAgentPod(ctx, c, node, args, 2*time.Minute)
+		if err != nil {
+			for _, a := range agents {
+				a.Stop()
+			}
+			return nil, err
+		}
+		a := &Agent{Addr: pod.Status.HostIP + ":1884", Pod: pod.Name}
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		a.stop = cancel
+		a.followed = make(chan struct{})
+		a.reconnect = make(chan struct{}, 1)
+		go func() {
+			defer close(a.followed)
+			a.follow(lctx, c, pod.Name)
+		}()
+		agents = append(agents, a)
 	}
-	a := &Agent{Addr: pod.Status.HostIP + ":1884", Pod: pod.Name}
-	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.stop = cancel
-	a.followed = make(chan struct{})
-	go func() {
-		defer close(a.followed)
-		a.follow(lctx, c, pod.Name)
-	}()
-	return a, nil
+	return agents, nil
 }
 
 // waitAgentPod waits (watch) for the agent's pod on node that runs args and is Ready.
@@ -104,7 +123,15 @@ func (a *Agent) follow(ctx context.Context, c kubernetes.Interface, pod string) 
 		if !r.last.IsZero() {
 			since = metav1.NewTime(r.last)
 		}
-		rc, err := c.CoreV1().Pods(AgentNamespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true, Timestamps: true, SinceTime: &since}).Stream(ctx)
+		sctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-a.reconnect:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+		rc, err := c.CoreV1().Pods(AgentNamespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true, Timestamps: true, SinceTime: &since}).Stream(sctx)
 		if err == nil {
 			sc := bufio.NewScanner(rc)
 			sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -115,6 +142,7 @@ func (a *Agent) follow(ctx context.Context, c kubernetes.Interface, pod string) 
 			}
 			rc.Close()
 		}
+		cancel()
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond): // the restarted container's log is not there at once

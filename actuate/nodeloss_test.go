@@ -1,0 +1,214 @@
+package actuate
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/signal"
+)
+
+// Fast tests of the actuator's part of node loss on fakeCluster: who guards
+// whom, and the lost node → failover decision, with the API server there or
+// not. The real-node test (lab/nodeloss) runs the agents on three real
+// nodes with real faults.
+
+// hotFast is a hot pair's policy with gates that need no waiting.
+var hotFast = map[string]string{contract.AnnRedundancy: string(contract.Hot), contract.AnnHold: "0s", contract.AnnCooldown: "0s"}
+
+// addHotPair adds a hot pair: the primary with its pod (addPair) and the
+// standby running too, with its own pod (ns/<standby>-rs-0), naming its
+// primary; standbyAnn are more annotations of the standby.
+func (f *fakeCluster) addHotPair(ns, primary, standby string, standbyAnn map[string]string) (primaryPod, standbyPod string) {
+	primaryPod = f.addPair(ns, primary, standby, hotFast)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ann := maps.Clone(standbyAnn)
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[contract.AnnPrimary] = primary
+	f.deps[podKey{ns, standby}] = deployment(ns, standby, 1, ann)
+	rs := standby + "-rs"
+	f.rss[podKey{ns, rs}] = f.rssOwnedBy(ns, rs, "Deployment", standby)
+	standbyPod = rs + "-0"
+	f.pods[podKey{ns, standbyPod}] = f.podOwnedBy(ns, standbyPod, rs)
+	return primaryPod, standbyPod
+}
+
+// guardRig is an Actuator of node self on f, with what it reported through
+// OnGuards.
+type guardRig struct {
+	*rig
+	act    *Actuator
+	mu     sync.Mutex
+	guards []Guards
+}
+
+func startGuard(t *testing.T, f *fakeCluster, self string) *guardRig {
+	t.Helper()
+	g := &guardRig{}
+	cfg := Config{Cluster: f, Node: self, Instance: self, OnGuards: func(gs Guards) {
+		g.mu.Lock()
+		g.guards = append(g.guards, gs)
+		g.mu.Unlock()
+		f.mu.Lock()
+		f.changeLocked(nil) // wake await
+		f.mu.Unlock()
+	}}
+	r := &rig{t: t, f: f, in: make(chan signal.Observation), last: map[string]signal.State{}, logs: newLineSink()}
+	cfg.Logger = slog.New(slog.NewJSONHandler(r.logs, nil))
+	act, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- act.Run(ctx, r.in) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if t.Failed() {
+			r.logs.dump(t)
+		}
+	})
+	g.rig, g.act = r, act
+	return g
+}
+
+// latest returns the Guards last reported (zero if none).
+func (g *guardRig) latest() Guards {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.guards) == 0 {
+		return Guards{}
+	}
+	return g.guards[len(g.guards)-1]
+}
+
+func TestPairNodesAreRecordedOnTheStandbyAndEachAgentLearnsWhomItGuards(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		self      string
+		signaller string // "primary" or "standby": whose pod signals here
+		have      map[string]string
+		wantAnn   string // the annotation this agent writes
+		want      Guards
+	}{
+		{"the primary's agent records its node and is guarded by the standby's", "node-a", "primary",
+			map[string]string{contract.AnnStandbyNode: "node-b"}, contract.AnnPrimaryNode, Guards{GuardedBy: []string{"node-b"}}},
+		{"the standby's agent records its node and guards the primary's", "node-b", "standby",
+			map[string]string{contract.AnnPrimaryNode: "node-a"}, contract.AnnStandbyNode, Guards{Guard: []string{"node-a"}}},
+		{"both pods on one node: nobody to guard", "node-a", "standby",
+			map[string]string{contract.AnnPrimaryNode: "node-a"}, contract.AnnStandbyNode, Guards{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			pp, sp := f.addHotPair(ns, "primary", "standby", tc.have)
+			g := startGuard(t, f, tc.self)
+			pod := pp
+			if tc.signaller == "standby" {
+				pod = sp
+			}
+			g.send(signal.Healthy, pod)
+			f.await(t, "own node recorded on the standby", func() bool { return f.depLocked(ns, "standby").Annotations[tc.wantAnn] == tc.self })
+			f.await(t, "guards reported", func() bool { return g.latest().equal(tc.want) })
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if n := *f.depLocked(ns, "primary").Spec.Replicas; n != 1 {
+				t.Errorf("primary scaled to %d without any loss", n)
+			}
+		})
+	}
+}
+
+func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {
+	unreachable := errors.New("dial tcp 10.0.0.1:6443: i/o timeout")
+	for _, tc := range []struct {
+		name    string
+		lost    string // the node declared lost
+		retired bool   // the primary is at 0 replicas already
+		apiDown bool   // the fresh read fails, then the API server comes back
+		want    bool   // a failover: primary at 0, roles exchanged
+	}{
+		{"the primary's node lost: failover to the hot standby", "node-a", false, false, true},
+		{"another node lost: nothing", "node-c", false, false, false},
+		{"the primary retired already: nothing more", "node-a", true, false, false},
+		{"the API server unreachable: no action on what may be stale, failover once it is back", "node-a", false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
+			if tc.retired {
+				f.mu.Lock()
+				d := f.depLocked(ns, "primary")
+				*d.Spec.Replicas, d.Status.ReadyReplicas, d.Status.Replicas = 0, 0, 0
+				f.mu.Unlock()
+			}
+			g := startGuard(t, f, "node-b")
+			g.send(signal.Healthy, sp)
+			f.await(t, "guarding node-a", func() bool { return slices.Equal(g.latest().Guard, []string{"node-a"}) })
+			f.await(t, "standby Ready seen", func() bool {
+				return g.record("primary").Phase == PhaseIdle && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b"
+			})
+			if tc.apiDown {
+				f.mu.Lock()
+				f.fail["get"] = unreachable
+				f.mu.Unlock()
+			}
+			g.act.NodeLost(context.Background(), tc.lost, g.act.now())
+			if tc.apiDown {
+				// Nothing happens while the read fails: the record stays
+				// Idle and the primary at 1 (a full retry period of it).
+				g.act.NodeBack(context.Background(), "node-x", g.act.now()) // a barrier: Run took NodeLost
+				f.mu.Lock()
+				writes := slices.Clone(f.writes)
+				ph, n := g.record("primary").Phase, *f.depLocked(ns, "primary").Spec.Replicas
+				delete(f.fail, "get")
+				f.mu.Unlock()
+				if ph != PhaseIdle || n != 1 {
+					t.Fatalf("acted while the API server was unreachable: phase %s, primary at %d; writes %q", ph, n, writes)
+				}
+			}
+			if tc.want {
+				// The retired primary comes back as the hot standby at once
+				// here (the fake has no pod to wait for): its scale to 0 is
+				// read from the writes.
+				f.await(t, "primary retired, roles exchanged", func() bool {
+					return slices.Contains(f.writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" &&
+						f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby"
+				})
+				f.await(t, "Failover Event", func() bool { return slices.Contains(f.reasonsLocked(), "Failover") })
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if !before(f.writes, "record edge/primary Failover", "scale edge/primary 0") && !before(f.writes, "record edge/primary Retiring", "scale edge/primary 0") {
+					t.Errorf("primary scaled to 0 before its record: %q", f.writes)
+				}
+				if n := *f.depLocked(ns, "standby").Spec.Replicas; n != 1 {
+					t.Errorf("the hot standby, now primary, at %d replicas", n)
+				}
+				for _, k := range []string{contract.AnnPrimaryNode, contract.AnnStandbyNode} {
+					if v, ok := f.depLocked(ns, "standby").Annotations[k]; ok {
+						t.Errorf("the new primary still carries %s=%s from its standby days", k, v)
+					}
+				}
+				return
+			}
+			g.act.NodeBack(context.Background(), "node-x", g.act.now()) // a barrier: Run took NodeLost
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			for _, w := range f.writes {
+				if w == "scale edge/primary 0" || w == "record edge/primary Failover" {
+					t.Errorf("acted: %q", f.writes)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/nodeloss"
+	"github.com/amf-edge/amf/lab/testbed"
+)
+
+// benchNodeLoss is `amf-lab bench node-loss`: power cuts of a hot primary's
+// node on three lab nodes, then Kubernetes alone on the same lab.
+func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("amf-lab bench node-loss", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cuts := fs.Int("cuts", 10, "power cuts of the primary's node")
+	tol := fs.Duration("k8s-toleration", 300*time.Second, "Kubernetes alone: the broker pod's not-ready/unreachable toleration (300s: Kubernetes' default; 0: skip that run)")
+	wait := fs.Duration("k8s-wait", 10*time.Minute, "Kubernetes alone: longest wait for the service path to come back")
+	keep := fs.Bool("keep", false, "keep the run's files")
+	verbose := fs.Bool("v", false, "log the nodes and the control plane to standard error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := kubenode.Check(); err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench node-loss: cannot run lab nodes here: %v\n", err)
+		return 1
+	}
+	repo, err := testbed.RepoRoot()
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench node-loss: %v\n", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "amf-lab-nodeloss-")
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench node-loss: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if *keep {
+			fmt.Fprintf(stderr, "files kept in %s\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+	cfg := nodeloss.BenchConfig{Cuts: *cuts, Repo: repo, WorkDir: dir, K8sToleration: *tol, K8sWait: *wait, Progress: stderr}
+	if *verbose {
+		cfg.Log = func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }
+	} else {
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
+	}
+	rep, err := nodeloss.RunBench(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench node-loss: %v\n", err)
+		*keep = true
+		return 1
+	}
+	nodeloss.PrintBench(stdout, rep)
+	return 0
+}

@@ -1,0 +1,297 @@
+package nodeloss
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/testbed"
+)
+
+// BenchConfig configures RunBench (amf-lab bench node-loss).
+type BenchConfig struct {
+	Cuts int    // power cuts of the primary's node (default 10)
+	Repo string // the AMF repository (manifests/base, the images' module)
+	// WorkDir holds the control plane's and the brokers' files.
+	WorkDir string
+	// K8sToleration is the not-ready/unreachable toleration of the broker
+	// pod in the Kubernetes-alone run: 300 s is Kubernetes' default; 0
+	// skips that run.
+	K8sToleration time.Duration
+	// K8sWait bounds the Kubernetes-alone run's wait for the service path.
+	K8sWait  time.Duration
+	Progress io.Writer
+	Log      func(format string, args ...any)
+}
+
+// Cut is one power cut's figures, seconds after the cut.
+type Cut struct {
+	Node      string  `json:"node"`
+	LostS     float64 `json:"lost_s"`     // the guard declared the node lost
+	FailoverS float64 `json:"failover_s"` // the guard retired the primary: the standby is the primary
+	// SOTS is the probe's longest interval between fresh messages from the
+	// cut to the failover seen: the service path's outage.
+	SOTS         float64 `json:"sot_s"`
+	LostMessages int     `json:"lost_messages"`
+}
+
+// BenchReport is the result; its JSON is the bench's last line.
+type BenchReport struct {
+	Cuts      int     `json:"cuts"`
+	SOTP50    float64 `json:"sot_p50_s"`
+	SOTP99    float64 `json:"sot_p99_s"`
+	SOTMax    float64 `json:"sot_max_s"`
+	Failover  float64 `json:"failover_p50_s"`
+	FailMax   float64 `json:"failover_max_s"`
+	LostP50   float64 `json:"lost_p50_s"`
+	K8sSOT    float64 `json:"k8s_sot_s"` // -1: not run; the wait bound if the path never came back
+	K8sTolS   float64 `json:"k8s_toleration_s"`
+	K8sBack   bool    `json:"k8s_back"` // the path came back within K8sWait
+	FalseFail int     `json:"false_failovers"`
+	PerCut    []Cut   `json:"per_cut"`
+}
+
+// RunBench starts a control plane, three lab nodes and a Pair, cuts the
+// power of the primary's node cfg.Cuts times (the roles alternate between
+// nodes 0 and 1; each cut is restored and one primary awaited before the
+// next), then, with the pair removed, runs one plain broker as Kubernetes
+// alone would and cuts its node.
+func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
+	if cfg.Cuts <= 0 {
+		cfg.Cuts = 10
+	}
+	if cfg.K8sWait <= 0 {
+		cfg.K8sWait = 10 * time.Minute
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.Log == nil {
+		cfg.Log = func(string, ...any) {}
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) }
+	if err := kubenode.Check(); err != nil {
+		return nil, err
+	}
+	say("building the images (cached)")
+	imgs, err := images.Build(ctx, images.Options{ModuleDir: cfg.Repo})
+	if err != nil {
+		return nil, err
+	}
+	say("starting the control plane and three nodes on one LAN")
+	cp, err := controlplane.Launch(ctx, filepath.Join(cfg.WorkDir, "cp"), controlplane.Options{ServingIPs: kubenode.ServingIPs(), NoFakeNodes: true}, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer cp.Stop()
+	var archives []string
+	for _, im := range imgs {
+		archives = append(archives, im.Archive)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	cl, err := kubenode.LaunchCluster(cctx, kubenode.ClusterConfig{ControlPlane: cp, Nodes: 3, Node: kubenode.Config{Images: archives, Log: cfg.Log}})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Stop()
+	dir := filepath.Join(cfg.WorkDir, "brokers")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	say("the agents and the hot pair")
+	p, err := StartPair(ctx, PairConfig{ControlPlane: cp, Cluster: cl, Repo: cfg.Repo, Dir: dir})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Stop()
+	rep := &BenchReport{Cuts: cfg.Cuts, K8sSOT: -1}
+	start := time.Now()
+	roles := [2]string{testbed.PrimaryName, testbed.StandbyName}
+	at := [2]*kubenode.Node{cl.Nodes[0], cl.Nodes[1]}
+	for i := 1; i <= cfg.Cuts; i++ {
+		primary, standby := roles[0], roles[1]
+		pn, sn := at[0], at[1]
+		if err := p.WaitPair(ctx, primary, standby, pn.Name, sn.Name); err != nil {
+			return nil, fmt.Errorf("cut %d: %w", i, err)
+		}
+		old, err := p.PodOf(ctx, primary)
+		if err != nil {
+			return nil, fmt.Errorf("cut %d: %w", i, err)
+		}
+		cut, err := pn.PowerCut(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cut %d: %w", i, err)
+		}
+		f, err := p.WaitFailover(ctx, primary, standby, old, cut.At, pn.Name, sn.Name, time.Minute)
+		if err != nil {
+			_ = p.Restore(ctx, pn)
+			return nil, fmt.Errorf("cut %d: %w", i, err)
+		}
+		c := Cut{Node: pn.Name, LostS: f.Lost.Sub(cut.At).Seconds(), FailoverS: f.Retired.Sub(cut.At).Seconds(),
+			SOTS: f.MaxGap.Seconds(), LostMessages: f.LostMessages}
+		rep.PerCut = append(rep.PerCut, c)
+		say("cut %d of %s: lost after %.2f s, failed over after %.2f s, longest interval between fresh messages %.3f s, %d lost",
+			i, pn.Name, c.LostS, c.FailoverS, c.SOTS, c.LostMessages)
+		if err := p.Restore(ctx, pn); err != nil {
+			return nil, fmt.Errorf("cut %d: restore: %w", i, err)
+		}
+		if err := p.WaitOnePrimary(ctx, standby, primary, old); err != nil {
+			return nil, fmt.Errorf("cut %d: %w", i, err)
+		}
+		roles[0], roles[1] = roles[1], roles[0]
+		at[0], at[1] = at[1], at[0]
+	}
+	// A failover is false if no cut caused it: count every retirement.
+	retired := 0
+	for _, ag := range p.Agents {
+		for _, l := range ag.Lines() {
+			if l.Msg == "decision" && l.Action == "RetirePrimary" && l.Error == "" && l.Time.After(start) {
+				retired++
+			}
+		}
+	}
+	rep.FalseFail = max(retired-cfg.Cuts, 0)
+	var sot, fo, lost []float64
+	for _, c := range rep.PerCut {
+		sot, fo, lost = append(sot, c.SOTS), append(fo, c.FailoverS), append(lost, c.LostS)
+	}
+	rep.SOTP50, rep.SOTP99, rep.SOTMax = quantile(sot, 0.5), quantile(sot, 0.99), quantile(sot, 1)
+	rep.Failover, rep.FailMax, rep.LostP50 = quantile(fo, 0.5), quantile(fo, 1), quantile(lost, 0.5)
+
+	if cfg.K8sToleration > 0 {
+		rep.K8sTolS = cfg.K8sToleration.Seconds()
+		say("Kubernetes alone: one plain broker, toleration %v; the pair removed", cfg.K8sToleration)
+		sot, back, err := k8sAlone(ctx, p, cl, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes alone: %w", err)
+		}
+		rep.K8sSOT, rep.K8sBack = sot.Seconds(), back
+		say("Kubernetes alone: service path back after %.1f s (back: %v)", rep.K8sSOT, back)
+	}
+	return rep, nil
+}
+
+// quantile is the nearest-rank quantile q of xs (0 if empty).
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// k8sAlone removes the pair, runs the edge broker as Kubernetes alone would
+// (one Deployment, no sidecar, no standby, tolerating not-ready and
+// unreachable for cfg.K8sToleration, kept off node 2, where RDS and OBU
+// run), cuts the power of its node and waits for the service path.
+func k8sAlone(ctx context.Context, p *Pair, cl *kubenode.Cluster, cfg BenchConfig) (time.Duration, bool, error) {
+	c := p.Client
+	if err := c.CoreV1().Namespaces().Delete(ctx, BrokerNamespace, metav1.DeleteOptions{}); err != nil {
+		return 0, false, err
+	}
+	if err := eventually(ctx, "the pair's namespace gone", 3*time.Minute, func() (bool, string) {
+		_, err := c.CoreV1().Namespaces().Get(ctx, BrokerNamespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	}); err != nil {
+		return 0, false, err
+	}
+	cordon, _ := json.Marshal(map[string]any{"spec": map[string]any{"unschedulable": true}})
+	if _, err := c.CoreV1().Nodes().Patch(ctx, cl.Nodes[2].Name, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
+		return 0, false, err
+	}
+	const ns = "k8s-alone"
+	ed := testbed.Edge{Namespace: ns, RDS: p.RDS, OBU: p.OBU, Bridge: testbed.DefaultBridge, BrokerPortA: 1883, BrokerImage: images.MosquittoRef, ClientPrefix: "k8s"}
+	objs, err := ed.Reactive()
+	if err != nil {
+		return 0, false, err
+	}
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return 0, false, err
+	}
+	for _, cm := range objs.ConfigMaps {
+		if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return 0, false, err
+		}
+	}
+	d := objs.Deployments[0]
+	tol := ptr.To(int64(cfg.K8sToleration.Seconds()))
+	d.Spec.Template.Spec.Tolerations = []corev1.Toleration{
+		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: tol},
+		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: tol},
+	}
+	if _, err := c.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return 0, false, err
+	}
+	var node string
+	if err := eventually(ctx, "the plain broker Ready", 3*time.Minute, func() (bool, string) {
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 1 {
+			return false, fmt.Sprint(err)
+		}
+		pod := pods.Items[0]
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				node = pod.Spec.NodeName
+				return true, ""
+			}
+		}
+		return false, pod.Name + " not Ready"
+	}); err != nil {
+		return 0, false, err
+	}
+	if err := p.Probe.WaitReceived(ctx, p.Probe.Received()+10); err != nil {
+		return 0, false, fmt.Errorf("no messages through the plain broker: %w", err)
+	}
+	n := p.Node(node)
+	if n == nil {
+		return 0, false, fmt.Errorf("the plain broker runs on %q, not a lab node", node)
+	}
+	before := p.Probe.Received()
+	cut, err := n.PowerCut(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() { _ = p.Restore(context.WithoutCancel(ctx), n) }()
+	wctx, cancel := context.WithTimeout(ctx, cfg.K8sWait)
+	defer cancel()
+	// Messages still on their way at the cut are not the path's return:
+	// wait for ten more than had arrived by then.
+	back := p.Probe.WaitReceived(wctx, before+10) == nil
+	if ctx.Err() != nil {
+		return 0, false, ctx.Err()
+	}
+	rec := p.Probe.Snapshot()
+	g, ok := rec.MaxGap(cut.At, time.Now())
+	if !ok {
+		return 0, back, errors.New("no probe receipts around the cut")
+	}
+	return g.Duration(), back, nil
+}
+
+// PrintBench writes the per-cut lines and the JSON line (last).
+func PrintBench(w io.Writer, r *BenchReport) {
+	for i, c := range r.PerCut {
+		fmt.Fprintf(w, "cut %d %s: lost %.2f s, failover %.2f s, SOT %.3f s, %d messages lost\n", i+1, c.Node, c.LostS, c.FailoverS, c.SOTS, c.LostMessages)
+	}
+	b, _ := json.Marshal(r)
+	fmt.Fprintln(w, string(b))
+}

@@ -1,0 +1,344 @@
+package nodeloss
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/probe"
+	"github.com/amf-edge/amf/lab/testbed"
+)
+
+// BrokerNamespace holds the edge brokers of a Pair.
+const BrokerNamespace = "mqtt"
+
+// Pair is the agent DaemonSet (manifests/base, --liveness on) on a cluster
+// of lab nodes, the RDS and OBU brokers on its third node, the E2E probe
+// between them, and a hot pair of edge brokers bridging them: the primary
+// (testbed.PrimaryName) pinned to node 0, its hot standby
+// (testbed.StandbyName) running on node 1.
+type Pair struct {
+	Client kubernetes.Interface
+	Nodes  []*kubenode.Node
+	Agents map[string]*testbed.Agent // by node
+	Probe  *probe.Probe
+	// RDS and OBU are the remote brokers' addresses (host:port on node 2).
+	RDS, OBU string
+	stops    []func()
+}
+
+// PairConfig configures StartPair.
+type PairConfig struct {
+	ControlPlane *controlplane.ControlPlane
+	Cluster      *kubenode.Cluster // three nodes at least
+	Repo         string            // the AMF repository (manifests/base)
+	Dir          string            // for the RDS and OBU brokers' files (world-readable)
+	// Policy is added to the primary's (amf.io/redundancy: hot).
+	Policy map[string]string
+}
+
+// StartPair starts it all and returns once the agents run; Stop ends what
+// it started (the cluster is the caller's).
+func StartPair(ctx context.Context, cfg PairConfig) (_ *Pair, err error) {
+	if cfg.Cluster == nil || len(cfg.Cluster.Nodes) < 3 {
+		return nil, errors.New("nodeloss: a Pair needs a cluster of three nodes")
+	}
+	nodes := cfg.Cluster.Nodes
+	p := &Pair{Client: cfg.ControlPlane.Client(), Nodes: nodes, Agents: map[string]*testbed.Agent{}}
+	defer func() {
+		if err != nil {
+			p.Stop()
+		}
+	}()
+	if err := os.Chmod(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	site := testbed.Site{NetNS: nodes[2].NetNS, IP: nodes[2].IP}
+	var brokers []*testbed.Broker
+	for _, name := range []string{"rds-broker", "obu-broker"} {
+		br, err := testbed.StartMosquittoAt(ctx, cfg.Dir, name, "", site)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		p.stops = append(p.stops, br.Stop)
+		brokers = append(brokers, br)
+	}
+	rds, obu := brokers[0], brokers[1]
+	p.RDS, p.OBU = rds.Addr, obu.Addr
+	if p.Probe, err = probe.Start(ctx, probe.Config{PublishURL: rds.URL(), SubscribeURL: obu.URL()}); err != nil {
+		return nil, fmt.Errorf("the E2E probe between RDS and OBU: %w", err)
+	}
+	p.stops = append(p.stops, func() { p.Probe.Stop() })
+	var names []string
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	agents, err := testbed.DeployAgents(ctx, cfg.ControlPlane, cfg.Repo, names, nil)
+	if err != nil {
+		return nil, fmt.Errorf("the agent DaemonSet: %w", err)
+	}
+	for i, ag := range agents {
+		p.Agents[names[i]] = ag
+		p.stops = append(p.stops, ag.Stop)
+	}
+	policy := map[string]string{contract.AnnRedundancy: string(contract.Hot)}
+	for k, v := range cfg.Policy {
+		policy[k] = v
+	}
+	ed := testbed.Edge{Namespace: BrokerNamespace, RDS: rds.Addr, OBU: obu.Addr, Bridge: testbed.DefaultBridge,
+		BrokerPortA: 1883, BrokerPortB: 1883, BrokerImage: images.MosquittoRef, Policy: policy}
+	objs, err := ed.AMF()
+	if err != nil {
+		return nil, fmt.Errorf("the edge brokers' objects: %w", err)
+	}
+	if _, err := p.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: BrokerNamespace}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	for _, cm := range objs.ConfigMaps {
+		if _, err := p.Client.CoreV1().ConfigMaps(BrokerNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	for i, d := range objs.Deployments {
+		// The primary on node 0, its hot standby running on node 1.
+		d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodes[i].Name}
+		if d.Name == testbed.StandbyName {
+			d.Spec.Replicas = ptr.To[int32](1)
+		}
+		if _, err := p.Client.AppsV1().Deployments(BrokerNamespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Stop stops the probe, the brokers and following the agents' logs.
+func (p *Pair) Stop() {
+	for i := len(p.stops) - 1; i >= 0; i-- {
+		p.stops[i]()
+	}
+	p.stops = nil
+}
+
+// Node returns the node named name.
+func (p *Pair) Node(name string) *kubenode.Node {
+	for _, n := range p.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// eventually polls cond (the API, every 100 ms) until it holds or timeout
+// passes; the error says what was last seen.
+func eventually(ctx context.Context, what string, timeout time.Duration, cond func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s: not within %v; last seen: %s", what, timeout, state)
+		}
+		select { // polling the API with a deadline
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (p *Pair) dep(ctx context.Context, name string) *appsv1.Deployment {
+	d, err := p.Client.AppsV1().Deployments(BrokerNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return d
+}
+
+func ready(d *appsv1.Deployment) bool {
+	return d != nil && d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas >= 1
+}
+
+func describe(d *appsv1.Deployment) string {
+	if d == nil {
+		return "not read"
+	}
+	return fmt.Sprintf("%s replicas %d ready %d role %q primary-node %q standby-node %q", d.Name, ptr.Deref(d.Spec.Replicas, 1),
+		d.Status.ReadyReplicas, d.Annotations[contract.AnnRole], d.Annotations[contract.AnnPrimaryNode], d.Annotations[contract.AnnStandbyNode])
+}
+
+// WaitPair waits until primary and standby are Ready, the agents have
+// written the pair's nodes on the standby, and the probe's messages flow.
+func (p *Pair) WaitPair(ctx context.Context, primary, standby, primaryNode, standbyNode string) error {
+	if err := eventually(ctx, "the hot pair Ready with its nodes recorded", 3*time.Minute, func() (bool, string) {
+		pd, sd := p.dep(ctx, primary), p.dep(ctx, standby)
+		ok := ready(pd) && ready(sd) && sd.Annotations[contract.AnnPrimaryNode] == primaryNode && sd.Annotations[contract.AnnStandbyNode] == standbyNode &&
+			sd.Annotations[contract.AnnPrimary] == primary
+		return ok, describe(pd) + "; " + describe(sd)
+	}); err != nil {
+		return err
+	}
+	if err := p.Probe.WaitReceived(ctx, p.Probe.Received()+10); err != nil {
+		return fmt.Errorf("no messages from RDS to OBU through the edge brokers: %w", err)
+	}
+	return nil
+}
+
+// PodOf returns the name of dep's one pod.
+func (p *Pair) PodOf(ctx context.Context, dep string) (string, error) {
+	pods, err := p.Client.CoreV1().Pods(BrokerNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + dep})
+	if err != nil {
+		return "", err
+	}
+	if len(pods.Items) != 1 {
+		return "", fmt.Errorf("%s has %d pods, want 1", dep, len(pods.Items))
+	}
+	return pods.Items[0].Name, nil
+}
+
+// WaitLine waits for the agent on node to log msg (about node about) after
+// since, and returns the line's time.
+func (p *Pair) WaitLine(ctx context.Context, node, msg string, since time.Time, about string) (time.Time, error) {
+	return p.waitLine(ctx, node, fmt.Sprintf("%q about %s", msg, about), func(l testbed.AgentLine) bool {
+		return l.Msg == msg && l.Node == about && l.Time.After(since)
+	})
+}
+
+// waitLine waits (90 s at most: a log stream through the API server and
+// the kubelet lags the API's objects) for a line of node's agent that
+// matches, and returns its time.
+func (p *Pair) waitLine(ctx context.Context, node, what string, match func(testbed.AgentLine) bool) (time.Time, error) {
+	var at time.Time
+	err := eventually(ctx, fmt.Sprintf("agent on %s logs %s", node, what), 90*time.Second, func() (bool, string) {
+		for _, l := range p.Agents[node].Lines() {
+			if match(l) {
+				at = l.Time
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+	return at, err
+}
+
+// Failover is what WaitFailover saw.
+type Failover struct {
+	Lost    time.Time // the guard declared the node lost (its log)
+	Retired time.Time // the guard's RetirePrimary decision (its log)
+	Seen    time.Time // the test saw the roles exchanged (the API)
+	// MaxGap is the probe's longest interval between fresh messages from
+	// the fault to Seen; LostMessages those sent meanwhile and never
+	// received; Duplicates receipts twice (both brokers forward).
+	MaxGap       time.Duration
+	LostMessages int
+	Duplicates   int
+	// StandbyUnready says how the standby was seen not Ready meanwhile
+	// ("": always Ready).
+	StandbyUnready string
+}
+
+// WaitFailover waits (up to timeout) until the standby is the primary: the
+// old primary's pod oldPod marked for deletion (its Deployment scaled to 0;
+// it may be back at 1 already, the new hot standby to be), the roles
+// exchanged, the new primary Ready.
+func (p *Pair) WaitFailover(ctx context.Context, primary, standby, oldPod string, faultAt time.Time, lostNode, guardNode string, timeout time.Duration) (Failover, error) {
+	var f Failover
+	if err := eventually(ctx, "the standby becomes the primary", timeout, func() (bool, string) {
+		pd, sd := p.dep(ctx, primary), p.dep(ctx, standby)
+		if pd == nil || sd == nil {
+			return false, "not read"
+		}
+		// Its pods' readiness: an annotation write bumps a Deployment's
+		// generation, and ready() waits for the controller to observe it.
+		if sd.Status.ReadyReplicas < 1 && f.StandbyUnready == "" {
+			f.StandbyUnready = describe(sd)
+		}
+		f.Seen = time.Now()
+		pod, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, oldPod, metav1.GetOptions{})
+		deleted := apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil)
+		ok := deleted && sd.Annotations[contract.AnnRole] == "primary" && pd.Annotations[contract.AnnRole] == "standby" && ready(sd)
+		return ok, fmt.Sprintf("old pod %s deleted %v (%v); %s; %s", oldPod, deleted, err, describe(pd), describe(sd))
+	}); err != nil {
+		return f, err
+	}
+	var err error
+	if f.Lost, err = p.WaitLine(ctx, guardNode, "guarded node lost", faultAt, lostNode); err != nil {
+		return f, err
+	}
+	if f.Retired, err = p.waitLine(ctx, guardNode, "the RetirePrimary decision", func(l testbed.AgentLine) bool {
+		return l.Msg == "decision" && l.Action == "RetirePrimary" && l.Deployment == BrokerNamespace+"/"+primary && l.Time.After(faultAt) && l.Error == ""
+	}); err != nil {
+		return f, err
+	}
+	rec := p.Probe.Snapshot()
+	gap, _ := rec.MaxGap(faultAt, f.Seen)
+	f.MaxGap = gap.Duration()
+	// A second's margin at the end: messages on their way are not lost.
+	f.LostMessages = len(rec.Lost(faultAt.Add(-time.Second), f.Seen.Add(-time.Second)))
+	f.Duplicates = rec.Duplicates(faultAt, f.Seen)
+	return f, nil
+}
+
+// Restore brings n back and waits until it is Ready; the log of its agent
+// is then read from a new stream (testbed.Agent.Reconnect: the one open
+// across the fault hangs).
+func (p *Pair) Restore(ctx context.Context, n *kubenode.Node) error {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := n.Restore(rctx); err != nil {
+		return err
+	}
+	if err := n.WaitReady(rctx); err != nil {
+		return err
+	}
+	if ag := p.Agents[n.Name]; ag != nil {
+		ag.Reconnect()
+	}
+	return nil
+}
+
+// WaitOnePrimary waits until the old primary's pod is gone, the old primary
+// is back as the hot standby (Ready), and exactly one primary remains: one
+// Deployment with the policy and role primary, one pod each.
+func (p *Pair) WaitOnePrimary(ctx context.Context, primary, standby, oldPod string) error {
+	if err := eventually(ctx, "the old primary's pod gone, one primary", 3*time.Minute, func() (bool, string) {
+		_, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, oldPod, metav1.GetOptions{})
+		pd, sd := p.dep(ctx, primary), p.dep(ctx, standby)
+		if pd == nil || sd == nil {
+			return false, "not read"
+		}
+		_, pPolicy := pd.Annotations[contract.AnnStandby]
+		_, sPolicy := sd.Annotations[contract.AnnStandby]
+		ok := apierrors.IsNotFound(err) && pPolicy && !sPolicy &&
+			pd.Annotations[contract.AnnRole] == "primary" && sd.Annotations[contract.AnnRole] == "standby" && ready(pd) && ready(sd)
+		return ok, fmt.Sprintf("old pod %s: %v; %s; %s", oldPod, err, describe(pd), describe(sd))
+	}); err != nil {
+		return err
+	}
+	var errs []string
+	for _, dep := range []string{primary, standby} {
+		if _, err := p.PodOf(ctx, dep); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}

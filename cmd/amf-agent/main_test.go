@@ -217,6 +217,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--kubeconfig", filepath.Join(dir, "missing")}, "--kubeconfig"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--node-mode", "--token-file", open}, "--node-mode needs the Kubernetes API"},
+		{[]string{"--node-mode", "--kubeconfig", open}, "--node-mode needs --node-name"},
+		{[]string{"--host-cgroup-root", "/host/sys/fs/cgroup", "--kubeconfig", open}, "are for --node-mode"},
 	} {
 		err := run(tt.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

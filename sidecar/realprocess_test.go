@@ -44,6 +44,7 @@ func TestMain(m *testing.M) {
 				b[i] = byte(i)
 			}
 			keep = append(keep, b)
+			runtime.KeepAlive(keep)
 		}
 	}
 	os.Exit(m.Run())

@@ -21,7 +21,8 @@
 //     which restarts no pod) starts or stops the pipelines at once;
 //   - it does not carry the AMF sidecar: a pod that opts into node mode and
 //     has the sidecar too would be watched twice and signal twice, so it is
-//     refused with a Warning Event (reason NodeModeRefused) and not acted on;
+//     refused with a Warning Event (reason NodeModeRefused) and gets no
+//     pipeline (its sidecar's own signals are taken as in sidecar mode);
 //   - its broker container is known (amf.io/container, else the only
 //     container, else the one exposing a port named mqtt) and its model
 //     (amf.io/model, default p1) is embedded in the agent; otherwise a

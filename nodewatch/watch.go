@@ -356,7 +356,7 @@ func (w *Watcher) desired(ctx context.Context, pod *corev1.Pod) (*runSpec, strin
 		return nil, "Deployment " + dep.GetName() + " not in node mode", nil
 	}
 	if c := sidecarOf(pod); c != "" {
-		w.warn(ctx, pod, ReasonRefused, fmt.Sprintf("Deployment %s opts into node mode (%s=node) and the pod carries the AMF sidecar (container %s): refused, not watched and not acted on by the node agent, so that it is not watched twice; remove the sidecar or the annotation",
+		w.warn(ctx, pod, ReasonRefused, fmt.Sprintf("Deployment %s opts into node mode (%s=node) and the pod carries the AMF sidecar (container %s): refused: the node agent runs no pipeline for it (its sidecar's signals are taken as in sidecar mode), so that it is not watched twice; remove the sidecar or the annotation",
 			dep.GetName(), contract.AnnMode, c))
 		return nil, "pod carries the sidecar", nil
 	}

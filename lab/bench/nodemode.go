@@ -38,6 +38,7 @@ type NodeModeConfig struct {
 	Pods     int           // pods on the node; 110 is the kubelet's default limit
 	Duration time.Duration // each measurement (without, then with the pipelines)
 	Kills    int           // pods whose process is then killed, one at a time, to time the pushed exit (default 20)
+	OOMKills int           // then pods OOM-killed, one at a time (default 10)
 	Bin      Binaries
 	WorkDir  string
 	Progress io.Writer
@@ -60,6 +61,12 @@ type NodeModeReport struct {
 	ExitP50Millis float64 `json:"exit_p50_ms"`
 	ExitP99Millis float64 `json:"exit_p99_ms"`
 	ExitMaxMillis float64 `json:"exit_max_ms"`
+	// An OOM kill in the container → unhealthy, for the pushed OOM
+	// notification (from the killed process's end as its parent saw it).
+	OOMKills     int     `json:"oom_kills"`
+	OOMP50Millis float64 `json:"oom_p50_ms"`
+	OOMP99Millis float64 `json:"oom_p99_ms"`
+	OOMMaxMillis float64 `json:"oom_max_ms"`
 }
 
 // benchNode is the Node name the benchmark's pods are bound to; no kubelet
@@ -86,6 +93,9 @@ func RunNodeMode(ctx context.Context, cfg NodeModeConfig) (rep *NodeModeReport, 
 	}
 	if cfg.Kills <= 0 {
 		cfg.Kills = 20
+	}
+	if cfg.OOMKills <= 0 {
+		cfg.OOMKills = 10
 	}
 	cfg.Kills = min(cfg.Kills, cfg.Pods)
 	if os.Geteuid() != 0 {
@@ -194,46 +204,124 @@ func RunNodeMode(ctx context.Context, cfg NodeModeConfig) (rep *NodeModeReport, 
 
 	// Exits, one at a time: the pod's process killed, its unhealthy
 	// transition awaited in the agent's log.
-	var lat []time.Duration
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	for _, p := range pods[:cfg.Kills] {
-		name := p.pod.Name
-	drain:
+	await := func(name string) (transitionLine, error) {
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case tl := <-transitions:
+				if tl.Pod == name && tl.To == "unhealthy" {
+					return tl, nil
+				}
+			case <-timeout:
+				return transitionLine{}, fmt.Errorf("node-mode bench: no unhealthy transition of %s within 30 s", name)
+			case <-ctx.Done():
+				return transitionLine{}, ctx.Err()
+			}
+		}
+	}
+	drain := func() {
 		for {
 			select {
 			case <-transitions:
 			default:
-				break drain
+				return
 			}
 		}
+	}
+	var lat []time.Duration
+	for _, p := range pods[:cfg.Kills] {
+		drain()
 		killed := time.Now()
 		if err := p.cmd.Process.Kill(); err != nil {
 			return nil, err
 		}
-		timeout := time.After(10 * time.Second)
-		for got := false; !got; {
-			select {
-			case tl := <-transitions:
-				if tl.Pod == name && tl.To == "unhealthy" {
-					lat = append(lat, tl.Received.Sub(killed))
-					got = true
-					fmt.Fprintf(cfg.Progress, "kill %s: unhealthy %.1f ms later (%s)\n", name, ms(lat[len(lat)-1]), tl.Reason)
-				}
-			case <-timeout:
-				return nil, fmt.Errorf("node-mode bench: no unhealthy transition of %s within 10 s of its kill", name)
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+		tl, err := await(p.pod.Name)
+		if err != nil {
+			return nil, err
 		}
+		lat = append(lat, tl.Received.Sub(killed))
+		fmt.Fprintf(cfg.Progress, "kill %s: unhealthy %.1f ms later (%s)\n", p.pod.Name, millis(lat[len(lat)-1]), tl.Reason)
 		_ = p.cmd.Wait()
 	}
 	rep.Kills = len(lat)
-	slices.Sort(lat)
-	rep.ExitP50Millis = ms(lat[len(lat)/2])
-	rep.ExitP99Millis = ms(lat[min(len(lat)-1, int(math.Ceil(0.99*float64(len(lat))))-1)])
-	rep.ExitMaxMillis = ms(lat[len(lat)-1])
+	rep.ExitP50Millis, rep.ExitP99Millis, rep.ExitMaxMillis = percentiles(lat)
 	fmt.Fprintf(cfg.Progress, "%d kills: unhealthy in the agent p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", rep.Kills, rep.ExitP50Millis, rep.ExitP99Millis, rep.ExitMaxMillis)
+
+	// OOM kills, one at a time, in other pods: a memory limit on the
+	// container, and a process started in it that allocates past it (the
+	// lab's load generator); the kernel kills it, the pod's own process
+	// stays. Timed from the killed process's end as its parent (this
+	// benchmark) reaps it; on cgroup v1 the notification comes just before
+	// the kill, so a time can be below zero.
+	var oomLat []time.Duration
+	for _, p := range pods[cfg.Kills:min(len(pods), cfg.Kills+cfg.OOMKills)] {
+		drain()
+		hog, err := root.startHog(p, cfg.Bin.Self)
+		if err != nil {
+			return nil, err
+		}
+		done := make(chan time.Time, 1)
+		go func() { _ = hog.Wait(); done <- time.Now() }()
+		tl, err := await(p.pod.Name)
+		if err != nil {
+			_ = hog.Process.Kill()
+			<-done
+			return nil, err
+		}
+		var ended time.Time
+		select {
+		case ended = <-done:
+		case <-time.After(30 * time.Second):
+			_ = hog.Process.Kill()
+			<-done
+			return nil, fmt.Errorf("node-mode bench: %s signalled %q but its hog was not killed within 30 s", p.pod.Name, tl.Reason)
+		}
+		oomLat = append(oomLat, tl.Received.Sub(ended))
+		fmt.Fprintf(cfg.Progress, "OOM kill in %s: unhealthy %.1f ms from the kill (%s)\n", p.pod.Name, millis(oomLat[len(oomLat)-1]), tl.Reason)
+	}
+	rep.OOMKills = len(oomLat)
+	if len(oomLat) > 0 {
+		rep.OOMP50Millis, rep.OOMP99Millis, rep.OOMMaxMillis = percentiles(oomLat)
+	}
 	return rep, nil
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// percentiles returns the median, the 99th percentile (nearest rank) and the
+// maximum of ds, in milliseconds.
+func percentiles(ds []time.Duration) (p50, p99, maxMs float64) {
+	ds = slices.Sorted(slices.Values(ds))
+	return millis(ds[len(ds)/2]), millis(ds[min(len(ds)-1, int(math.Ceil(0.99*float64(len(ds))))-1)]), millis(ds[len(ds)-1])
+}
+
+// startHog limits p's container to 64 MiB and starts the load generator in
+// it, allocating past the limit. A shell moves itself into the container's
+// cgroups before it becomes the load generator, so nothing is charged
+// elsewhere first.
+func (r *benchCgroupRoot) startHog(p *nodeModePod, self string) (*exec.Cmd, error) {
+	rel := filepath.Join(r.name, "kubepods", "burstable", "pod"+p.uid, p.containerID)
+	limitFile := "memory.max"
+	if len(r.bases) > 1 {
+		limitFile = "memory.limit_in_bytes"
+	}
+	var memDir string
+	args := []string{"-c", `for f in "$@"; do echo $$ > "$f" || exit 1; done; exec "$0" stress --profile 60s:mem=256Mi`, self}
+	for _, b := range r.bases {
+		if strings.HasSuffix(b, "memory") || len(r.bases) == 1 {
+			memDir = filepath.Join(b, rel)
+		}
+		args = append(args, filepath.Join(b, rel, "cgroup.procs"))
+	}
+	if err := os.WriteFile(filepath.Join(memDir, limitFile), []byte("67108864"), 0o644); err != nil {
+		return nil, fmt.Errorf("node-mode bench: memory limit: %w", err)
+	}
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("node-mode bench: start the load generator: %w", err)
+	}
+	return cmd, nil
 }
 
 // transitionLine is the part of the agent's "transition" log line the
@@ -489,6 +577,7 @@ func PrintNodeMode(w io.Writer, r *NodeModeReport) error {
 	fmt.Fprintf(w, "agent with %d pipelines: %.2f %% of one core, RSS %.1f MiB (all healthy %.2f s after the opt-in)\n", r.Pods, r.CPUPct, r.RSSMiB, r.StartSeconds)
 	fmt.Fprintf(w, "per pod: %.3f MiB RSS, %.4f %% of one core\n", r.RSSMiBPerPod, r.CPUPctPerPod)
 	fmt.Fprintf(w, "broker process killed → unhealthy in the agent (pushed exit, %d kills): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", r.Kills, r.ExitP50Millis, r.ExitP99Millis, r.ExitMaxMillis)
+	fmt.Fprintf(w, "OOM kill in the container → unhealthy in the agent (pushed OOM notification, %d kills): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", r.OOMKills, r.OOMP50Millis, r.OOMP99Millis, r.OOMMaxMillis)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err

@@ -33,7 +33,7 @@ func TestNodeModeBenchWatchesEveryPodAndTimesEachKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	rep, err := RunNodeMode(ctx, NodeModeConfig{Pods: 5, Duration: 2 * time.Second, Kills: 3, Bin: buildBinaries(t), WorkDir: t.TempDir(), Progress: &progress})
+	rep, err := RunNodeMode(ctx, NodeModeConfig{Pods: 5, Duration: 2 * time.Second, Kills: 3, OOMKills: 2, Bin: buildBinaries(t), WorkDir: t.TempDir(), Progress: &progress})
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +47,9 @@ func TestNodeModeBenchWatchesEveryPodAndTimesEachKill(t *testing.T) {
 	if n := strings.Count(progress.String(), "its process exited"); n != 3 {
 		t.Errorf("%d kills seen through the pushed exit, want 3", n)
 	}
+	if n := strings.Count(progress.String(), "(OOM kill in the broker container"); rep.OOMKills != 2 || n != 2 {
+		t.Errorf("%d OOM kills timed, %d seen through the OOM notification; want 2", rep.OOMKills, n)
+	}
 	var out bytes.Buffer
 	if err := PrintNodeMode(&out, rep); err != nil {
 		t.Fatal(err)
@@ -56,7 +59,7 @@ func TestNodeModeBenchWatchesEveryPodAndTimesEachKill(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
 		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
 	}
-	for _, k := range []string{"pods", "rss_mib_per_pod", "cpu_pct_per_pod", "exit_p99_ms"} {
+	for _, k := range []string{"pods", "rss_mib_per_pod", "cpu_pct_per_pod", "exit_p99_ms", "oom_p99_ms"} {
 		if _, ok := last[k]; !ok {
 			t.Errorf("last line lacks %q: %s", k, lines[len(lines)-1])
 		}

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -258,7 +259,8 @@ func waitNodePod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns,
 // amf-agent inject --mode node. The agent's own log shows the pipeline on the
 // broker's container with its exit watched, the pod healthy from source
 // node, and, once the broker is killed from the host, unhealthy by the
-// pushed exit.
+// pushed exit; the same actuator then fails over to the cold standby (whose
+// pod gets a pipeline of its own) and retires the crashed primary.
 func TestNodeModeOverlayOnARealNode(t *testing.T) {
 	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
 	cs := cp.Client()
@@ -324,7 +326,7 @@ func TestNodeModeOverlayOnARealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	annotated, _ := injectWithBinary(t, repo, plain, "--mode", "node")
+	annotated, _ := injectWithBinary(t, repo, plain, "--mode", "node", "--standby")
 	if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
 	}
@@ -349,6 +351,7 @@ func TestNodeModeOverlayOnARealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -356,4 +359,21 @@ func TestNodeModeOverlayOnARealNode(t *testing.T) {
 	if r, _ := crash["reason"].(string); !strings.Contains(r, "exited") {
 		t.Errorf("unhealthy because %q: want the pushed exit", r)
 	}
+
+	// The same actuator acts on it: crash failover to the cold standby
+	// (annotated for node mode too, so its pod gets a pipeline), and the
+	// crashed primary retired once the standby is Ready.
+	standby := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-b", podReady)
+	t.Logf("standby pod %s Ready %v after the kill", standby.Name, time.Since(killed).Round(time.Millisecond))
+	awaitLine("the standby's pipeline", func(m map[string]any) bool {
+		return m["msg"] == "node pipeline target" && m["pod"] == ns+"/"+standby.Name
+	})
+	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", "edge-broker-a"))
+	if _, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		return ok && d.Spec.Replicas != nil && *d.Spec.Replicas == 0, nil
+	}); err != nil {
+		t.Fatalf("the crashed primary was not retired (scaled to 0): %v", err)
+	}
+	t.Logf("crashed primary retired (0 replicas) %v after the kill", time.Since(killed).Round(time.Millisecond))
 }

@@ -31,8 +31,14 @@ const AgentDaemonSet = "amf-agent"
 // its log followed (Lines, Subscribe). Applying it again with other extra
 // arguments rolls the pod and follows the new one.
 func DeployAgent(ctx context.Context, cp *controlplane.ControlPlane, repo, node string, extra []string) (*Agent, error) {
-	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
-		return nil, fmt.Errorf("kubectl apply -k manifests/base: %w: %s", err, out)
+	return DeployAgentLayout(ctx, cp, repo, "base", node, extra)
+}
+
+// DeployAgentLayout is DeployAgent from another kustomize layout of
+// manifests/ (e.g. "overlays/node-mode").
+func DeployAgentLayout(ctx context.Context, cp *controlplane.ControlPlane, repo, layout, node string, extra []string) (*Agent, error) {
+	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "manifests", filepath.FromSlash(layout))); err != nil {
+		return nil, fmt.Errorf("kubectl apply -k manifests/%s: %w: %s", layout, err, out)
 	}
 	c := cp.Client()
 	ds, err := c.AppsV1().DaemonSets(AgentNamespace).Get(ctx, AgentDaemonSet, metav1.GetOptions{})

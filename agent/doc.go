@@ -60,6 +60,11 @@
 // reported gone by the connection it replaced. Neither is recorded while the
 // agent itself shuts down: the pods are not gone, the agent is.
 //
+// In node mode (package nodewatch) the agent runs a pod's pipeline itself:
+// Tracker.BeginLocal opens a session without a connection, whose messages
+// are recorded as a sidecar's are, with source node (signal.SourceNode); its
+// End is the session's end.
+//
 // Each accepted observation becomes an Event delivered to the subscribers of
 // Tracker.Subscribe, and each transition (a change of state) writes one JSON
 // log line with message "transition".

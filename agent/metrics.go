@@ -73,7 +73,7 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "amf_agent_messages_total",
-			Help: "Signals accepted, by state and source (publish or will).",
+			Help: "Signals accepted, by state and source (publish, will, or node: the agent's own pipeline in node mode).",
 		}, []string{"state", "source"}),
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "amf_agent_messages_ignored_total",

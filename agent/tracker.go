@@ -20,6 +20,7 @@ const (
 	SourcePublish    = signal.SourcePublish
 	SourceWill       = signal.SourceWill
 	SourceDisconnect = signal.SourceDisconnect
+	SourceNode       = signal.SourceNode
 )
 
 // Reasons a valid signal is ignored (label "reason" of amf_agent_messages_ignored_total).
@@ -66,7 +67,10 @@ type session struct {
 	identity Identity
 	topic    string // identity.Topic(), computed once for the ACL
 	clientID string
-	ended    atomic.Bool
+	// local: the agent runs the pod's pipeline itself (node mode); no MQTT
+	// connection, so no connection metrics.
+	local bool
+	ended atomic.Bool
 }
 
 type podRecord struct {
@@ -183,6 +187,10 @@ func (rec *podRecord) snapshot() PodState {
 // begin opens a session for id; it replaces any earlier session of the pod.
 // It returns nil once the agent is shutting down.
 func (t *Tracker) begin(id Identity, clientID string) *session {
+	return t.beginSession(id, clientID, false)
+}
+
+func (t *Tracker) beginSession(id Identity, clientID string, local bool) *session {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -190,7 +198,7 @@ func (t *Tracker) begin(id Identity, clientID string) *session {
 		return nil
 	}
 	t.lastSession++
-	s := &session{id: t.lastSession, identity: id, topic: id.Topic(), clientID: clientID}
+	s := &session{id: t.lastSession, identity: id, topic: id.Topic(), clientID: clientID, local: local}
 	rec := t.pods[id]
 	if rec == nil {
 		rec = &podRecord{st: PodState{Identity: id}}
@@ -200,12 +208,51 @@ func (t *Tracker) begin(id Identity, clientID string) *session {
 	rec.st.Connected = true
 	rec.seqSeen = false // a new run: its seq starts anywhere
 	rec.lastActive = now
-	t.m.sessions.Inc()
+	if !local {
+		t.m.sessions.Inc()
+	}
 	return s
 }
 
+// LocalSession is one run of a pipeline the agent itself runs for a pod
+// (node mode), recorded as a sidecar's session is: its messages are
+// observations with source SourceNode, deduplicated by seq, delivered to
+// the same subscribers (the actuator), and End is the session's end. A new
+// session of the pod, local or a sidecar's, supersedes it.
+type LocalSession struct {
+	t *Tracker
+	s *session
+}
+
+// BeginLocal opens a local session for id. It returns nil once the agent is
+// shutting down.
+func (t *Tracker) BeginLocal(id Identity) *LocalSession {
+	s := t.beginSession(id, "node", true)
+	if s == nil {
+		return nil
+	}
+	return &LocalSession{t: t, s: s}
+}
+
+// Observe records a message of the pod's pipeline, received at the time
+// given (when the pipeline produced it).
+func (l *LocalSession) Observe(msg *signal.Message, received time.Time) {
+	l.t.record(l.s, msg, SourceNode, received)
+}
+
+// End ends the session: the pod becomes gone unless its last state was
+// stopping (send the pipeline's Stop message first when the pod goes away
+// in order). Not recorded while the agent shuts down; calling it again does
+// nothing.
+func (l *LocalSession) End() { l.t.end(l.s, true) }
+
 // publish records a decoded signal of session s.
 func (t *Tracker) publish(s *session, msg *signal.Message, received time.Time) {
+	t.record(s, msg, SourcePublish, received)
+}
+
+// record records a message of session s that came from src.
+func (t *Tracker) record(s *session, msg *signal.Message, src Source, received time.Time) {
 	t.mu.Lock()
 	rec := t.pods[s.identity]
 	if rec == nil || rec.st.Session != s.id {
@@ -220,8 +267,8 @@ func (t *Tracker) publish(s *session, msg *signal.Message, received time.Time) {
 		return
 	}
 	rec.seqSeen, rec.lastSeq = true, msg.Seq
-	t.m.messages.WithLabelValues(string(msg.State), string(SourcePublish)).Inc()
-	ev := t.observe(rec, msg.State, SourcePublish, msg, received)
+	t.m.messages.WithLabelValues(string(msg.State), string(src)).Inc()
+	ev := t.observe(rec, msg.State, src, msg, received)
 	t.mu.Unlock()
 	t.logObservation(ev)
 }
@@ -251,7 +298,9 @@ func (t *Tracker) end(s *session, clean bool) {
 	if !s.ended.CompareAndSwap(false, true) {
 		return
 	}
-	t.m.sessions.Dec()
+	if !s.local {
+		t.m.sessions.Dec()
+	}
 	now := t.now()
 	t.mu.Lock()
 	if t.closed {
@@ -261,13 +310,17 @@ func (t *Tracker) end(s *session, clean bool) {
 	rec := t.pods[s.identity]
 	if rec == nil || rec.st.Session != s.id {
 		t.mu.Unlock()
-		t.m.disconnects.WithLabelValues("superseded").Inc()
+		if !s.local {
+			t.m.disconnects.WithLabelValues("superseded").Inc()
+		}
 		t.log.Debug("session of a replaced connection ended", slog.String("pod", s.identity.String()), slog.Uint64("session", s.id))
 		return
 	}
-	if clean {
+	switch {
+	case s.local:
+	case clean:
 		t.m.disconnects.WithLabelValues("clean").Inc()
-	} else {
+	default:
 		t.m.disconnects.WithLabelValues("unclean").Inc()
 	}
 	rec.st.Connected = false
@@ -275,7 +328,11 @@ func (t *Tracker) end(s *session, clean bool) {
 	if rec.st.State == signal.Stopping {
 		state = signal.Stopping
 	}
-	ev := t.observe(rec, state, SourceDisconnect, nil, now)
+	src := SourceDisconnect
+	if s.local {
+		src = SourceNode
+	}
+	ev := t.observe(rec, state, src, nil, now)
 	t.mu.Unlock()
 	t.logObservation(ev)
 }

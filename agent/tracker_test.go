@@ -113,3 +113,51 @@ func TestEndIsIdempotent(t *testing.T) {
 		t.Errorf("unclean disconnects = %v, want 0", got)
 	}
 }
+
+// TestLocalSessionIsRecordedAsASidecarsIs: node mode's observations reach
+// subscribers with source node, duplicates are ignored, a stop and the end
+// leave the pod stopping (not gone: no failover), and an end without a stop
+// is gone.
+func TestLocalSessionIsRecordedAsASidecarsIs(t *testing.T) {
+	tr := newTestTracker(8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := tr.Subscribe(ctx, 16)
+	ls := tr.BeginLocal(podA)
+	ls.Observe(message(t, podA, signal.Healthy, 1), time.Now())
+	ls.Observe(message(t, podA, signal.Healthy, 1), time.Now()) // a duplicate
+	ls.Observe(message(t, podA, signal.Unhealthy, 2), time.Now())
+	ls.Observe(message(t, podA, signal.Stopping, 3), time.Now())
+	ls.End()
+	ls.End() // again: nothing
+	want := []struct {
+		state signal.State
+		src   Source
+	}{{signal.Healthy, SourceNode}, {signal.Unhealthy, SourceNode}, {signal.Stopping, SourceNode}, {signal.Stopping, SourceNode}}
+	for i, w := range want {
+		ev := <-events
+		if ev.State != w.state || ev.Source != w.src || ev.PodID != podA {
+			t.Fatalf("event %d = %s %s %s, want %s %s", i, ev.PodID, ev.State, ev.Source, w.state, w.src)
+		}
+	}
+	select {
+	case ev := <-events:
+		t.Fatalf("extra event %+v", ev)
+	default:
+	}
+	if got := testutil.ToFloat64(tr.m.sessions); got != 0 {
+		t.Errorf("MQTT sessions gauge = %v, want 0: a local session is not a connection", got)
+	}
+
+	crash := tr.BeginLocal(podB)
+	crash.Observe(message(t, podB, signal.Healthy, 7), time.Now())
+	crash.End()
+	if st, _ := tr.Pod(podB); st.State != signal.Gone || st.Connected {
+		t.Errorf("after an end without a stop: %s connected %v, want gone and not connected", st.State, st.Connected)
+	}
+
+	tr.shutdown()
+	if tr.BeginLocal(podA) != nil {
+		t.Error("BeginLocal after shutdown returned a session")
+	}
+}

@@ -2,7 +2,8 @@
 // Deployment rewriter and the training code agree on: the feature schema (the
 // six model inputs, their order and names) and the recovery policy (the
 // amf.io annotation keys, the redundancy modes, ParsePolicy, the readiness
-// condition, the token audience).
+// condition, the token audience) and node mode's annotations (amf.io/mode,
+// amf.io/model, amf.io/probe; ParseMode, ParseProbe).
 //
 // It depends on nothing outside the standard library, so any part can name
 // the vocabulary without linking a broker or a Kubernetes client (TestNoDeps

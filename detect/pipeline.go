@@ -223,6 +223,16 @@ func (p *Pipeline) Sample(ctx context.Context) Step {
 	return st
 }
 
+// Gone records that the target ended, as a push notification told (the
+// broker process's exit, an OOM kill in its container) before a sample
+// could see it: the pod is unhealthy at once. The next sample that reads a
+// target says it is back (Step.Back), so a caller whose old target may stay
+// readable after the end (an exited container's cgroup, until the runtime
+// removes it) sets a new target first.
+func (p *Pipeline) Gone(reason string) Emission {
+	return p.emit(p.machine.TargetGone(reason), time.Time{})
+}
+
 // Probe records an app-logic probe result.
 func (p *Pipeline) Probe(ok bool, reason string) Emission {
 	return p.emit(p.machine.Probe(ok, reason), time.Time{})

@@ -136,6 +136,24 @@ func TestPipelineSignals(t *testing.T) {
 			t.Fatalf("back: %+v (back %+v)", st, st.Back)
 		}
 	})
+	t.Run("a pushed end is unhealthy at once, and a new target's first sample says it is back", func(t *testing.T) {
+		p := newPipeline(t, &synthSource{memory: 10 << 20, t0: t0})
+		msgs := run(t, p, 2)
+		e := p.Gone("OOM kill in the broker's container")
+		if e.Message == nil || e.Message.State != signal.Unhealthy || !e.Verdict.Changed || e.Message.Seq != msgs[len(msgs)-1].Seq+1 {
+			t.Fatalf("gone: %+v, after %+v", e, msgs)
+		}
+		if again := p.Gone("broker process exited"); again.Message != nil {
+			t.Fatalf("a second end while unhealthy sent %+v", again.Message)
+		}
+		if _, err := p.SetTarget(&synthSource{memory: 10 << 20, t0: t0.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		st := p.Sample(t.Context())
+		if st.Back == nil || st.Back.Verdict.State != signal.Healthy || st.Back.Message == nil {
+			t.Fatalf("new target: %+v (back %+v)", st, st.Back)
+		}
+	})
 	t.Run("messages carry the last score and count up", func(t *testing.T) {
 		p := newPipeline(t, &synthSource{memory: 60 << 20, t0: t0})
 		msgs := run(t, p, 4)

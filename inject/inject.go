@@ -117,6 +117,13 @@ type Options struct {
 	// the user must mount there (a Result warning says so). Default: none,
 	// the image's default model. The standby's sidecar gets the same.
 	Model string
+	// Mode is contract.ModeSidecar (the default, also when empty) or
+	// contract.ModeNode: then only the Deployment's annotations are written
+	// (amf.io/mode=node, the policy, amf.io/model from Model, amf.io/container
+	// from Container), the pod template is left as it is, so applying the
+	// result restarts no pod, and the node agent watches the pods instead of
+	// a sidecar.
+	Mode contract.Mode
 	// Container names the broker container, which the sidecar watches.
 	// Default: the one already named by an injected sidecar, else the pod's
 	// only container, else the one exposing a port named MQTTPortName. A
@@ -127,7 +134,8 @@ type Options struct {
 
 // Result is what Inject wrote, for a summary on stderr.
 type Result struct {
-	// Injected are the names of the Deployments that carry the sidecar.
+	// Injected are the names of the Deployments that carry the sidecar, or
+	// in node mode the annotation.
 	Injected []string
 	// Standbys are the names of the standby Deployments Inject wrote.
 	Standbys []string
@@ -163,6 +171,17 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 	if opts.SidecarImage == "" {
 		opts.SidecarImage = DefaultSidecarImage
 	}
+	switch opts.Mode {
+	case "":
+		opts.Mode = contract.ModeSidecar
+	case contract.ModeSidecar:
+	case contract.ModeNode:
+		if isPath(opts.Model) {
+			return nil, Result{}, fmt.Errorf("model %q is a path: in node mode the agent scores with a model embedded in its own image; give its name", opts.Model)
+		}
+	default:
+		return nil, Result{}, fmt.Errorf("mode %q: want %s or %s", opts.Mode, contract.ModeSidecar, contract.ModeNode)
+	}
 	docs, err := parse(in)
 	if err != nil {
 		return nil, Result{}, err
@@ -192,7 +211,12 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			continue
 		}
 		isStandby := dep.Annotations[contract.AnnRole] == "standby" || standbyOf[key(dep.Namespace, dep.Name)]
-		broker, err := injectPod(&dep.Spec.Template.Spec, opts)
+		var broker corev1.Container
+		if opts.Mode == contract.ModeNode {
+			broker, err = annotateNodeMode(dep, opts)
+		} else {
+			broker, err = injectSidecar(dep, opts)
+		}
 		if err != nil {
 			return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
 		}
@@ -231,7 +255,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 				standby.Name, dep.Name))
 		}
 	}
-	if isPath(opts.Model) && len(res.Injected) > 0 {
+	if isPath(opts.Model) && len(res.Injected) > 0 && opts.Mode == contract.ModeSidecar {
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
 			"the sidecar's model %s is a path: mount the model file and its manifest (%s) into the %s container of %s at that path, or give the name of a model embedded in the sidecar image",
 			// The rule of model.ManifestPathFor, spelled out so that the agent
@@ -356,6 +380,49 @@ func parseDocument(raw []byte, where string) (document, error) {
 
 // injectPod adds the sidecar, its volumes and the readiness gate to spec,
 // and returns the broker container.
+// injectSidecar injects the sidecar into dep's pod template, unless dep is
+// in node mode: a pod with both would be refused by the agent.
+func injectSidecar(dep *appsv1.Deployment, opts Options) (corev1.Container, error) {
+	mode, err := contract.ParseMode(dep.Annotations)
+	if err != nil {
+		return corev1.Container{}, err
+	}
+	if mode == contract.ModeNode {
+		return corev1.Container{}, fmt.Errorf("the Deployment is in node mode (%s=%s): the node agent watches its pods, and refuses a pod that also carries the sidecar; remove the annotation to inject the sidecar, or inject with --mode node", contract.AnnMode, mode)
+	}
+	return injectPod(&dep.Spec.Template.Spec, opts)
+}
+
+// annotateNodeMode writes node mode's annotations on dep and nothing in its
+// pod template. The broker container must be one the agent can tell
+// (brokerContainer's rule); a pod template carrying the sidecar is refused.
+func annotateNodeMode(dep *appsv1.Deployment, opts Options) (corev1.Container, error) {
+	spec := &dep.Spec.Template.Spec
+	if slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }) ||
+		slices.ContainsFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == SidecarName }) {
+		return corev1.Container{}, fmt.Errorf("the pod template carries the %s container: remove it before switching to node mode (the agent refuses a pod with both, and removing it restarts the pods once)", SidecarName)
+	}
+	name := opts.Container
+	if name == "" {
+		name = dep.Annotations[contract.AnnContainer]
+	}
+	broker, err := brokerContainer(spec.Containers, name)
+	if err != nil {
+		return corev1.Container{}, err
+	}
+	if dep.Annotations == nil {
+		dep.Annotations = map[string]string{}
+	}
+	dep.Annotations[contract.AnnMode] = string(contract.ModeNode)
+	if opts.Model != "" {
+		dep.Annotations[contract.AnnModel] = opts.Model
+	}
+	if opts.Container != "" {
+		dep.Annotations[contract.AnnContainer] = opts.Container
+	}
+	return broker, nil
+}
+
 func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 	if spec.HostNetwork {
 		return corev1.Container{}, errors.New("hostNetwork pods are not supported: the sidecar's health port and network counters would be the node's")

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/inject"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/sidecar/cgroup"
@@ -41,6 +42,7 @@ var goldenCases = []struct {
 	{name: "model-name-is-passed-to-both-sidecars", in: "mosquitto", opts: inject.Options{Standby: true, Model: "leadtime"}},
 	{name: "broker-beside-an-exporter-is-the-mqtt-port-and-gets-the-kubelet-logs", in: "exporter", opts: inject.Options{Standby: true}},
 	{name: "container-flag-names-the-broker-among-app-containers-and-a-native-sidecar", in: "unnamed-ports", opts: inject.Options{Container: "broker"}},
+	{name: "node-mode-annotates-primary-and-standby-and-leaves-the-pod-template", in: "exporter", opts: inject.Options{Mode: contract.ModeNode, Standby: true, Model: "leadtime"}},
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -148,6 +150,18 @@ func TestInjectRefuses(t *testing.T) {
 		{"bad-item-in-list", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata: {name: x}\n  spec: {bogus: 1}\n",
 			inject.Options{}, "document 1 item 1 (Deployment x): not an apps/v1 Deployment"},
 		{"not-yaml", "kind: [Deployment\n", inject.Options{}, "document 1: not YAML"},
+		{"sidecar-into-a-node-mode-deployment", strings.Replace(header, "  name: b\n", "  name: b\n  annotations: {amf.io/mode: node}\n", 1) + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{}, "the Deployment is in node mode (amf.io/mode=node)"},
+		{"unknown-mode-annotation", strings.Replace(header, "  name: b\n", "  name: b\n  annotations: {amf.io/mode: daemon}\n", 1) + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{}, `amf.io/mode="daemon": want sidecar or node`},
+		{"node-mode-over-an-injected-sidecar", header + "      initContainers: [{name: amf-sidecar, image: ghcr.io/amf-edge/amf-sidecar:v0.1.0}]\n      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Mode: contract.ModeNode}, "the pod template carries the amf-sidecar container: remove it before switching to node mode"},
+		{"node-mode-cannot-tell-the-broker", header + "      containers: [{name: m, image: eclipse-mosquitto:2}, {name: exporter, image: x:1}]\n",
+			inject.Options{Mode: contract.ModeNode}, `none exposes a port named "mqtt"`},
+		{"node-mode-model-path", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Mode: contract.ModeNode, Model: "/m/model.txt"}, "in node mode the agent scores with a model embedded in its own image"},
+		{"unknown-mode-option", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Mode: "daemon"}, `mode "daemon": want sidecar or node`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			out, _, err := inject.Inject([]byte(tt.in), tt.opts)
@@ -156,6 +170,48 @@ func TestInjectRefuses(t *testing.T) {
 			}
 			if out != nil {
 				t.Errorf("wrote output despite the error:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestNodeModeChangesOnlyTheDeploymentsAnnotations: what opting in writes
+// must not restart a pod, so the pod template (of the primary, and of the
+// standby beside its own selector label) is exactly the input's.
+func TestNodeModeChangesOnlyTheDeploymentsAnnotations(t *testing.T) {
+	for _, in := range []string{"mosquitto", "exporter", "multi"} {
+		t.Run(in, func(t *testing.T) {
+			before := deployments(t, read(t, in+".in.yaml"))
+			out := mustInject(t, read(t, in+".in.yaml"), inject.Options{Mode: contract.ModeNode, Standby: true})
+			after := deployments(t, out)
+			byName := map[string]appsv1.Deployment{}
+			for _, d := range after {
+				byName[d.Name] = d
+			}
+			for _, b := range before {
+				a, ok := byName[b.Name]
+				if !ok {
+					t.Fatalf("Deployment %s missing from the output", b.Name)
+				}
+				if !equality.Semantic.DeepEqual(a.Spec.Template, b.Spec.Template) {
+					t.Errorf("Deployment %s: pod template changed:\nbefore %+v\nafter  %+v", b.Name, b.Spec.Template, a.Spec.Template)
+				}
+				if a.Annotations[contract.AnnMode] != string(contract.ModeNode) {
+					t.Errorf("Deployment %s: annotations %v lack %s=node", b.Name, a.Annotations, contract.AnnMode)
+				}
+				for k, v := range b.Annotations {
+					if k != contract.AnnMode && a.Annotations[k] != v {
+						t.Errorf("Deployment %s: annotation %s=%q became %q", b.Name, k, v, a.Annotations[k])
+					}
+				}
+			}
+			for _, d := range after {
+				if d.Annotations[contract.AnnRole] == "standby" && d.Annotations[contract.AnnMode] != string(contract.ModeNode) {
+					t.Errorf("standby %s is not in node mode: after a switchover its pods would go unwatched", d.Name)
+				}
+			}
+			if again := mustInject(t, out, inject.Options{Mode: contract.ModeNode, Standby: true}); !bytes.Equal(again, out) {
+				t.Errorf("second node-mode injection changed the output:\n%s", again)
 			}
 		})
 	}
@@ -399,4 +455,79 @@ func deployments(t *testing.T, stream []byte) []appsv1.Deployment {
 		}
 	}
 	return ds
+}
+
+// TestNodeModeOptInRestartsNoPod applies node mode's output to a running
+// Deployment on the real API server: the same pod keeps running (no new
+// ReplicaSet, no new pod), and the Deployment carries amf.io/mode=node.
+func TestNodeModeOptInRestartsNoPod(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, t, controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(stdin []byte, args ...string) []byte {
+		t.Helper()
+		out, err := cp.Kubectl(ctx, bytes.NewReader(stdin), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	kubectl(nil, "create", "namespace", "mqtt")
+	kubectl(read(t, "mosquitto.in.yaml"), "apply", "-f", "-")
+	kubectl(nil, "-n", "mqtt", "rollout", "status", "deployment/mosquitto", "--timeout=60s")
+	podUIDs := func() []string {
+		t.Helper()
+		pods, err := cp.Client().CoreV1().Pods("mqtt").List(ctx, metav1.ListOptions{LabelSelector: "app=mosquitto"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var uids []string
+		for _, p := range pods.Items {
+			uids = append(uids, string(p.UID))
+		}
+		slices.Sort(uids)
+		return uids
+	}
+	before := podUIDs()
+	d0, err := cp.Client().AppsV1().Deployments("mqtt").Get(ctx, "mosquitto", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	live := kubectl(nil, "-n", "mqtt", "get", "deployment", "mosquitto", "-o", "yaml")
+	kubectl(mustInject(t, live, inject.Options{Mode: contract.ModeNode, Standby: true}), "apply", "-f", "-")
+	kubectl(nil, "-n", "mqtt", "rollout", "status", "deployment/mosquitto", "--timeout=60s")
+
+	d1, err := cp.Client().AppsV1().Deployments("mqtt").Get(ctx, "mosquitto", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1.Annotations[contract.AnnMode] != "node" {
+		t.Errorf("annotations %v lack %s=node", d1.Annotations, contract.AnnMode)
+	}
+	// The generation moves (the API server bumps it for annotations too, as
+	// the Deployment controller copies them to the ReplicaSet); the pod
+	// template, and so its ReplicaSet, must not.
+	if !equality.Semantic.DeepEqual(d0.Spec.Template, d1.Spec.Template) {
+		t.Errorf("pod template changed:\n%+v\n%+v", d0.Spec.Template, d1.Spec.Template)
+	}
+	rss, err := cp.Client().AppsV1().ReplicaSets("mqtt").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var owned []string
+	for _, rs := range rss.Items {
+		if ref := metav1.GetControllerOf(&rs); ref != nil && ref.UID == d0.UID {
+			owned = append(owned, rs.Name)
+		}
+	}
+	if len(owned) != 1 {
+		t.Errorf("ReplicaSets of the primary %v, want the one from before", owned)
+	}
+	if after := podUIDs(); !slices.Equal(before, after) || len(after) != 1 {
+		t.Errorf("pods %v before, %v after: opting in must restart nothing", before, after)
+	}
 }

@@ -25,7 +25,7 @@ import (
 )
 
 // layouts are the kustomize folders a user applies with kubectl apply -k.
-var layouts = []string{"base", "examples", "overlays/rpi-arm64"}
+var layouts = []string{"base", "examples", "overlays/rpi-arm64", "overlays/node-mode"}
 
 const fieldManager = "amf-manifests-test"
 
@@ -125,6 +125,66 @@ func TestManifestsOnRealAPIServer(t *testing.T) {
 		}
 		waitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", pi)
 		checkBrokerPod(t, waitPod(ctx, t, cs, "amf-example", "app.kubernetes.io/instance=edge-broker-a", pi))
+	})
+
+	// What the agent's ServiceAccount may do, asked of the API server, with
+	// base alone and then with the node-mode overlay applied.
+	sa := "system:serviceaccount:amf-system:amf-agent"
+	may := func(t *testing.T, ns, group, resource, verb string) bool {
+		t.Helper()
+		sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:amf-system", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Verb: verb},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sar.Status.Allowed
+	}
+	type right struct{ ns, group, resource, verb string }
+	nodeModeRights := []right{{"", "", "pods", "list"}, {"", "", "pods", "watch"}, {"mqtt", "", "pods", "list"}, {"", "apps", "deployments", "list"}}
+	t.Run("rbac/base-has-no-node-mode-rights", func(t *testing.T) {
+		for _, r := range nodeModeRights {
+			if may(t, r.ns, r.group, r.resource, r.verb) {
+				t.Errorf("base alone allows %s %s/%s in %q: node mode's rights must be the overlay's only", r.verb, r.group, r.resource, r.ns)
+			}
+		}
+	})
+	t.Run("apply/overlay-node-mode", func(t *testing.T) {
+		if _, err := cp.Kubectl(ctx, bytes.NewReader(rendered["overlays/node-mode"]), "apply", "--server-side", "--field-manager="+fieldManager, "-f", "-"); err != nil {
+			t.Fatalf("apply overlay: %v", err)
+		}
+		// The rights it must have first: once they are there, the denials
+		// below are the authorizer's current answer.
+		for _, tc := range []struct {
+			right
+			want bool
+		}{
+			{nodeModeRights[0], true}, {nodeModeRights[1], true}, {nodeModeRights[2], true}, {nodeModeRights[3], true},
+			{right{"mqtt", "apps", "deployments", "watch"}, true},
+			{right{"mqtt", "apps", "replicasets", "get"}, true},
+			{right{"mqtt", "events.k8s.io", "events", "create"}, true},
+			{right{"mqtt", "", "pods", "delete"}, false},
+			{right{"mqtt", "", "pods", "update"}, false},
+			{right{"mqtt", "", "pods/exec", "create"}, false},
+			{right{"mqtt", "", "pods/log", "get"}, false},
+			{right{"mqtt", "", "secrets", "get"}, false},
+			{right{"mqtt", "", "secrets", "list"}, false},
+			{right{"mqtt", "", "configmaps", "list"}, false},
+			{right{"mqtt", "apps", "replicasets", "list"}, false},
+			{right{"mqtt", "apps", "deployments", "update"}, false},
+			{right{"", "", "nodes", "get"}, false},
+		} {
+			got := may(t, tc.ns, tc.group, tc.resource, tc.verb)
+			// The authorizer learns of the new binding through its own
+			// watch: ask again for a while before taking a denial as one.
+			for deadline := time.Now().Add(10 * time.Second); tc.want && !got && time.Now().Before(deadline); got = may(t, tc.ns, tc.group, tc.resource, tc.verb) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if got != tc.want {
+				t.Errorf("%s %s/%s in %q: allowed %v, want %v", tc.verb, tc.group, tc.resource, tc.ns, got, tc.want)
+			}
+		}
 	})
 }
 
@@ -327,6 +387,70 @@ func TestOverlayPinsEveryWorkloadToArm64(t *testing.T) {
 
 // TestActuationRoleIsReferenced checks that base binds the actuation ClusterRole
 // that actuate/rbac_test.go compares with actuate.Rules(), and the TokenReview rule.
+// TestNodeModeOverlayAddsItsRightsMountAndFlag checks the node-mode
+// overlay's rendering without a cluster: the agent gets --node-mode, the
+// host's cgroup tree read-only and the host's PID namespace, and the
+// ClusterRole bound to its ServiceAccount; base has none of it.
+func TestNodeModeOverlayAddsItsRightsMountAndFlag(t *testing.T) {
+	kubectl := kubectlPath(t)
+	base := kustomize(t, kubectl, "base")
+	for _, never := range []string{"amf-agent-node-mode", "--node-mode", "hostPID"} {
+		if bytes.Contains(base, []byte(never)) {
+			t.Errorf("base renders %q: node mode is the overlay's option", never)
+		}
+	}
+	var ds struct {
+		Kind string
+		Spec struct {
+			Template struct {
+				Spec corev1.PodSpec
+			}
+		}
+	}
+	var binding, role bool
+	for _, d := range split(kustomize(t, kubectl, "overlays/node-mode")) {
+		var obj struct {
+			Kind     string
+			Metadata struct{ Name string }
+		}
+		if err := yaml.Unmarshal(d, &obj); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case obj.Kind == "DaemonSet":
+			if err := yaml.Unmarshal(d, &ds); err != nil {
+				t.Fatal(err)
+			}
+		case obj.Kind == "ClusterRole" && obj.Metadata.Name == "amf-agent-node-mode":
+			role = true
+		case obj.Kind == "ClusterRoleBinding" && obj.Metadata.Name == "amf-agent-node-mode":
+			binding = bytes.Contains(d, []byte("name: amf-agent\n")) && bytes.Contains(d, []byte("namespace: amf-system"))
+		}
+	}
+	if !role || !binding {
+		t.Errorf("overlay renders role %v, binding to amf-system/amf-agent %v; want both", role, binding)
+	}
+	spec := ds.Spec.Template.Spec
+	if !spec.HostPID {
+		t.Error("the agent pod does not share the host's PID namespace")
+	}
+	c := spec.Containers[0]
+	for _, arg := range []string{"--node-mode", "--host-cgroup-root=/host/sys/fs/cgroup", "--node-name=$(NODE_NAME)", "--actuate"} {
+		if !contains(c.Args, arg) {
+			t.Errorf("agent args %q lack %s", c.Args, arg)
+		}
+	}
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/host/sys/fs/cgroup" || !c.VolumeMounts[0].ReadOnly {
+		t.Errorf("agent mounts %+v, want the host cgroup tree read-only at /host/sys/fs/cgroup", c.VolumeMounts)
+	}
+	if len(spec.Volumes) != 1 || spec.Volumes[0].HostPath == nil || spec.Volumes[0].HostPath.Path != "/sys/fs/cgroup" {
+		t.Errorf("agent volumes %+v, want hostPath /sys/fs/cgroup", spec.Volumes)
+	}
+	if sc := c.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("agent security context %+v: node mode must keep it non-root without capabilities", sc)
+	}
+}
+
 func TestActuationRoleIsReferenced(t *testing.T) {
 	out := kustomize(t, kubectlPath(t), "base")
 	for _, want := range []string{"name: amf-agent-actuate", "name: amf-agent-authn", "tokenreviews", "name: amf-agent-liveness"} {

@@ -1,6 +1,7 @@
 package manifests_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -247,4 +250,130 @@ func waitNodePod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns,
 		t.Fatalf("no pod %s in %s: %v\n%s", selector, ns, err, b)
 	}
 	return ev.Object.(*corev1.Pod)
+}
+
+// TestNodeModeOverlayOnARealNode is node mode as a user installs it, on a
+// real kubelet + containerd node: kubectl apply -k manifests/overlays/node-mode
+// (the agent pod non-root, without capabilities, the host's cgroup tree
+// read-only, hostPID) and a plain Mosquitto Deployment annotated with
+// amf-agent inject --mode node. The agent's own log shows the pipeline on the
+// broker's container with its exit watched, the pod healthy from source
+// node, and, once the broker is killed from the host, unhealthy by the
+// pushed exit; the same actuator then fails over to the cold standby (whose
+// pod gets a pipeline of its own) and retires the crashed primary.
+func TestNodeModeOverlayOnARealNode(t *testing.T) {
+	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
+	cs := cp.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "overlays", "node-mode")); err != nil {
+		t.Fatalf("kubectl apply -k manifests/overlays/node-mode: %v: %s", err, out)
+	}
+	agent := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
+	if !agent.Spec.HostPID || agent.Spec.Containers[0].SecurityContext.RunAsNonRoot == nil || !*agent.Spec.Containers[0].SecurityContext.RunAsNonRoot {
+		t.Errorf("agent pod: hostPID %v, security context %+v", agent.Spec.HostPID, agent.Spec.Containers[0].SecurityContext)
+	}
+	// The agent's log, line by line as it writes it (through the API server
+	// and the kubelet).
+	stream, err := cs.CoreV1().Pods("amf-system").GetLogs(agent.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	lines := make(chan map[string]any, 256)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stream)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+	}()
+	var seen []string
+	awaitLine := func(what string, ok func(map[string]any) bool) map[string]any {
+		t.Helper()
+		for {
+			select {
+			case m, open := <-lines:
+				if !open {
+					t.Fatalf("agent log ended before %s; seen:\n%s", what, strings.Join(seen, "\n"))
+				}
+				b, _ := json.Marshal(m)
+				seen = append(seen, string(b))
+				if ok(m) {
+					return m
+				}
+			case <-ctx.Done():
+				t.Fatalf("no %s in the agent's log; seen:\n%s", what, strings.Join(seen, "\n"))
+			}
+		}
+	}
+	awaitLine("node mode on", func(m map[string]any) bool { return m["msg"] == "node mode watching" })
+
+	const ns = "mqtt"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := brokerWithExporter(ns)
+	d.Spec.Template.Spec.Containers = d.Spec.Template.Spec.Containers[:1] // a plain broker
+	plain, err := yaml.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotated, _ := injectWithBinary(t, repo, plain, "--mode", "node", "--standby")
+	if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
+	}
+	broker := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if len(broker.Spec.InitContainers) != 0 || len(broker.Spec.Containers) != 1 {
+		t.Errorf("broker pod has %d init containers and %d containers: node mode injects nothing", len(broker.Spec.InitContainers), len(broker.Spec.Containers))
+	}
+	target := awaitLine("the pipeline's target", func(m map[string]any) bool {
+		return m["msg"] == "node pipeline target" && m["pod"] == ns+"/"+broker.Name
+	})
+	if target["exit_watch"] != true {
+		t.Errorf("the agent pod does not watch the broker's exit: %v", target)
+	}
+	t.Logf("target line: %v", target)
+	onPod := func(to string) func(map[string]any) bool {
+		return func(m map[string]any) bool {
+			return m["msg"] == "transition" && m["pod"] == broker.Name && m["source"] == "node" && m["to"] == to
+		}
+	}
+	awaitLine("healthy from source node", onPod("healthy"))
+	pid, err := n.ContainerPID(ctx, ns, broker.Name, "mosquitto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	crash := awaitLine("unhealthy after the kill", onPod("unhealthy"))
+	if r, _ := crash["reason"].(string); !strings.Contains(r, "exited") {
+		t.Errorf("unhealthy because %q: want the pushed exit", r)
+	}
+
+	// The same actuator acts on it: crash failover to the cold standby
+	// (annotated for node mode too, so its pod gets a pipeline), and the
+	// crashed primary retired once the standby is Ready.
+	standby := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-b", podReady)
+	t.Logf("standby pod %s Ready %v after the kill", standby.Name, time.Since(killed).Round(time.Millisecond))
+	awaitLine("the standby's pipeline", func(m map[string]any) bool {
+		return m["msg"] == "node pipeline target" && m["pod"] == ns+"/"+standby.Name
+	})
+	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", "edge-broker-a"))
+	if _, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		return ok && d.Spec.Replicas != nil && *d.Spec.Replicas == 0, nil
+	}); err != nil {
+		t.Fatalf("the crashed primary was not retired (scaled to 0): %v", err)
+	}
+	t.Logf("crashed primary retired (0 replicas) %v after the kill", time.Since(killed).Round(time.Millisecond))
 }

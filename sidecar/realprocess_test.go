@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bufio"
 	"io"
 	"log/slog"
 	"os"
@@ -23,10 +24,27 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // it also runs in the initramfs of make test-cgroup2.
 const busyEnv = "AMF_SIDECAR_TEST_BUSY"
 
+// hogEnv makes this test binary a child that waits for a line on stdin (so
+// it can be moved into a cgroup first), then allocates and touches memory
+// until the OOM killer ends it.
+const hogEnv = "AMF_SIDECAR_TEST_HOG"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(busyEnv) == "1" {
 		for n := 0; ; n++ { // burn CPU until killed
 			runtime.KeepAlive(n)
+		}
+	}
+	if os.Getenv(hogEnv) == "1" {
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		var keep [][]byte
+		for {
+			b := make([]byte, 1<<20)
+			for i := range b {
+				b[i] = byte(i)
+			}
+			keep = append(keep, b)
+			runtime.KeepAlive(keep)
 		}
 	}
 	os.Exit(m.Run())

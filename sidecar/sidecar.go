@@ -82,6 +82,14 @@ type Sidecar struct {
 
 	events chan func() // work for the loop goroutine, which owns pipe
 
+	// The target's OOM notification (cgroup.WatchOOM), owned by the loop
+	// goroutine: stopOOM ends the current watch; after a pushed OOM kill no
+	// sample is taken until holdGone, so an ended container's cgroup, which
+	// stays readable for a moment, is not read as the broker back.
+	stopOOM  context.CancelFunc
+	holdGone time.Time
+	oomWarn  string // the last reason the watch could not be set up, logged once
+
 	mu     sync.Mutex // guards status
 	status healthcheck.Status
 }
@@ -223,6 +231,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		})
 	}
 
+	if s.pipe.HasTarget() {
+		s.watchOOM(inner, s.cfg.Source)
+	}
+	defer func() {
+		if s.stopOOM != nil {
+			s.stopOOM()
+		}
+	}()
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
 	s.sampleOnce(ctx)
@@ -262,9 +278,52 @@ func (s *Sidecar) do(ctx context.Context, f func()) {
 	}
 }
 
+// watchOOM watches src's memory cgroup for OOM kills, instead of any
+// earlier target's. Each kill makes the pod unhealthy at once (the pipeline's
+// Gone), without waiting for the next sample; the broker is back at the
+// first sample at least one interval later that reads the target. Without
+// a memory cgroup of its own (process mode), or where the kernel refuses the
+// watch (cgroup v1's cgroup.event_control on a read-only mount), the kill is
+// seen at the next sample, as before, and the reason is logged once.
+func (s *Sidecar) watchOOM(ctx context.Context, src detect.Source) {
+	if s.stopOOM != nil {
+		s.stopOOM()
+		s.stopOOM = nil
+	}
+	w, ok := src.(cgroup.Watched)
+	if !ok || w.MemoryDir() == "" {
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	events, err := cgroup.WatchOOM(wctx, w.MemoryDir())
+	if err != nil {
+		cancel()
+		if err.Error() != s.oomWarn {
+			s.oomWarn = err.Error()
+			s.cfg.Log.Warn("no OOM notification: an OOM kill is seen at the next sample", "err", err)
+		}
+		return
+	}
+	s.stopOOM = cancel
+	go func() {
+		for ev := range events {
+			s.do(wctx, func() {
+				if wctx.Err() != nil {
+					return // the target changed meanwhile
+				}
+				s.holdGone = time.Now().Add(s.cfg.Interval)
+				s.apply(s.pipe.Gone(fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)), nil)
+			})
+		}
+	}()
+}
+
 func (s *Sidecar) sampleOnce(ctx context.Context) {
 	start := time.Now()
 	s.alive.Beat()
+	if time.Now().Before(s.holdGone) {
+		return
+	}
 	if !s.pipe.HasTarget() && !s.rediscover(ctx) {
 		return
 	}
@@ -286,6 +345,10 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	case errors.Is(st.Err, cgroup.ErrGone):
 		s.metrics.Error(ErrorKindSample)
 		s.apply(st.Emission, nil)
+		if s.stopOOM != nil {
+			s.stopOOM()
+			s.stopOOM = nil
+		}
 		s.rediscover(ctx)
 		return
 	case st.Err != nil:
@@ -312,6 +375,7 @@ func (s *Sidecar) rediscover(ctx context.Context) bool {
 		return false
 	}
 	e := s.setTarget(src)
+	s.watchOOM(context.WithoutCancel(ctx), src)
 	s.mu.Lock()
 	s.status.Target, s.status.TargetError = fmt.Sprint(src), ""
 	s.mu.Unlock()

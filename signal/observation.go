@@ -24,10 +24,14 @@ const (
 	SourcePublish    Source = "publish"    // the sidecar published a signal
 	SourceWill       Source = "will"       // the broker published the sidecar's Last Will
 	SourceDisconnect Source = "disconnect" // the broker saw the sidecar's session end
+	// SourceNode: the agent's own pipeline for the pod (node mode) gave the
+	// message; no sidecar, no MQTT.
+	SourceNode Source = "node"
 )
 
 // Observation is one accepted observation of a pod by the node agent: a
-// signal, a Last Will, or the end of its session. The agent's tracker hands
+// signal (a sidecar's, or in node mode the agent's own pipeline's), a Last
+// Will, or the end of its session. The agent's tracker hands
 // it as it is to every subscriber, the actuator among them. Message and the
 // values it points to are shared and must not be modified.
 type Observation struct {

@@ -7,10 +7,11 @@ import (
 	"io"
 	"os"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/inject"
 )
 
-const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--standby] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
+const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--mode sidecar|node] [--standby] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
 
 Writes the Deployments of FILE (default: standard input; multi-document YAML)
 to standard output with the AMF sidecar injected: native sidecar, projected
@@ -20,7 +21,13 @@ pass through untouched. Injecting twice is the same as injecting once. A broker
 with other containers beside it (an exporter) is found by --container, or by its
 port named mqtt; a broker without memory or CPU limits is injected with a warning.
 
+With --mode node nothing is injected into the pod template: the Deployment gets
+the annotation amf.io/mode=node (and the policy, amf.io/model from --model,
+amf.io/container from --container), so applying it restarts no pod, and the
+node agent (amf-agent --node-mode) watches its pods from the node.
+
   kubectl get deployment mosquitto -o yaml | amf-agent inject --standby | kubectl apply -f -
+  kubectl get deployment mosquitto -o yaml | amf-agent inject --mode node --standby | kubectl apply -f -
 
 Flags:
 `
@@ -35,6 +42,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	var opts inject.Options
 	file := fs.String("f", "-", "YAML `file` to read; - is standard input")
+	mode := fs.String("mode", string(contract.ModeSidecar), "`mode`: sidecar (inject the sidecar into the pod template) or node (annotate the Deployment only; the node agent watches its pods)")
 	fs.BoolVar(&opts.Standby, "standby", false, "also write each primary's standby Deployment (0 replicas when amf.io/redundancy is cold)")
 	fs.StringVar(&opts.SidecarImage, "sidecar-image", inject.DefaultSidecarImage, "sidecar `image`")
 	fs.StringVar(&opts.ProbeMQTT, "probe-mqtt", "", "sidecar's app-logic probe `URL` (default tcp://127.0.0.1:<the broker's port named mqtt, else 1883>)")
@@ -46,6 +54,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("inject: unexpected arguments %q (use -f FILE)", fs.Args())
 	}
+	opts.Mode = contract.Mode(*mode)
 	var (
 		in  []byte
 		err error

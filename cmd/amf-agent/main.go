@@ -27,6 +27,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -34,6 +35,10 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
 	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/detect"
+	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/nodewatch"
+	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 func main() {
@@ -68,6 +73,10 @@ func run(args []string, stderr io.Writer) error {
 		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		maxClients   = fs.Int("max-clients", 256, "most MQTT connections open at once")
 		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")
+		nodeMode     = fs.Bool("node-mode", false, "node mode: also run the detection pipeline for every pod of --node-name whose Deployment carries amf.io/mode=node (package nodewatch); needs the Kubernetes API, list/watch on pods and list on deployments (manifests/overlays/node-mode), the host's cgroup tree and, for pushed exits and network counters, its PID namespace")
+		hostCgroup   = fs.String("host-cgroup-root", "", "with --node-mode: where the host's /sys/fs/cgroup is mounted (default /sys/fs/cgroup; manifests/overlays/node-mode mounts it at /host/sys/fs/cgroup)")
+		kubeletRoot  = fs.String("kubelet-cgroup-root", "", "with --node-mode: the kubelet's cgroup root (its --cgroup-root, e.g. /kubelet as kind sets it); default: found at /kubepods or by a bounded search")
+		interval     = fs.Duration("interval", time.Second, "with --node-mode: time between samples of each pod (at most the model's sample_interval, 5s for p1)")
 		live         = addLivenessFlags(fs)
 	)
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +104,12 @@ func run(args []string, stderr io.Writer) error {
 		kubeCfg *rest.Config
 	)
 	switch {
+	case *nodeMode && *tokenFile != "":
+		return errors.New("--node-mode needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file")
+	case *nodeMode && *nodeName == "":
+		return errors.New("--node-mode needs --node-name (the DaemonSet passes spec.nodeName): the agent watches only its own node's pods")
+	case !*nodeMode && (*hostCgroup != "" || *kubeletRoot != ""):
+		return errors.New("--host-cgroup-root and --kubelet-cgroup-root are for --node-mode")
 	case *resume && !*actuation:
 		return errors.New("--resume-on-start needs --actuate")
 	case *actuation && *tokenFile != "":
@@ -138,8 +153,21 @@ func run(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waitWatch := func() error { return nil }
+	if *nodeMode {
+		if waitWatch, err = startNodeMode(ctx, kubeCfg, a, nodewatchFlags{node: *nodeName, cgroupRoot: *hostCgroup, kubeletRoot: *kubeletRoot, interval: *interval}, log); err != nil {
+			return err
+		}
+	}
 	if !*actuation {
-		return a.Run(ctx)
+		err := a.Run(ctx)
+		cancel()
+		if werr := waitWatch(); werr != nil && err == nil {
+			err = werr
+		}
+		return err
 	}
 	cs, err := kubernetes.NewForConfig(kubeCfg)
 	if err != nil {
@@ -158,8 +186,6 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	log.Info("actuation on", slog.Bool("dry_run", *observeOnly), slog.Bool("resume_on_start", *resume))
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	wait := agent.StartActuation(ctx, a.Tracker(), act)
 	waitLiveness := nl.start(ctx, act)
 	err = a.Run(ctx)
@@ -170,7 +196,60 @@ func run(args []string, stderr io.Writer) error {
 	if lerr := waitLiveness(); lerr != nil && err == nil {
 		err = lerr
 	}
+	if werr := waitWatch(); werr != nil && err == nil {
+		err = werr
+	}
 	return err
+}
+
+// nodewatchFlags are --node-mode's settings.
+type nodewatchFlags struct {
+	node, cgroupRoot, kubeletRoot string
+	interval                      time.Duration
+}
+
+// startNodeMode starts the node-mode watcher (package nodewatch) feeding
+// a's tracker; wait returns once it stopped (after ctx ends).
+func startNodeMode(ctx context.Context, cfg *rest.Config, a *agent.Agent, f nodewatchFlags, log *slog.Logger) (wait func() error, err error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("node mode client: %w", err)
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("node mode metadata client: %w", err)
+	}
+	m, err := model.Default()
+	if err == nil {
+		_, err = detect.FeatureConfig(m, f.interval)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--interval: %w", err)
+	}
+	var opts []cgroup.Option
+	if f.cgroupRoot != "" {
+		opts = append(opts, cgroup.WithCgroupRoot(f.cgroupRoot))
+	}
+	if f.kubeletRoot != "" {
+		opts = append(opts, cgroup.WithKubeletCgroupRoot(f.kubeletRoot))
+	}
+	w, err := nodewatch.New(nodewatch.Config{
+		Client: cs, Metadata: md, NodeName: f.node, Interval: f.interval, Cgroup: opts,
+		Log: log.With("component", "nodewatch"),
+		Begin: func(id agent.Identity) nodewatch.Session {
+			if s := a.Tracker().BeginLocal(id); s != nil {
+				return s
+			}
+			return nil // not a nil *LocalSession in an interface
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	log.Info("node mode on", slog.String("node", f.node), slog.String("interval", f.interval.String()))
+	return func() error { return <-done }, nil
 }
 
 // restConfig loads a kubeconfig, or the in-cluster configuration when path is empty.

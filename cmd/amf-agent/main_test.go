@@ -223,6 +223,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--liveness", "--actuate", "--node-name", "n0", "--liveness-advertise", "10.0.0.5", "--kubeconfig", open}, "want host:port"},
 		{[]string{"--liveness", "--actuate", "--node-name", "n0", "--liveness-advertise", "10.0.0.5:http", "--kubeconfig", open}, "not a TCP port"},
 		{[]string{"--liveness", "--actuate", "--node-name", "n0", "--liveness-advertise", "10.0.0.5:1885", "--liveness-lost", "1s", "--kubeconfig", open}, "fence"},
+		{[]string{"--node-mode", "--token-file", open}, "--node-mode needs the Kubernetes API"},
+		{[]string{"--node-mode", "--kubeconfig", open}, "--node-mode needs --node-name"},
+		{[]string{"--host-cgroup-root", "/host/sys/fs/cgroup", "--kubeconfig", open}, "are for --node-mode"},
 	} {
 		err := run(tt.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

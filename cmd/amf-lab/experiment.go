@@ -22,7 +22,7 @@ import (
 func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amf-lab experiment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modes := fs.String("mode", "amf", "comma-separated modes, run in order on one control plane: reactive, observe, amf, healthy")
+	modes := fs.String("mode", "amf", "comma-separated modes, run in order on one control plane: reactive, observe, amf, amf-node (amf in node mode: no sidecar, the agent runs the pipeline), healthy")
 	runs := fs.Int("runs", 1, "runs per mode (reactive: consecutive injections into one Deployment, so the back-off grows)")
 	reactiveRuns := fs.Int("reactive-runs", 0, "runs of the reactive mode, if not --runs")
 	scale := fs.Float64("scale", 1, "multiply every phase of the fault (60 s / 120 s / 60 s) by this factor; the agent's gates are not scaled")

@@ -38,7 +38,7 @@ Usage:
       the same against the real kubelet (root; make deps k8s first): broker
       pods with the sidecar on a real node, crashed, hung and loaded; the
       agent's signal vs the pod status and the kubelet's liveness probes
-  amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s]
+  amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s] [--mode sidecar|node] [--pods 110]
       one real agent under the load of a full node's sidecars
   amf-lab bench node-loss [--cuts 10] [--k8s-toleration 300s] [--k8s-wait 10m] [--keep] [-v]
       three lab nodes, the agent DaemonSet, a hot broker pair bridging RDS and
@@ -208,6 +208,8 @@ func benchAgent(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	period := fs.Duration("period", time.Second, "each sidecar publishes once per period")
 	duration := fs.Duration("duration", 30*time.Second, "length of the measurement")
 	keep := fs.Bool("keep", false, "keep the run's logs")
+	mode := fs.String("mode", "sidecar", "sidecar: simulated sidecars signal the agent; node: the agent runs a pipeline per pod itself (--node-mode), against a real API server and real cgroups with a real process each (root, make k8s)")
+	pods := fs.Int("pods", 110, "--mode node: pods on the node")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -217,6 +219,23 @@ func benchAgent(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	defer done()
+	switch *mode {
+	case "sidecar":
+	case "node":
+		rep, err := bench.RunNodeMode(ctx, bench.NodeModeConfig{Pods: *pods, Duration: *duration, Bin: bins, WorkDir: dir, Progress: stderr})
+		if err != nil {
+			fmt.Fprintf(stderr, "amf-lab bench agent: %v\n", err)
+			*keep = true
+			return 1
+		}
+		if err := bench.PrintNodeMode(stdout, rep); err != nil {
+			return 1
+		}
+		return 0
+	default:
+		fmt.Fprintf(stderr, "amf-lab bench agent: --mode %q: want sidecar or node\n", *mode)
+		return 2
+	}
 	rep, err := bench.RunAgentLoad(ctx, bench.AgentLoadConfig{Sidecars: *sidecars, Period: *period, Duration: *duration,
 		Bin: bins, WorkDir: dir, Progress: stderr})
 	if err != nil {

@@ -142,8 +142,12 @@ func (e *env) startAgent(ctx context.Context, m Mode) (*testbed.Agent, error) {
 	if m == Observe {
 		extra = append(extra, "--observe-only")
 	}
-	e.progress("agent: kubectl apply -k manifests/base, arguments %v, waiting for its pod", extra)
-	a, err := testbed.DeployAgent(ctx, e.cp, e.cfg.Repo, NodeName, extra)
+	layout := "base"
+	if m == AMFNode {
+		layout = "overlays/node-mode"
+	}
+	e.progress("agent: kubectl apply -k manifests/%s, arguments %v, waiting for its pod", layout, extra)
+	a, err := testbed.DeployAgentLayout(ctx, e.cp, e.cfg.Repo, layout, NodeName, extra)
 	if err != nil {
 		return nil, err
 	}

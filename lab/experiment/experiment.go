@@ -23,15 +23,18 @@ const (
 	Observe  Mode = "observe"
 	AMF      Mode = "amf"
 	Healthy  Mode = "healthy"
+	// AMFNode is amf in node mode: no sidecar, the agent (overlays/node-mode)
+	// runs the pipeline for the annotated Deployments' pods.
+	AMFNode Mode = "amf-node"
 )
 
 // ParseMode checks a --mode value.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Reactive, Observe, AMF, Healthy:
+	case Reactive, Observe, AMF, Healthy, AMFNode:
 		return m, nil
 	}
-	return "", fmt.Errorf("unknown mode %q: use reactive, observe, amf or healthy", s)
+	return "", fmt.Errorf("unknown mode %q: use reactive, observe, amf, amf-node or healthy", s)
 }
 
 // Config configures Run.

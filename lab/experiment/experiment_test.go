@@ -101,6 +101,42 @@ func TestScaledExperimentStructure(t *testing.T) {
 	}
 }
 
+// TestScaledExperimentInNodeMode runs the same AMF run in node mode (no
+// sidecar: the agent from overlays/node-mode runs the pipeline) and checks
+// the same: the switchover comes before any OOM kill and retires the primary
+// only after the standby is Ready; the result names the mode.
+func TestScaledExperimentInNodeMode(t *testing.T) {
+	bins, repo := requireLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Modes: []Mode{AMFNode}, Runs: 1, Fault: PaperFault.Scaled(0.3), Tail: 10 * time.Second,
+		Out: t.TempDir(), Repo: repo, Bin: bins, Progress: testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("experiment: %v", err)
+	}
+	if len(res.Runs) != 1 || res.Runs[0].Mode != AMFNode {
+		t.Fatalf("runs %+v, want one in mode %s", res.Runs, AMFNode)
+	}
+	r := res.Runs[0]
+	t.Logf("amf-node: %s", r.Line())
+	if r.OOMKilled {
+		t.Errorf("the broker was OOM-killed (at %+.1f s); the switchover should have come first", *r.OOM)
+	}
+	switch {
+	case r.StandbyReady == nil:
+		t.Errorf("the standby never became Ready")
+	case r.PrimaryRetired == nil:
+		t.Errorf("the primary was never retired")
+	case *r.PrimaryRetired < *r.StandbyReady:
+		t.Errorf("primary retired at %+.1f s before the standby was Ready at %+.1f s", *r.PrimaryRetired, *r.StandbyReady)
+	}
+	if r.Detection == nil || r.Confirmation == nil || *r.Confirmation < *r.Detection {
+		t.Errorf("detection %v, confirmation %v: want both, detection first", r.Detection, r.Confirmation)
+	}
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {

@@ -174,8 +174,16 @@ func (res *Results) Summary(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	if runs := by[AMF]; len(runs) > 0 {
-		fmt.Fprintln(w, "AMF (make-before-break switchover; times in s after the fault's onset):")
+	for _, m := range []Mode{AMF, AMFNode} {
+		runs := by[m]
+		if len(runs) == 0 {
+			continue
+		}
+		title := "AMF (make-before-break switchover; times in s after the fault's onset):"
+		if m == AMFNode {
+			title = "AMF in node mode (no sidecar: the agent runs the pipeline; make-before-break switchover; times in s after the fault's onset):"
+		}
+		fmt.Fprintln(w, title)
 		fmt.Fprintln(w)
 		modelLine(w, runs)
 		fmt.Fprintln(w, "| run | detection | confirmation | standby Ready | switchover complete | OOM | max E2E SOT at cut-over (ms) | duplicates at OBU | healthy jitter (ms) |")

@@ -131,6 +131,11 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 		return res, err
 	}
 	objs, err := ed.AMF()
+	with := "with the sidecar"
+	if m == AMFNode {
+		objs, err = ed.NodeMode()
+		with = "in node mode (no sidecar)"
+	}
 	if err != nil {
 		return res, err
 	}
@@ -139,7 +144,7 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	defer unsub()
 	go rec.consumeAgent(lines)
 
-	e.progress("%s run %d: primary %s with the sidecar, cold standby %s (namespace %s)", m, i, testbed.PrimaryName, testbed.StandbyName, ns)
+	e.progress("%s run %d: primary %s %s, cold standby %s (namespace %s)", m, i, testbed.PrimaryName, with, testbed.StandbyName, ns)
 	if err := e.apply(ctx, ns, objs); err != nil {
 		return res, err
 	}
@@ -166,11 +171,13 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	if cg, err := e.node.ContainerCgroup(ctx, ns, pod.Name, testbed.BrokerContainer); err == nil {
 		go sampleMemory(runCtx, cg, rec.addMemory)
 	}
-	hc, url, err := e.sidecarStatusClient(ctx, ns, pod.Name)
-	if err != nil {
-		return res, err
+	if m != AMFNode { // node mode has no sidecar to ask: the scores are the agent's
+		hc, url, err := e.sidecarStatusClient(ctx, ns, pod.Name)
+		if err != nil {
+			return res, err
+		}
+		go sampleScore(runCtx, hc, url, rec.addScore, rec.setSidecarModel)
 	}
-	go sampleScore(runCtx, hc, url, rec.addScore, rec.setSidecarModel)
 
 	f := e.cfg.Fault
 	if m == Healthy {

@@ -31,7 +31,13 @@ const AgentDaemonSet = "amf-agent"
 // its log followed (Lines, Subscribe). Applying it again with other extra
 // arguments rolls the pod and follows the new one.
 func DeployAgent(ctx context.Context, cp *controlplane.ControlPlane, repo, node string, extra []string) (*Agent, error) {
-	as, err := DeployAgents(ctx, cp, repo, []string{node}, extra)
+	return DeployAgentLayout(ctx, cp, repo, "base", node, extra)
+}
+
+// DeployAgentLayout is DeployAgent from another kustomize layout of
+// manifests/ (e.g. "overlays/node-mode").
+func DeployAgentLayout(ctx context.Context, cp *controlplane.ControlPlane, repo, layout, node string, extra []string) (*Agent, error) {
+	as, err := deployAgents(ctx, cp, repo, layout, []string{node}, extra)
 	if err != nil {
 		return nil, err
 	}
@@ -42,8 +48,12 @@ func DeployAgent(ctx context.Context, cp *controlplane.ControlPlane, repo, node 
 // one change of the arguments, then the agent's pod on each node Ready and
 // its log followed, in the order of nodes.
 func DeployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo string, nodes []string, extra []string) ([]*Agent, error) {
-	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
-		return nil, fmt.Errorf("kubectl apply -k manifests/base: %w: %s", err, out)
+	return deployAgents(ctx, cp, repo, "base", nodes, extra)
+}
+
+func deployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo, layout string, nodes []string, extra []string) ([]*Agent, error) {
+	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "manifests", filepath.FromSlash(layout))); err != nil {
+		return nil, fmt.Errorf("kubectl apply -k manifests/%s: %w: %s", layout, err, out)
 	}
 	c := cp.Client()
 	ds, err := c.AppsV1().DaemonSets(AgentNamespace).Get(ctx, AgentDaemonSet, metav1.GetOptions{})

@@ -167,6 +167,52 @@ func (e Edge) AMF() (Objects, error) {
 	}, nil
 }
 
+// NodeMode is AMF without the sidecar: the primary and its cold standby as
+// `amf-agent inject --mode node --standby` writes them (the Deployments
+// annotated amf.io/mode=node, the pod templates the user's), with the
+// app-logic probe the sidecar would run given to the agent (amf.io/probe,
+// the broker's port) and the model named by amf.io/model. SidecarModel must
+// then be an embedded model's name.
+func (e Edge) NodeMode() (Objects, error) {
+	if err := e.check(); err != nil {
+		return Objects{}, err
+	}
+	if e.ModelDir != "" {
+		return Objects{}, errors.New("testbed: node mode scores with a model embedded in the agent, not a model file")
+	}
+	ann := map[string]string{contract.AnnStandby: StandbyName, contract.AnnRedundancy: string(contract.Cold)}
+	for k, v := range e.Policy {
+		ann[k] = v
+	}
+	in, err := yaml.Marshal(e.plain(PrimaryName, e.BrokerPortA, ann))
+	if err != nil {
+		return Objects{}, err
+	}
+	out, _, err := inject.Inject(in, inject.Options{Mode: contract.ModeNode, Standby: true, Model: e.SidecarModel})
+	if err != nil {
+		return Objects{}, fmt.Errorf("annotate the edge broker for node mode: %w", err)
+	}
+	deps, err := decodeDeployments(out)
+	if err != nil {
+		return Objects{}, err
+	}
+	if len(deps) != 2 || deps[0].Name != PrimaryName || deps[1].Name != StandbyName {
+		return Objects{}, fmt.Errorf("inject wrote %d Deployments, want %s and %s", len(deps), PrimaryName, StandbyName)
+	}
+	for i, d := range deps {
+		config, port := PrimaryName, e.BrokerPortA
+		if i == 1 {
+			config, port = StandbyName, e.BrokerPortB
+		}
+		e.adaptBroker(d, config, port)
+		d.Annotations[contract.AnnProbe] = "mqtt://:" + strconv.Itoa(port)
+	}
+	return Objects{
+		ConfigMaps:  []*corev1.ConfigMap{e.configMap(PrimaryName, e.BrokerPortA, "a"), e.configMap(StandbyName, e.BrokerPortB, "b")},
+		Deployments: deps,
+	}, nil
+}
+
 func (e Edge) check() error {
 	var missing []string
 	for _, f := range []struct {
@@ -247,17 +293,8 @@ func (e Edge) plain(name string, port int, annotations map[string]string) *appsv
 // adapt fits an injected Deployment to a run: its
 // own configuration, broker port and health port, and the agent's address.
 func (e Edge) adapt(d *appsv1.Deployment, config string, brokerPort, healthPort int) error {
+	e.adaptBroker(d, config, brokerPort)
 	spec := &d.Spec.Template.Spec
-	for i := range spec.Volumes {
-		if cm := spec.Volumes[i].ConfigMap; cm != nil && spec.Volumes[i].Name == "config" {
-			cm.Name = config
-		}
-	}
-	for i := range spec.Containers {
-		if spec.Containers[i].Name == BrokerContainer {
-			spec.Containers[i].Ports[0].ContainerPort = int32(brokerPort)
-		}
-	}
 	var sidecar *corev1.Container
 	for i := range spec.InitContainers {
 		if spec.InitContainers[i].Name == inject.SidecarName {
@@ -297,6 +334,21 @@ func (e Edge) adapt(d *appsv1.Deployment, config string, brokerPort, healthPort 
 		}
 	}
 	return nil
+}
+
+// adaptBroker gives a Deployment's broker its own configuration and port.
+func (e Edge) adaptBroker(d *appsv1.Deployment, config string, brokerPort int) {
+	spec := &d.Spec.Template.Spec
+	for i := range spec.Volumes {
+		if cm := spec.Volumes[i].ConfigMap; cm != nil && spec.Volumes[i].Name == "config" {
+			cm.Name = config
+		}
+	}
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == BrokerContainer {
+			spec.Containers[i].Ports[0].ContainerPort = int32(brokerPort)
+		}
+	}
 }
 
 func decodeDeployments(stream []byte) ([]*appsv1.Deployment, error) {

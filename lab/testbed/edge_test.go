@@ -103,3 +103,40 @@ func TestEdgeSidecarsRunTheGivenModel(t *testing.T) {
 }
 
 func itoa(i int32) string { return strconv.Itoa(int(i)) }
+
+func TestEdgeNodeModeObjectsCarryTheAnnotationsAndNoSidecar(t *testing.T) {
+	e := Edge{Namespace: "run-1", Node: "amf-lab", RDS: "127.0.0.1:1901", OBU: "127.0.0.1:1902", Bridge: DefaultBridge,
+		BrokerPortA: 1910, BrokerPortB: 1911, SidecarModel: "p1"}
+	objs, err := e.NodeMode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.Deployments) != 2 || len(objs.ConfigMaps) != 2 {
+		t.Fatalf("got %d Deployments, %d ConfigMaps; want 2 and 2", len(objs.Deployments), len(objs.ConfigMaps))
+	}
+	for i, want := range []struct {
+		port   int32
+		config string
+	}{{1910, PrimaryName}, {1911, StandbyName}} {
+		d := objs.Deployments[i]
+		spec := d.Spec.Template.Spec
+		if len(spec.InitContainers) != 0 || len(spec.Containers) != 1 || len(spec.ReadinessGates) != 0 {
+			t.Errorf("%s: %d init containers, %d containers, readiness gates %v: node mode injects nothing", d.Name, len(spec.InitContainers), len(spec.Containers), spec.ReadinessGates)
+		}
+		if got := spec.Containers[0].Ports[0].ContainerPort; got != want.port {
+			t.Errorf("%s: broker port %d, want %d", d.Name, got, want.port)
+		}
+		if got := spec.Volumes[0].ConfigMap.Name; got != want.config {
+			t.Errorf("%s: config %s, want %s", d.Name, got, want.config)
+		}
+		for k, v := range map[string]string{contract.AnnMode: "node", contract.AnnModel: "p1", contract.AnnProbe: "mqtt://:" + itoa(want.port)} {
+			if d.Annotations[k] != v {
+				t.Errorf("%s: %s=%q, want %q", d.Name, k, d.Annotations[k], v)
+			}
+		}
+	}
+	e.ModelDir = "/models"
+	if _, err := e.NodeMode(); err == nil {
+		t.Error("node mode accepted a model file")
+	}
+}

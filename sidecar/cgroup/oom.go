@@ -162,7 +162,16 @@ func watchV1(dir string) (*oomV1, error) {
 	}
 	w.ctrl, w.event = ctrl, os.NewFile(efd, "eventfd")
 	reg := fmt.Sprintf("%d %d", w.event.Fd(), w.ctrl.Fd())
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.event_control"), []byte(reg), 0o644); err != nil {
+	// Without O_CREATE: a directory that is not a cgroup (a recorded tree)
+	// must not get a file.
+	ec, err := os.OpenFile(filepath.Join(dir, "cgroup.event_control"), os.O_WRONLY, 0)
+	if err == nil {
+		_, err = ec.WriteString(reg)
+		if cerr := ec.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
 		w.close()
 		return nil, fmt.Errorf("register an OOM notification in cgroup.event_control: %w", err)
 	}

@@ -386,7 +386,7 @@ func TestOverlayPinsEveryWorkloadToArm64(t *testing.T) {
 }
 
 // TestActuationRoleIsReferenced checks that base binds the actuation ClusterRole
-// that actuate/rbac_test.go compares with actuate.Rules(), and the TokenReview rule.
+// that manifests/rbac_test.go compares with actuate.Rules(), and the TokenReview rule.
 // TestNodeModeOverlayAddsItsRightsMountAndFlag checks the node-mode
 // overlay's rendering without a cluster: the agent gets --node-mode, the
 // host's cgroup tree read-only and the host's PID namespace, and the

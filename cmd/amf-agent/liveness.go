@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -70,250 +67,22 @@ func (f *livenessFlags) check(actuation bool, node string) error {
 	return nil
 }
 
-// nodeLiveness runs package liveness for the agent and tells the actuator
-// what it decides. The actuator tells it whom to guard and who guards this
-// node (setGuards, called from the actuator's goroutine).
+// nodeLiveness is package liveness's Agent wired to the actuator: nil
+// without --liveness, and then every method does nothing.
 type nodeLiveness struct {
-	f      *livenessFlags
-	client kubernetes.Interface
-	node   string
-	log    *slog.Logger
-	ln     net.Listener
-	guards chan actuate.Guards // the latest Guards, one at most
-
-	lost, back, fenced, renewFailed prometheus.Counter
+	agent *liveness.Agent
+	log   *slog.Logger
 }
 
 // listenLiveness binds the probe address, so a taken port stops the agent at
 // start with the address in the error.
 func listenLiveness(f *livenessFlags, client kubernetes.Interface, node string, log *slog.Logger, reg prometheus.Registerer) (*nodeLiveness, error) {
-	ln, err := net.Listen("tcp", f.listen)
+	a, err := liveness.Listen(liveness.AgentConfig{Client: client, Namespace: f.namespace, Node: node, Listen: f.listen, Advertise: f.advertise,
+		Timing: f.timing, Logger: log, Registerer: reg})
 	if err != nil {
-		return nil, fmt.Errorf("--liveness-listen %s: %w", f.listen, err)
+		return nil, fmt.Errorf("--liveness: %w", err)
 	}
-	counter := func(name, help string) prometheus.Counter {
-		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-		if reg != nil {
-			reg.MustRegister(c)
-		}
-		return c
-	}
-	return &nodeLiveness{f: f, client: client, node: node, log: log, ln: ln, guards: make(chan actuate.Guards, 1),
-		lost:        counter("amf_liveness_nodes_lost_total", "Guarded nodes declared lost."),
-		back:        counter("amf_liveness_nodes_back_total", "Lost nodes that heartbeat again."),
-		fenced:      counter("amf_liveness_fenced_total", "Times this agent fenced its primaries (cut off from the API server and every guard)."),
-		renewFailed: counter("amf_liveness_renew_failures_total", "Lease renewals that failed."),
-	}, nil
-}
-
-// setGuards is actuate.Config.OnGuards: it keeps only the latest value and
-// never blocks (its one caller is the actuator's goroutine).
-func (l *nodeLiveness) setGuards(g actuate.Guards) {
-	select {
-	case <-l.guards:
-	default:
-	}
-	l.guards <- g
-}
-
-// run heartbeats, answers probes, guards and fences until ctx ends.
-func (l *nodeLiveness) run(ctx context.Context, act *actuate.Actuator) error {
-	var wg sync.WaitGroup
-	defer wg.Wait() // after cancel (deferred later, so run first)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	t := l.f.timing
-	errs := make(chan error, 2)
-	wg.Add(1)
-	go func() { defer wg.Done(); errs <- liveness.ServeProbes(ctx, l.ln) }()
-
-	// The fencer's state: its guards' probe addresses and the rule.
-	var mu sync.Mutex
-	var fencer *liveness.Fencer // nil while nothing guards this node: nobody would take over, so nothing to fence
-	guardAddrs := map[string]string{}
-	failing := false
-	hb := &liveness.Heartbeat{Client: l.client, Namespace: l.f.namespace, Node: l.node, Timing: t, ProbeAddr: l.f.advertise,
-		OnRenew: func(sent time.Time) {
-			mu.Lock()
-			if fencer != nil {
-				fencer.Renewed(sent)
-			}
-			was := failing
-			failing = false
-			mu.Unlock()
-			if was {
-				l.log.Info("lease renewed again", slog.String("lease", liveness.LeaseName(l.node)))
-			}
-		},
-		OnError: func(err error) {
-			l.renewFailed.Inc()
-			mu.Lock()
-			first := !failing
-			failing = true
-			mu.Unlock()
-			if first {
-				l.log.Warn("lease not renewed", slog.String("lease", liveness.LeaseName(l.node)), slog.String("error", err.Error()))
-			}
-		},
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); errs <- hb.Run(ctx) }()
-
-	wg.Add(1)
-	go func() { // the fencer: its probes of the guards, its check five times a period
-		defer wg.Done()
-		probeTick := time.NewTicker(t.Period)
-		defer probeTick.Stop()
-		checkTick := time.NewTicker(t.Period / 5)
-		defer checkTick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-checkTick.C:
-				mu.Lock()
-				var err error
-				if fencer != nil {
-					err = fencer.Check(now)
-				}
-				mu.Unlock()
-				if errors.Is(err, liveness.ErrFence) {
-					l.fenced.Inc()
-					l.log.Error("fence", slog.String("node", l.node), slog.Duration("cut_off_for", t.Fence),
-						slog.String("why", "no Lease renewal and no answer of any guard: a guard may be taking over this node's hot primaries"))
-				}
-			case <-probeTick.C:
-				mu.Lock()
-				addrs := make([]string, 0, len(guardAddrs))
-				for _, a := range guardAddrs {
-					if a != "" {
-						addrs = append(addrs, a)
-					}
-				}
-				mu.Unlock()
-				for _, a := range addrs {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						sent := time.Now()
-						pctx, pcancel := context.WithTimeout(ctx, t.Period)
-						ok := liveness.Probe(pctx, a)
-						pcancel()
-						if ok {
-							mu.Lock()
-							if fencer != nil {
-								fencer.ReachedGuard(sent)
-							}
-							mu.Unlock()
-						}
-					}()
-				}
-			}
-		}
-	}()
-
-	// The guard, run again whenever the nodes to guard change; the guards'
-	// addresses, read from their Leases whenever they change.
-	var guarding []string
-	stopGuard := func() {}
-	defer func() { stopGuard() }()
-	startGuard := func(nodes []string) {
-		stopGuard()
-		guarding = nodes
-		if len(nodes) == 0 {
-			stopGuard = func() {}
-			return
-		}
-		gctx, gcancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		stopGuard = func() { gcancel(); <-done }
-		go func() {
-			defer close(done)
-			for gctx.Err() == nil {
-				err := liveness.RunGuard(gctx, liveness.GuardConfig{
-					Client: l.client, Namespace: l.f.namespace, Self: l.node, Nodes: nodes, Timing: t,
-					ProbeAt: liveness.Probe,
-					OnLost: func(node string, at time.Time) {
-						l.lost.Inc()
-						l.log.Warn("guarded node lost", slog.String("node", node), slog.Time("at", at))
-						act.NodeLost(gctx, node, at)
-					},
-					OnBack: func(node string, at time.Time) {
-						l.back.Inc()
-						l.log.Info("guarded node back", slog.String("node", node))
-						act.NodeBack(gctx, node, at)
-					},
-				})
-				if gctx.Err() != nil {
-					return
-				}
-				l.log.Warn("guard stopped; starting it again", slog.Any("nodes", nodes), slog.String("error", fmt.Sprint(err)))
-				select { // a back-off after a failed watch, not a synchronisation
-				case <-time.After(t.Period):
-				case <-gctx.Done():
-				}
-			}
-		}()
-		l.log.Info("guarding", slog.Any("nodes", nodes))
-	}
-	var guardedBy []string
-	resolve := time.NewTicker(10 * t.Period) // addresses not read yet are read again
-	defer resolve.Stop()
-	readAddrs := func() {
-		for _, n := range guardedBy {
-			mu.Lock()
-			known := guardAddrs[n] != ""
-			mu.Unlock()
-			if known {
-				continue
-			}
-			rctx, rcancel := context.WithTimeout(ctx, t.Period)
-			a, err := liveness.ProbeAddrOf(rctx, l.client, l.f.namespace, n)
-			rcancel()
-			if err != nil || a == "" {
-				l.log.Warn("probe address of a guard not known yet", slog.String("guard", n), slog.String("error", fmt.Sprint(err)))
-				continue
-			}
-			mu.Lock()
-			guardAddrs[n] = a
-			mu.Unlock()
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-errs:
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		case <-resolve.C:
-			readAddrs()
-		case g := <-l.guards:
-			if !slices.Equal(g.Guard, guarding) {
-				startGuard(g.Guard)
-			}
-			if !slices.Equal(g.GuardedBy, guardedBy) {
-				guardedBy = g.GuardedBy
-				mu.Lock()
-				for n := range guardAddrs {
-					if !slices.Contains(guardedBy, n) {
-						delete(guardAddrs, n)
-					}
-				}
-				switch {
-				case len(guardedBy) == 0:
-					fencer = nil
-				case fencer == nil:
-					fencer, _ = liveness.NewFencer(t, time.Now()) // t was validated by check
-				}
-				mu.Unlock()
-				l.log.Info("guarded by", slog.Any("nodes", guardedBy))
-				readAddrs()
-			}
-		}
-	}
+	return &nodeLiveness{agent: a, log: log}, nil
 }
 
 // configure sets the actuator's part of node loss (nothing without --liveness).
@@ -321,7 +90,7 @@ func (l *nodeLiveness) configure(c *actuate.Config, node string) {
 	if l == nil {
 		return
 	}
-	c.Node, c.OnGuards = node, l.setGuards
+	c.Node, c.OnGuards = node, func(g actuate.Guards) { l.agent.SetGuards(g.Guard, g.GuardedBy) }
 }
 
 // start runs l beside act until ctx ends; wait returns its error. Without
@@ -332,7 +101,7 @@ func (l *nodeLiveness) start(ctx context.Context, act *actuate.Actuator) (wait f
 	}
 	done := make(chan error, 1)
 	go func() {
-		err := l.run(ctx, act)
+		err := l.agent.Run(ctx, act)
 		if err != nil {
 			l.log.Error("liveness stopped: this node is neither guarded nor guarding", slog.String("error", err.Error()))
 		}

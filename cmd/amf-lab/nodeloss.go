@@ -23,6 +23,8 @@ func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer)
 	cuts := fs.Int("cuts", 10, "power cuts of the primary's node")
 	tol := fs.Duration("k8s-toleration", 300*time.Second, "Kubernetes alone: the broker pod's not-ready/unreachable toleration (300s: Kubernetes' default; 0: skip that run)")
 	wait := fs.Duration("k8s-wait", 10*time.Minute, "Kubernetes alone: longest wait for the service path to come back")
+	slow := fs.Duration("slow", 0, "after the cuts, hold the primary's node at --slow-cpu, saturated by a busy pod, this long: a slow node must not be failed over (0: skip)")
+	slowCPU := fs.Float64("slow-cpu", 0.7, "the slow node's CPU quota (cores; not below the broker pod's)")
 	keep := fs.Bool("keep", false, "keep the run's files")
 	verbose := fs.Bool("v", false, "log the nodes and the control plane to standard error")
 	if err := fs.Parse(args); err != nil {
@@ -49,7 +51,8 @@ func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		os.RemoveAll(dir)
 	}()
-	cfg := nodeloss.BenchConfig{Cuts: *cuts, Repo: repo, WorkDir: dir, K8sToleration: *tol, K8sWait: *wait, Progress: stderr}
+	cfg := nodeloss.BenchConfig{Cuts: *cuts, Repo: repo, WorkDir: dir, K8sToleration: *tol, K8sWait: *wait,
+		Slow: *slow, SlowCPU: *slowCPU, Progress: stderr}
 	if *verbose {
 		cfg.Log = func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }
 	} else {

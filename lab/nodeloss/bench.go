@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,7 +37,12 @@ type BenchConfig struct {
 	// skips that run.
 	K8sToleration time.Duration
 	// K8sWait bounds the Kubernetes-alone run's wait for the service path.
-	K8sWait  time.Duration
+	K8sWait time.Duration
+	// Slow, when set, holds the primary's node after the cuts at SlowCPU
+	// (default 0.7) of a CPU, saturated by a busy pod, for this long: a
+	// slow node, which must not be failed over.
+	Slow     time.Duration
+	SlowCPU  float64
 	Progress io.Writer
 	Log      func(format string, args ...any)
 }
@@ -65,6 +72,15 @@ type BenchReport struct {
 	K8sBack   bool    `json:"k8s_back"` // the path came back within K8sWait
 	FalseFail int     `json:"false_failovers"`
 	PerCut    []Cut   `json:"per_cut"`
+	// The slow node (BenchConfig.Slow): how long, at what CPU, the share of
+	// CFS periods in which the node was held at its quota, and what the
+	// agents declared meanwhile (each a false alarm: the node was alive).
+	SlowS         float64 `json:"slow_s,omitempty"`
+	SlowCPU       float64 `json:"slow_cpu,omitempty"`
+	SlowThrottled float64 `json:"slow_throttled,omitempty"`
+	SlowLost      int     `json:"slow_lost"`
+	SlowFenced    int     `json:"slow_fenced"`
+	SlowRetired   int     `json:"slow_retired"`
 }
 
 // RunBench starts a control plane, three lab nodes and a Pair, cuts the
@@ -157,6 +173,11 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		}
 		roles[0], roles[1] = roles[1], roles[0]
 		at[0], at[1] = at[1], at[0]
+	}
+	if cfg.Slow > 0 {
+		if err := slowNode(ctx, p, cp, at[0], at[1], roles, cfg, rep, say); err != nil {
+			return nil, fmt.Errorf("slow node: %w", err)
+		}
 	}
 	// A failover is false if no cut caused it: count every retirement.
 	retired := 0
@@ -294,4 +315,93 @@ func PrintBench(w io.Writer, r *BenchReport) {
 	}
 	b, _ := json.Marshal(r)
 	fmt.Fprintln(w, string(b))
+}
+
+// slowNode holds the primary's node n (its standby's on sn) at cfg.SlowCPU with a busy pod on it
+// for cfg.Slow and records what the agents declared meanwhile; then the
+// node is restored and the pair awaited as it was.
+func slowNode(ctx context.Context, p *Pair, cp *controlplane.ControlPlane, n, sn *kubenode.Node, roles [2]string, cfg BenchConfig, rep *BenchReport, say func(string, ...any)) error {
+	if cfg.SlowCPU <= 0 {
+		// Not less: on cgroup v1 a node's quota may not be below a pod's,
+		// and the broker's pod may use 0.6.
+		cfg.SlowCPU = 0.7
+	}
+	busy := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "busy", Namespace: BrokerNamespace},
+		Spec: corev1.PodSpec{
+			NodeName: n.Name, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "busy", Image: images.LabRef, ImagePullPolicy: corev1.PullNever,
+				Args: []string{"stress", "--profile", fmt.Sprintf("%ds:cpu=2", int(cfg.Slow.Seconds())+60)}}},
+		},
+	}
+	c := cp.Client()
+	if _, err := c.CoreV1().Pods(BrokerNamespace).Create(ctx, busy, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() {
+		_ = c.CoreV1().Pods(BrokerNamespace).Delete(context.WithoutCancel(ctx), busy.Name, metav1.DeleteOptions{})
+	}()
+	if err := n.Starve(ctx, cfg.SlowCPU); err != nil {
+		return err
+	}
+	say("slow node: %s held at %.1f CPU and saturated for %v", n.Name, cfg.SlowCPU, cfg.Slow)
+	p0, t0, err := CPUThrottling(n)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	select { // the window in which nothing may happen: a measurement, not a synchronisation
+	case <-time.After(cfg.Slow):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p1, t1, err := CPUThrottling(n)
+	if err != nil {
+		return err
+	}
+	rep.SlowS, rep.SlowCPU = time.Since(start).Seconds(), cfg.SlowCPU
+	if p1 > p0 {
+		rep.SlowThrottled = float64(t1-t0) / float64(p1-p0)
+	}
+	for _, ag := range p.Agents {
+		for _, l := range ag.Lines() {
+			if !l.Time.After(start) {
+				continue
+			}
+			switch {
+			case l.Msg == "guarded node lost":
+				rep.SlowLost++
+			case l.Msg == "fence":
+				rep.SlowFenced++
+			case l.Msg == "decision" && l.Action == "RetirePrimary" && l.Error == "":
+				rep.SlowRetired++
+			}
+		}
+	}
+	say("slow node: %.0f s, held at its quota in %.0f %% of the periods; %d lost, %d fenced, %d retired",
+		rep.SlowS, 100*rep.SlowThrottled, rep.SlowLost, rep.SlowFenced, rep.SlowRetired)
+	if err := p.Restore(ctx, n); err != nil {
+		return err
+	}
+	return p.WaitPair(ctx, roles[0], roles[1], n.Name, sn.Name)
+}
+
+// CPUThrottling reads the CFS periods of node n's cgroup root and those in
+// which it was held at its quota (cgroup v1 cpu.stat).
+func CPUThrottling(n *kubenode.Node) (periods, throttled int64, err error) {
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", n.Cgroup, "cpu.stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		x, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "nr_periods":
+			periods = x
+		case "nr_throttled":
+			throttled = x
+		}
+	}
+	return periods, throttled, nil
 }

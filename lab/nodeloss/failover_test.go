@@ -2,10 +2,6 @@ package nodeloss_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,23 +17,12 @@ import (
 	"github.com/amf-edge/amf/liveness"
 )
 
-// cpuThrottling reads the CFS periods of node n's cgroup root and those in
-// which it was held at its quota (cgroup v1 cpu.stat).
+// cpuThrottling is nodeloss.CPUThrottling for a test.
 func cpuThrottling(t *testing.T, n *kubenode.Node) (periods, throttled int64) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", n.Cgroup, "cpu.stat"))
+	periods, throttled, err := nodeloss.CPUThrottling(n)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(line, " ")
-		x, _ := strconv.ParseInt(v, 10, 64)
-		switch k {
-		case "nr_periods":
-			periods = x
-		case "nr_throttled":
-			throttled = x
-		}
 	}
 	return periods, throttled
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -83,7 +82,7 @@ func oomCgroup(t *testing.T) (open string, procs []string) {
 // sample.
 func TestOOMKillIsSignalledWithoutWaitingForASample(t *testing.T) {
 	dir, procs := oomCgroup(t)
-	hog := exec.Command(os.Args[0], "-test.run=^$")
+	hog := selfCommand()
 	hog.Env = append(os.Environ(), hogEnv+"=1")
 	hog.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	in, err := hog.StdinPipe()

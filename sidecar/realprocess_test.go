@@ -50,14 +50,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestSamplingARealProcess(t *testing.T) {
-	// A busy child process, sampled from outside as the sidecar samples a broker.
-	// AMF_TEST_EXEC_WRAPPER runs it under an emulator (make test-arm64).
+// selfCommand runs this test binary again, running no test: a child whose
+// role the environment gives. AMF_TEST_EXEC_WRAPPER runs it under an
+// emulator (make test-arm64), since an arm64 binary cannot be executed
+// directly there.
+func selfCommand() *exec.Cmd {
 	name, args := os.Args[0], []string{"-test.run=^$"}
 	if w := os.Getenv("AMF_TEST_EXEC_WRAPPER"); w != "" {
 		name, args = w, append([]string{os.Args[0]}, args...)
 	}
-	busy := exec.Command(name, args...)
+	return exec.Command(name, args...)
+}
+
+func TestSamplingARealProcess(t *testing.T) {
+	// A busy child process, sampled from outside as the sidecar samples a broker.
+	busy := selfCommand()
 	busy.Env = append(os.Environ(), busyEnv+"=1")
 	if err := busy.Start(); err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ var fast = map[string]string{
 
 type rig struct {
 	t    *testing.T
+	act  *Actuator
 	f    *fakeCluster
 	in   chan signal.Observation
 	pod  string
@@ -49,6 +50,7 @@ func start(t *testing.T, f *fakeCluster, pod string, cfg Config) *rig {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	r.act = act
 	go func() { done <- act.Run(ctx, r.in) }()
 	t.Cleanup(func() {
 		cancel()

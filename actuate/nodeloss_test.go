@@ -3,7 +3,6 @@ package actuate
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -53,7 +52,7 @@ type guardRig struct {
 func startGuard(t *testing.T, f *fakeCluster, self string) *guardRig {
 	t.Helper()
 	g := &guardRig{}
-	cfg := Config{Cluster: f, Node: self, Instance: self, OnGuards: func(gs Guards) {
+	cfg := Config{Node: self, Instance: self, OnGuards: func(gs Guards) {
 		g.mu.Lock()
 		g.guards = append(g.guards, gs)
 		g.mu.Unlock()
@@ -61,25 +60,8 @@ func startGuard(t *testing.T, f *fakeCluster, self string) *guardRig {
 		f.changeLocked(nil) // wake await
 		f.mu.Unlock()
 	}}
-	r := &rig{t: t, f: f, in: make(chan signal.Observation), last: map[string]signal.State{}, logs: newLineSink()}
-	cfg.Logger = slog.New(slog.NewJSONHandler(r.logs, nil))
-	act, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- act.Run(ctx, r.in) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		if t.Failed() {
-			r.logs.dump(t)
-		}
-	})
-	g.rig, g.act = r, act
+	g.rig = start(t, f, "", cfg)
+	g.act = g.rig.act
 	return g
 }
 

@@ -370,12 +370,13 @@ func TestInjectedOutputAcceptedByAPIServer(t *testing.T) {
 	}
 }
 
-// TestInjectIntoRunningDeployment follows the README: a running broker,
-// kubectl get deployments -o yaml | amf-agent inject | kubectl apply -f -, and its pod is
-// replaced by one with the native sidecar and the readiness gate.
-func TestInjectIntoRunningDeployment(t *testing.T) {
+// runningBroker starts a real control plane with the Mosquitto Deployment
+// of mosquitto.in.yaml rolled out in namespace mqtt, and returns kubectl on
+// it (failing the test on an error) for the rest of the test.
+func runningBroker(t *testing.T) (context.Context, *controlplane.ControlPlane, func(stdin []byte, args ...string) []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	cp, err := controlplane.Start(ctx, t, controlplane.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -391,6 +392,14 @@ func TestInjectIntoRunningDeployment(t *testing.T) {
 	kubectl(nil, "create", "namespace", "mqtt")
 	kubectl(read(t, "mosquitto.in.yaml"), "apply", "-f", "-")
 	kubectl(nil, "-n", "mqtt", "rollout", "status", "deployment/mosquitto", "--timeout=60s")
+	return ctx, cp, kubectl
+}
+
+// TestInjectIntoRunningDeployment follows the README: a running broker,
+// kubectl get deployments -o yaml | amf-agent inject | kubectl apply -f -, and its pod is
+// replaced by one with the native sidecar and the readiness gate.
+func TestInjectIntoRunningDeployment(t *testing.T) {
+	ctx, cp, kubectl := runningBroker(t)
 
 	live := kubectl(nil, "-n", "mqtt", "get", "deployments", "-o", "yaml") // a v1 List
 	injected := mustInject(t, live, inject.Options{Standby: true})
@@ -461,23 +470,7 @@ func deployments(t *testing.T, stream []byte) []appsv1.Deployment {
 // Deployment on the real API server: the same pod keeps running (no new
 // ReplicaSet, no new pod), and the Deployment carries amf.io/mode=node.
 func TestNodeModeOptInRestartsNoPod(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cp, err := controlplane.Start(ctx, t, controlplane.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl := func(stdin []byte, args ...string) []byte {
-		t.Helper()
-		out, err := cp.Kubectl(ctx, bytes.NewReader(stdin), args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	kubectl(nil, "create", "namespace", "mqtt")
-	kubectl(read(t, "mosquitto.in.yaml"), "apply", "-f", "-")
-	kubectl(nil, "-n", "mqtt", "rollout", "status", "deployment/mosquitto", "--timeout=60s")
+	ctx, cp, kubectl := runningBroker(t)
 	podUIDs := func() []string {
 		t.Helper()
 		pods, err := cp.Client().CoreV1().Pods("mqtt").List(ctx, metav1.ListOptions{LabelSelector: "app=mosquitto"})

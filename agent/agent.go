@@ -148,6 +148,8 @@ func New(cfg Config) (*Agent, error) {
 		Logger:       slog.New(mochiHandler{inner: log.Handler(), min: mochiLevel}).With("component", "mochi"),
 		// Nobody may subscribe to $SYS; publishing it every second is wasted work.
 		SysTopicResendInterval: 3600,
+		// The agent publishes its commands to sidecars itself (Command).
+		InlineClient: true,
 	})
 	a.mqttLn = &tcpListener{
 		id:        "amf-control",
@@ -284,8 +286,9 @@ loop:
 			break loop
 		case now := <-prune.C:
 			for _, id := range a.tracker.prune(now.Add(-a.cfg.Retention)) {
-				// Forget the retained signal too, or pod churn grows the broker.
+				// Forget the retained signal and command too, or pod churn grows the broker.
 				a.server.Topics.RetainMessage(packets.Packet{TopicName: id.Topic()})
+				a.server.Topics.RetainMessage(packets.Packet{TopicName: id.CommandTopic()})
 			}
 		}
 	}
@@ -307,6 +310,39 @@ func (a *Agent) shutdown(cancel context.CancelFunc) {
 		a.log.Warn("HTTP shutdown", slog.String("error", err.Error()))
 	}
 	a.log.Info("agent stopped")
+}
+
+// Command publishes c on its pod's command topic, retained, so the pod's
+// sidecar has it now if connected, or at its next connect: the newest
+// command is what the sidecar is to do. It fails only for an invalid
+// command or an agent that is not serving.
+func (a *Agent) Command(c signal.Command) error {
+	c.Version = signal.Version
+	b, err := signal.EncodeCommand(&c)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-a.started:
+	default:
+		return errors.New("agent: command before the broker serves")
+	}
+	if a.phase.Load() == phaseStopping {
+		return errors.New("agent: command while stopping")
+	}
+	if err := a.server.Publish(signal.CommandTopic(c.Namespace, c.Pod), b, true, 1); err != nil {
+		return fmt.Errorf("agent: publish the command to %s/%s: %w", c.Namespace, c.Pod, err)
+	}
+	a.m.commands.WithLabelValues(commandName(c)).Inc()
+	a.log.Info("command", slog.String("pod", c.Namespace+"/"+c.Pod), slog.Bool("fence", c.Fence), slog.String("reason", c.Reason))
+	return nil
+}
+
+func commandName(c signal.Command) string {
+	if c.Fence {
+		return "fence"
+	}
+	return "unfence"
 }
 
 // Run listens and serves until ctx ends.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -458,5 +459,89 @@ func TestHealthzPhases(t *testing.T) {
 				t.Errorf("/healthz = %d %q, want %d status %q", w.Code, w.Body.String(), tt.wantCode, tt.want)
 			}
 		})
+	}
+}
+
+func TestCommandsReachOnlyTheirPodAndOutliveADisconnect(t *testing.T) {
+	ta := startAgent(t, nil)
+	fence := signal.Command{Namespace: podA.Namespace, Pod: podA.Pod, Fence: true, Time: time.Now(), Reason: "cut off"}
+	if err := ta.Command(fence); err != nil {
+		t.Fatal(err)
+	}
+	subscribe := func(c *client, id Identity) (chan signal.Command, byte) {
+		got := make(chan signal.Command, 4)
+		tok := c.Subscribe(id.CommandTopic(), 1, func(_ paho.Client, m paho.Message) {
+			cmd, err := signal.DecodeCommand(m.Topic(), m.Payload())
+			if err != nil {
+				t.Errorf("command on %s does not decode: %v", m.Topic(), err)
+				return
+			}
+			got <- cmd
+		})
+		if !tok.WaitTimeout(waitFor) || tok.Error() != nil {
+			t.Fatalf("subscribe %s: %v", id.CommandTopic(), tok.Error())
+		}
+		return got, tok.(*paho.SubscribeToken).Result()[id.CommandTopic()]
+	}
+	next := func(got chan signal.Command, what string) signal.Command {
+		t.Helper()
+		select {
+		case c := <-got:
+			return c
+		case <-timeout():
+			t.Fatalf("%s: no command", what)
+			return signal.Command{}
+		}
+	}
+
+	a := mustDial(t, ta.MQTTAddr(), podA, tokenA, nil)
+	if _, code := subscribe(a, podB); code != 0x80 {
+		t.Errorf("podA subscribing to podB's commands: return code %#x, want 0x80", code)
+	}
+	gotA, code := subscribe(a, podA)
+	if code != 1 {
+		t.Fatalf("own command topic: return code %#x, want 1", code)
+	}
+	if c := next(gotA, "the retained fence"); !c.Fence || c.Reason != "cut off" {
+		t.Errorf("retained command = %+v, want the fence", c)
+	}
+	b := mustDial(t, ta.MQTTAddr(), podB, tokenB, nil)
+	gotB, _ := subscribe(b, podB)
+
+	// Only the agent publishes commands: a sidecar's own is refused (QoS 0:
+	// dropped), so the next one the sidecar gets is the agent's.
+	forged, _ := signal.EncodeCommand(&signal.Command{Version: signal.Version, Namespace: podA.Namespace, Pod: podA.Pod, Time: time.Now()})
+	if tok := a.Publish(podA.CommandTopic(), 0, true, forged); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	publish(t, a, podA.Topic(), payload(t, podA, signal.Healthy, 1)) // processed after the forged one
+	ta.nextEvent(t, podA)
+	if got := testutil.ToFloat64(ta.m.aclDenied.WithLabelValues("publish")); got != 1 {
+		t.Errorf("publish denials = %v, want 1 (the forged command)", got)
+	}
+	if err := ta.Command(signal.Command{Namespace: podA.Namespace, Pod: podA.Pod, Fence: false, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(gotA, "the unfence"); c.Fence {
+		t.Errorf("command = %+v, want the unfence", c)
+	}
+	select {
+	case c := <-gotB:
+		t.Errorf("podB got podA's command %+v", c)
+	default:
+	}
+
+	// A sidecar that reconnects gets the newest command, retained.
+	a.kill(t)
+	a2 := mustDial(t, ta.MQTTAddr(), podA, tokenA, nil)
+	gotA2, _ := subscribe(a2, podA)
+	if c := next(gotA2, "the retained unfence after a reconnect"); c.Fence {
+		t.Errorf("retained after reconnect = %+v, want the unfence", c)
+	}
+	if got := testutil.ToFloat64(ta.m.commands.WithLabelValues("fence")); got != 1 {
+		t.Errorf("fence commands = %v, want 1", got)
+	}
+	if err := ta.Command(signal.Command{Namespace: "Bad", Pod: "x", Time: time.Now()}); err == nil {
+		t.Error("an invalid command was published")
 	}
 }

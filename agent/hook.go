@@ -128,11 +128,12 @@ func checkWill(pk packets.Packet, id Identity) error {
 	return nil
 }
 
-// OnACLCheck allows a client its own topic, for publishing and subscribing,
-// and nothing else.
+// OnACLCheck allows a client its own health topic, for publishing and
+// subscribing, and its own command topic for subscribing: the agent alone
+// publishes commands.
 func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	sess := sessionOf(cl.Net.Conn)
-	if sess != nil && topic == sess.topic {
+	if sess != nil && (topic == sess.topic || !write && topic == sess.commandTopic) {
 		return true
 	}
 	action := "subscribe"
@@ -158,6 +159,9 @@ func (h *hook) denied(sess *session, action, topic string) {
 // format invalid); others get a plain acknowledgement (MQTT 3.1.1 has no
 // negative one), so a client does not resend the same bad message forever.
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		return pk, nil // the agent's own commands (Agent.Command)
+	}
 	err := h.intake(sessionOf(cl.Net.Conn), pk.TopicName, pk.Payload)
 	switch {
 	case err == nil:

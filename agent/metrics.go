@@ -50,6 +50,7 @@ type metrics struct {
 	pods          *prometheus.GaugeVec
 	intake        prometheus.Histogram
 	eventsDropped prometheus.Counter
+	commands      *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -100,9 +101,13 @@ func newMetrics() *metrics {
 			Name: "amf_agent_events_dropped_total",
 			Help: "Events not delivered because a subscriber's buffer was full.",
 		}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "amf_agent_commands_total",
+			Help: "Commands published to sidecars, by command (fence, unfence).",
+		}, []string{"command"}),
 	}
 	m.reg.MustRegister(m.connAccepted, m.connRefused, m.aclDenied, m.malformed, m.messages,
-		m.ignored, m.disconnects, m.sessions, m.pods, m.intake, m.eventsDropped,
+		m.ignored, m.disconnects, m.sessions, m.pods, m.intake, m.eventsDropped, m.commands,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// Every series exists from the start, so a rate() over a counter that has
@@ -128,6 +133,9 @@ func newMetrics() *metrics {
 	}
 	for _, k := range []string{"clean", "unclean", "superseded"} {
 		m.disconnects.WithLabelValues(k)
+	}
+	for _, c := range []string{"fence", "unfence"} {
+		m.commands.WithLabelValues(c)
 	}
 	return m
 }

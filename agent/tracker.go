@@ -66,7 +66,10 @@ type session struct {
 	id       uint64
 	identity Identity
 	topic    string // identity.Topic(), computed once for the ACL
-	clientID string
+	// commandTopic is signal.CommandTopic of the identity: the client may
+	// subscribe to it, not publish.
+	commandTopic string
+	clientID     string
 	// local: the agent runs the pod's pipeline itself (node mode); no MQTT
 	// connection, so no connection metrics.
 	local bool
@@ -198,7 +201,7 @@ func (t *Tracker) beginSession(id Identity, clientID string, local bool) *sessio
 		return nil
 	}
 	t.lastSession++
-	s := &session{id: t.lastSession, identity: id, topic: id.Topic(), clientID: clientID, local: local}
+	s := &session{id: t.lastSession, identity: id, topic: id.Topic(), commandTopic: id.CommandTopic(), clientID: clientID, local: local}
 	rec := t.pods[id]
 	if rec == nil {
 		rec = &podRecord{st: PodState{Identity: id}}

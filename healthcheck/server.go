@@ -65,6 +65,11 @@ type Status struct {
 	// has been read.
 	MemoryReference *Reference `json:"memory_reference,omitempty"`
 	CPUReference    *Reference `json:"cpu_reference,omitempty"`
+	// Fenced says the node agent fenced the pod (cut off from the API server
+	// and every guard) and the broker is held paused; Fence says what was
+	// done about the latest command, or why it could not be.
+	Fenced bool   `json:"fenced,omitempty"`
+	Fence  string `json:"fence,omitempty"`
 }
 
 // Reference is what a percentage feature is relative to, and why.

@@ -20,7 +20,16 @@ type Publisher interface {
 	Close(final signal.Message, timeout time.Duration) error
 }
 
-var _ Publisher = (*Signaller)(nil)
+// Commanded is a Publisher that also hears the node agent's commands to
+// the pod (the fence): *Signaller, over the same connection.
+type Commanded interface {
+	Commands() <-chan signal.Command
+}
+
+var (
+	_ Publisher = (*Signaller)(nil)
+	_ Commanded = (*Signaller)(nil)
+)
 
 // Recorder is a Publisher that keeps what it is given, in order.
 type Recorder struct {

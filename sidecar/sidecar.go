@@ -90,6 +90,9 @@ type Sidecar struct {
 	holdGone time.Time
 	oomWarn  string // the last reason the watch could not be set up, logged once
 
+	target detect.Source // the current target, owned by the loop goroutine
+	fence  fence         // the node agent's fence, owned by the loop goroutine
+
 	mu     sync.Mutex // guards status
 	status healthcheck.Status
 }
@@ -218,9 +221,26 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	if s.cfg.Publisher != nil {
 		wg.Go(func() { _ = s.cfg.Publisher.Run(inner) })
 	}
+	if c, ok := s.cfg.Publisher.(Commanded); ok {
+		wg.Go(func() {
+			for {
+				select {
+				case <-inner.Done():
+					return
+				case cmd := <-c.Commands():
+					s.do(inner, func() { s.command(cmd) })
+				}
+			}
+		})
+	}
 	if s.cfg.Probe != nil {
 		toMachine := healthcheck.OnChange(func(r healthcheck.Result) {
-			s.do(inner, func() { s.apply(s.pipe.Probe(r.OK, r.Reason), nil) })
+			s.do(inner, func() {
+				if s.fence.on {
+					return // the fence paused the broker: its probe fails by design
+				}
+				s.apply(s.pipe.Probe(r.OK, r.Reason), nil)
+			})
 		})
 		wg.Go(func() {
 			_ = s.cfg.Probe.Run(inner, func(r healthcheck.Result) {
@@ -321,6 +341,7 @@ func (s *Sidecar) watchOOM(ctx context.Context, src detect.Source) {
 func (s *Sidecar) sampleOnce(ctx context.Context) {
 	start := time.Now()
 	s.alive.Beat()
+	defer s.holdFence()
 	if time.Now().Before(s.holdGone) {
 		return
 	}
@@ -387,6 +408,7 @@ func (s *Sidecar) rediscover(ctx context.Context) bool {
 // setTarget hands src to the pipeline, which finds memory_percent's
 // reference for its readings without a limit.
 func (s *Sidecar) setTarget(src detect.Source) detect.Emission {
+	s.target = src
 	e, err := s.pipe.SetTarget(src)
 	if err != nil {
 		s.metrics.Error(ErrorKindSample)

@@ -49,8 +49,9 @@ type Signaller struct {
 	mu        sync.Mutex
 	client    mqtt.Client // nil while disconnected
 	latest    *signal.Message
-	connected chan struct{} // closed and replaced on every connect, for waiters
-	lost      chan struct{} // signalled on connection loss
+	connected chan struct{}       // closed and replaced on every connect, for waiters
+	lost      chan struct{}       // signalled on connection loss
+	commands  chan signal.Command // the newest command of the agent, one at most
 }
 
 // NewSignaller validates cfg and returns a signaller; Run connects it.
@@ -84,7 +85,26 @@ func NewSignaller(cfg SignallerConfig) (*Signaller, error) {
 		topic:     signal.Topic(cfg.Namespace, cfg.Pod),
 		connected: make(chan struct{}),
 		lost:      make(chan struct{}, 1),
+		commands:  make(chan signal.Command, 1),
 	}, nil
+}
+
+// Commands delivers the node agent's commands to this pod (signal.Command),
+// subscribed to at every connect: only the newest one waits, since each
+// replaces the one before.
+func (s *Signaller) Commands() <-chan signal.Command { return s.commands }
+
+func (s *Signaller) command(_ mqtt.Client, m mqtt.Message) {
+	c, err := signal.DecodeCommand(m.Topic(), m.Payload())
+	if err != nil {
+		s.cfg.Log.Warn("command from the node agent refused", "topic", m.Topic(), "err", err)
+		return
+	}
+	select { // drop an older command not taken yet
+	case <-s.commands:
+	default:
+	}
+	s.commands <- c
 }
 
 // Topic returns the health topic this signaller publishes on.
@@ -182,6 +202,15 @@ func (s *Signaller) connect(ctx context.Context) (mqtt.Client, error) {
 	s.connected = make(chan struct{})
 	s.mu.Unlock()
 	s.cfg.Log.Info("connected to the node agent", "broker", s.cfg.Broker, "topic", s.topic)
+	// The agent's commands to this pod; a retained one arrives at once. An
+	// agent that refuses the subscription (older than commands) is no reason
+	// to stop signalling.
+	cmdTopic := signal.CommandTopic(s.cfg.Namespace, s.cfg.Pod)
+	if tok := c.Subscribe(cmdTopic, 1, s.command); !tok.WaitTimeout(s.cfg.ConnectTimeout) || tok.Error() != nil {
+		s.cfg.Log.Warn("not subscribed to the node agent's commands", "topic", cmdTopic, "err", tok.Error())
+	} else if st, ok := tok.(*mqtt.SubscribeToken); ok && st.Result()[cmdTopic] == 0x80 {
+		s.cfg.Log.Warn("the node agent refused the subscription to its commands (an agent older than commands?)", "topic", cmdTopic)
+	}
 	// The agent may have seen our Last Will, or nothing: say where we are now.
 	if latest != nil {
 		s.send(c, latest)

@@ -16,6 +16,9 @@ func (id PodID) String() string { return id.Namespace + "/" + id.Pod }
 // Topic returns the only topic the pod may publish to.
 func (id PodID) Topic() string { return Topic(id.Namespace, id.Pod) }
 
+// CommandTopic is the pod's command topic.
+func (id PodID) CommandTopic() string { return CommandTopic(id.Namespace, id.Pod) }
+
 // Source says how the agent learned a pod's state.
 type Source string
 

@@ -61,6 +61,9 @@ type Config struct {
 	// OnGuards is called from Run's goroutine whenever the Guards change;
 	// it must not block. Optional.
 	OnGuards func(Guards)
+	// Command sends a command to one pod's sidecar (agent.Agent.Command):
+	// the fence's lever (fence.go). Nil: a fence is only reported.
+	Command func(signal.Command) error
 }
 
 // Controller is the reportingController of the agent's Events.
@@ -85,6 +88,9 @@ type Actuator struct {
 	readyCh   chan readiness
 	events    *recorder
 	nl        nodeLoss
+	fc        fencing
+	// sendCommand is Config.Command.
+	sendCommand func(signal.Command) error
 }
 
 type podKey struct{ ns, name string }
@@ -167,6 +173,8 @@ func New(cfg Config) (*Actuator, error) {
 	}
 	a.events = newRecorder(a.cluster, a.log, a.now, a.inst)
 	a.nl = newNodeLoss(cfg.Node, cfg.OnGuards)
+	a.fc.fenced = map[podKey]fencedPod{}
+	a.sendCommand = cfg.Command
 	return a, nil
 }
 

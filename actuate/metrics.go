@@ -14,6 +14,7 @@ type metrics struct {
 	stepTime *prometheus.HistogramVec // API latency of each action
 	steps    *prometheus.HistogramVec // input → record written and actions done, by phase entered
 	stages   *prometheus.HistogramVec // decision → standby Ready, decision → primary retired
+	fence    *prometheus.CounterVec   // fence commands sent, by command
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,9 +42,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time from the decision (switchover or failover) to a stage: standby_ready (the standby observed Ready) and retired (the primary scaled to 0 and the roles exchanged).",
 			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 15, 20, 30, 60, 120},
 		}, []string{"stage"}),
+		fence: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "amf_actuate_fence_commands_total",
+			Help: "Commands sent to the sidecars of this node's guarded primaries: fence (pause the broker, cut off from the API server and every guard) and lift (resume it, still the primary).",
+		}, []string{"command"}),
 	}
+	m.fence.WithLabelValues("fence")
+	m.fence.WithLabelValues("lift")
 	if reg != nil {
-		reg.MustRegister(m.actions, m.events, m.stepTime, m.steps, m.stages)
+		reg.MustRegister(m.actions, m.events, m.stepTime, m.steps, m.stages, m.fence)
 	}
 	return m
 }

@@ -222,15 +222,17 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 		return
 	}
 	var g Guards
+	var here []fencedPod
 	for _, w := range a.workloads {
 		if !pairOf(w) {
 			continue
 		}
 		sk := podKey{w.key.ns, w.gate.Policy.Standby}
-		if _, here := a.nl.local[w.key]; here {
+		if pod, ok := a.nl.local[w.key]; ok {
 			a.writeNode(ctx, sk, contract.AnnPrimaryNode, w.standbyAnn)
 			if n := w.standbyAnn[contract.AnnStandbyNode]; n != "" && n != a.nl.self {
 				g.GuardedBy = append(g.GuardedBy, n)
+				here = append(here, fencedPod{dep: w.key, pod: pod})
 			}
 		}
 		if _, here := a.nl.local[sk]; here {
@@ -240,6 +242,7 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 			}
 		}
 	}
+	a.fc.setHere(here)
 	for _, l := range []*[]string{&g.Guard, &g.GuardedBy} {
 		slices.Sort(*l)
 		*l = slices.Compact(*l)

@@ -43,6 +43,7 @@ package inject
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,13 +187,15 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 	if err != nil {
 		return nil, Result{}, err
 	}
-	present := map[string]bool{}   // namespace/name of every Deployment in the stream
-	standbyOf := map[string]bool{} // namespace/name named as a standby by another
+	present := map[string]bool{}    // namespace/name of every Deployment in the stream
+	standbyOf := map[string]bool{}  // namespace/name named as a standby by another
+	hotStandby := map[string]bool{} // of those, the hot ones
 	for _, d := range docs {
 		if dep := d.deployment; dep != nil {
 			present[key(dep.Namespace, dep.Name)] = true
 			if s := dep.Annotations[contract.AnnStandby]; s != "" {
 				standbyOf[key(dep.Namespace, s)] = true
+				hotStandby[key(dep.Namespace, s)] = contract.Redundancy(dep.Annotations[contract.AnnRedundancy]) == contract.Hot
 			}
 		}
 	}
@@ -227,6 +230,16 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			if err := setPolicy(dep); err != nil {
 				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
 			}
+		}
+		hot := hotStandby[key(dep.Namespace, dep.Name)] || !isStandby && contract.Redundancy(dep.Annotations[contract.AnnRedundancy]) == contract.Hot
+		if hot && opts.Mode == contract.ModeSidecar {
+			// Before the standby is derived, which copies the pod template:
+			// after a role exchange the standby is the primary.
+			if w := fenceLever(dep.Name, &dep.Spec.Template.Spec, broker); w != "" {
+				res.Warnings = append(res.Warnings, w)
+			}
+		}
+		if !isStandby {
 			name := dep.Annotations[contract.AnnStandby]
 			if opts.Standby && !present[key(dep.Namespace, name)] {
 				if standby, err = standbyFor(dep); err != nil {
@@ -635,6 +648,35 @@ func sidecarContainer(image, probe, model, broker string, logs bool) corev1.Cont
 		},
 		VolumeMounts: mounts,
 	}
+}
+
+// fenceLever lets a hot pair's sidecar pause its broker when the node
+// agent fences (DESIGN.md, "Losing a whole node"; sidecar/pause): the pod's
+// process namespace shared, so the sidecar sees the broker's processes, and
+// the sidecar running as the broker's user, who may signal its own
+// processes without any capability. A broker whose user is not in the pod
+// template (the image's) or is root gets neither, with a warning: the
+// sidecar never runs as root, and the fence is then only reported.
+func fenceLever(deployment string, spec *corev1.PodSpec, broker corev1.Container) (warning string) {
+	var uid, gid *int64
+	if sc := spec.SecurityContext; sc != nil {
+		uid, gid = sc.RunAsUser, sc.RunAsGroup
+	}
+	if sc := broker.SecurityContext; sc != nil {
+		uid, gid = cmp.Or(sc.RunAsUser, uid), cmp.Or(sc.RunAsGroup, gid)
+	}
+	if uid == nil || *uid == 0 {
+		return fmt.Sprintf("%s is hot, but its broker's user is %s: set a non-root runAsUser on the %s container (or the pod) so that its sidecar can pause it when the node agent fences; until then a fence is only reported",
+			deployment, map[bool]string{true: "root", false: "not in the pod template"}[uid != nil], broker.Name)
+	}
+	spec.ShareProcessNamespace = ptr.To(true)
+	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	sc := spec.InitContainers[i].SecurityContext
+	sc.RunAsUser = ptr.To(*uid)
+	if gid != nil {
+		sc.RunAsGroup = ptr.To(*gid)
+	}
+	return ""
 }
 
 // logsVolume is the host's KubeletLogDir: the kubelet creates it at start,

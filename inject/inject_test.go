@@ -39,6 +39,7 @@ var goldenCases = []struct {
 	{name: "older-sidecar-of-same-repository-is-updated", in: "upgrade", opts: inject.Options{}},
 	{name: "list-is-written-as-its-items", in: "list", opts: inject.Options{Standby: true}},
 	{name: "custom-image-and-probe", in: "mosquitto", opts: inject.Options{SidecarImage: "registry.local/amf-sidecar:dev", ProbeMQTT: "tcp://127.0.0.1:1884"}},
+	{name: "hot-pair-sidecars-can-pause-their-broker-for-the-fence", in: "hot", opts: inject.Options{Standby: true}},
 	{name: "model-name-is-passed-to-both-sidecars", in: "mosquitto", opts: inject.Options{Standby: true, Model: "leadtime"}},
 	{name: "broker-beside-an-exporter-is-the-mqtt-port-and-gets-the-kubelet-logs", in: "exporter", opts: inject.Options{Standby: true}},
 	{name: "container-flag-names-the-broker-among-app-containers-and-a-native-sidecar", in: "unnamed-ports", opts: inject.Options{Container: "broker"}},
@@ -522,5 +523,39 @@ func TestNodeModeOptInRestartsNoPod(t *testing.T) {
 	}
 	if after := podUIDs(); !slices.Equal(before, after) || len(after) != 1 {
 		t.Errorf("pods %v before, %v after: opting in must restart nothing", before, after)
+	}
+}
+
+func TestHotBrokerWithoutANonRootUserIsWarnedAndNotShared(t *testing.T) {
+	base, err := os.ReadFile("testdata/hot.in.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"the image's user", "        runAsUser: 1883\n", "", "not in the pod template"},
+		{"root", "        runAsUser: 1883\n", "        runAsUser: 0\n", "is root"},
+		{"cold: nothing to fence", "amf.io/redundancy: hot", "amf.io/redundancy: cold", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := strings.Replace(string(base), tc.from, tc.to, 1)
+			out, res, err := inject.Inject([]byte(in), inject.Options{Standby: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warned []string
+			for _, w := range res.Warnings {
+				if strings.Contains(w, "fences") {
+					warned = append(warned, w)
+				}
+			}
+			if tc.want == "" && len(warned) > 0 || tc.want != "" && (len(warned) != 1 || !strings.Contains(warned[0], tc.want)) {
+				t.Errorf("fence warnings %q, want one saying %q", warned, tc.want)
+			}
+			if strings.Contains(string(out), "shareProcessNamespace") {
+				t.Error("the process namespace is shared without a sidecar that could use it")
+			}
+		})
 	}
 }

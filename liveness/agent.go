@@ -14,11 +14,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Failover is what an agent does about the nodes it guards: the actuator
-// fails over the primaries of a lost node (actuate.Actuator).
+// Failover is what an agent does about the nodes it guards and about its
+// own fence (actuate.Actuator): it fails over the primaries of a lost node;
+// cut off, it pauses the primaries a guard may be taking over (Fence, which
+// must not need the API server), and once renewals succeed again it resumes
+// those still primary (Lift, returning how many it could not settle yet: it
+// is called again a period later).
 type Failover interface {
 	NodeLost(ctx context.Context, node string, at time.Time)
 	NodeBack(ctx context.Context, node string, at time.Time)
+	Fence(ctx context.Context, why string)
+	Lift(ctx context.Context) (unsettled int)
 }
 
 // AgentConfig configures an Agent. All fields but Logger and Registerer are
@@ -117,11 +123,19 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 	var fencer *Fencer // nil while nothing guards this node: nobody would take over, so nothing to fence
 	guardAddrs := map[string]string{}
 	failing := false
+	// The fence carried out: fenced from the fence until Lift has settled
+	// every fenced primary; liftDue once a renewal succeeded after it;
+	// lifting while a Lift runs.
+	fenced, liftDue, lifting := false, false, false
+	fences := 0 // a fence during a Lift is not settled by it
 	hb := &Heartbeat{Client: l.client, Namespace: l.namespace, Node: l.node, Timing: t, ProbeAddr: l.advertise,
 		OnRenew: func(sent time.Time) {
 			mu.Lock()
 			if fencer != nil {
 				fencer.Renewed(sent)
+			}
+			if fenced {
+				liftDue = true
 			}
 			was := failing
 			failing = false
@@ -164,8 +178,41 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 				mu.Unlock()
 				if errors.Is(err, ErrFence) {
 					l.fenced.Inc()
-					l.log.Error("fence", slog.String("node", l.node), slog.Duration("cut_off_for", t.Fence),
-						slog.String("why", "no Lease renewal and no answer of any guard: a guard may be taking over this node's hot primaries"))
+					const why = "no Lease renewal and no answer of any guard: a guard may be taking over this node's hot primaries"
+					l.log.Error("fence", slog.String("node", l.node), slog.Duration("cut_off_for", t.Fence), slog.String("why", why))
+					act.Fence(ctx, why)
+					mu.Lock()
+					fenced, liftDue = true, false
+					fences++
+					mu.Unlock()
+				}
+				mu.Lock()
+				lift := liftDue && !lifting
+				lifting = lifting || lift
+				gen := fences
+				mu.Unlock()
+				if lift {
+					wg.Add(1)
+					go func() { // off the check's goroutine: Lift reads the API server
+						defer wg.Done()
+						n := act.Lift(ctx)
+						if n > 0 {
+							select { // read again a period later, not a synchronisation
+							case <-time.After(t.Period):
+							case <-ctx.Done():
+							}
+						}
+						mu.Lock()
+						lifting = false
+						settled := n == 0 && gen == fences
+						if settled {
+							fenced, liftDue = false, false
+						}
+						mu.Unlock()
+						if settled {
+							l.log.Info("fence settled", slog.String("node", l.node))
+						}
+					}()
 				}
 			case <-probeTick.C:
 				mu.Lock()

@@ -64,26 +64,35 @@ func (s *Sidecar) holdFence() {
 	}
 	c := s.pausable()
 	if c == nil {
-		s.setFence(true, "fenced, but the broker cannot be paused: no target with a cgroup of its own")
+		outcome := "fenced, but the broker cannot be paused: no target with a cgroup of its own"
+		s.setFence(true, outcome)
+		s.logFence(outcome)
 		return
 	}
 	if c.Leaf == s.fence.let {
 		return
 	}
 	// The status says what is being done before it is done, so whoever sees
-	// the broker stop or resume sees the status that explains it.
+	// the broker stop or resume sees the status that explains it; the log
+	// says it after.
 	if term, err := c.TermPending(); err == nil && term {
 		s.fence.let = c.Leaf
-		s.setFence(true, "fenced; the broker is being stopped (SIGTERM waiting): resumed to end")
+		outcome := "fenced; the broker is being stopped (SIGTERM waiting): resumed to end"
+		s.setFence(true, outcome)
 		if _, err := c.Cont(); err != nil {
-			s.setFence(true, "fenced; the broker is being stopped, but could not be resumed to end: "+err.Error())
+			outcome = "fenced; the broker is being stopped, but could not be resumed to end: " + err.Error()
+			s.setFence(true, outcome)
 		}
+		s.logFence(outcome)
 		return
 	}
-	s.setFence(true, fmt.Sprintf("fenced by the node agent (%s): the broker is paused", s.fence.reason))
+	outcome := fmt.Sprintf("fenced by the node agent (%s): the broker is paused", s.fence.reason)
+	s.setFence(true, outcome)
 	if _, err := c.Stop(); err != nil {
-		s.setFence(true, "fenced, but the broker is not paused: "+err.Error())
+		outcome = "fenced, but the broker is not paused: " + err.Error()
+		s.setFence(true, outcome)
 	}
+	s.logFence(outcome)
 }
 
 // pausable is the current target as a pause.Container, or nil without a
@@ -96,16 +105,19 @@ func (s *Sidecar) pausable() *pause.Container {
 	return &pause.Container{Leaf: filepath.Base(w.MemoryDir())}
 }
 
-// setFence records the fence in the status, and logs an outcome that is new.
+// setFence records the fence in the status.
 func (s *Sidecar) setFence(on bool, outcome string) {
 	s.mu.Lock()
 	s.status.Fenced, s.status.Fence = on, outcome
 	s.mu.Unlock()
+}
+
+// logFence logs a fence's outcome that is new (holdFence runs at every
+// sample).
+func (s *Sidecar) logFence(outcome string) {
 	if outcome == s.fence.last {
 		return
 	}
 	s.fence.last = outcome
-	if on {
-		s.cfg.Log.Error("fence", "outcome", outcome)
-	}
+	s.cfg.Log.Error("fence", "outcome", outcome)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/liveness"
+	"github.com/amf-edge/amf/signal"
 )
 
 // livenessFlags are the node-loss flags (DESIGN.md, "Losing a whole node"):
@@ -85,12 +86,15 @@ func listenLiveness(f *livenessFlags, client kubernetes.Interface, node string, 
 	return &nodeLiveness{agent: a, log: log}, nil
 }
 
-// configure sets the actuator's part of node loss (nothing without --liveness).
-func (l *nodeLiveness) configure(c *actuate.Config, node string) {
+// configure sets the actuator's part of node loss (nothing without
+// --liveness): command is the fence's lever, the agent's commands to the
+// sidecars.
+func (l *nodeLiveness) configure(c *actuate.Config, node string, command func(signal.Command) error) {
 	if l == nil {
 		return
 	}
 	c.Node, c.OnGuards = node, func(g actuate.Guards) { l.agent.SetGuards(g.Guard, g.GuardedBy) }
+	c.Command = command
 }
 
 // start runs l beside act until ctx ends; wait returns its error. Without

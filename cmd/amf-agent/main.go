@@ -180,7 +180,7 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 	acfg := actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: *observeOnly, Instance: *nodeName, ResumeOnStart: *resume, Registerer: a.MetricsRegisterer()}
-	nl.configure(&acfg, *nodeName)
+	nl.configure(&acfg, *nodeName, a.Command)
 	act, err := actuate.New(acfg)
 	if err != nil {
 		return err

@@ -1,0 +1,144 @@
+package actuate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/signal"
+)
+
+// The fence (DESIGN.md, "Losing a whole node"): an agent cut off from the
+// API server and from every guard of its node (liveness.Fencer) pauses the
+// brokers of the primaries on its node that a guard elsewhere would take
+// over, through their sidecars (Config.Command), before any guard can
+// declare the node lost. Once the API server answers again, each is read
+// afresh: one that is still the serving primary (a policy, replicas, no
+// failover recorded) is resumed; one that was retired meanwhile stays
+// paused until its kubelet stops it (its sidecar lets the SIGTERM
+// through), so it never serves beside the standby that took over.
+
+// fencing is the fence's state. It is used from liveness's goroutine while
+// Run's may be blocked on the API server, so it has a lock of its own; Run
+// only replaces here.
+type fencing struct {
+	mu     sync.Mutex
+	here   []fencedPod          // the guarded primaries' pods on this node, as last synced
+	fenced map[podKey]fencedPod // commanded to pause and not settled yet
+}
+
+type fencedPod struct {
+	dep podKey // the primary Deployment
+	pod string
+}
+
+// setHere records the guarded primaries on this node (syncNodes).
+func (f *fencing) setHere(p []fencedPod) {
+	f.mu.Lock()
+	f.here = p
+	f.mu.Unlock()
+}
+
+// Fence pauses the brokers of this node's guarded primaries: a command to
+// each one's sidecar. It never touches the API server, which is out of
+// reach when it is called.
+func (a *Actuator) Fence(_ context.Context, why string) {
+	a.fc.mu.Lock()
+	defer a.fc.mu.Unlock()
+	if len(a.fc.here) == 0 {
+		a.log.Warn("fence: no guarded primary on this node to pause")
+	}
+	for _, p := range a.fc.here {
+		a.command(p, true, why)
+		a.fc.fenced[p.dep] = p
+	}
+}
+
+// Lift settles the fence once the API server answers: every fenced primary
+// still serving is resumed, every retired one left paused. It returns how
+// many could not be read (tried again by the caller).
+func (a *Actuator) Lift(ctx context.Context) (unsettled int) {
+	a.fc.mu.Lock()
+	pods := make([]fencedPod, 0, len(a.fc.fenced))
+	for _, p := range a.fc.fenced {
+		pods = append(pods, p)
+	}
+	a.fc.mu.Unlock()
+	slices.SortFunc(pods, func(x, y fencedPod) int {
+		if x.dep.String() < y.dep.String() {
+			return -1
+		}
+		return 1
+	})
+	for _, p := range pods {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		d, err := a.cluster.Deployment(rctx, p.dep.ns, p.dep.name)
+		cancel()
+		if err != nil {
+			a.log.Warn("fence kept: the fenced primary could not be read", slog.String("deployment", p.dep.String()), slog.String("error", err.Error()))
+			unsettled++
+			continue
+		}
+		serving, why := stillServing(d)
+		if serving {
+			a.command(p, false, "the API server answers again and "+why)
+		} else {
+			a.log.Warn("fence kept until the kubelet stops the pod", slog.String("deployment", p.dep.String()),
+				slog.String("pod", p.pod), slog.String("why", why))
+		}
+		a.fc.mu.Lock()
+		delete(a.fc.fenced, p.dep)
+		a.fc.mu.Unlock()
+	}
+	return unsettled
+}
+
+// stillServing says whether d is still a primary that serves: it names a
+// standby, has replicas, and no failover is recorded on it.
+func stillServing(d *appsv1.Deployment) (bool, string) {
+	if d.Annotations[contract.AnnStandby] == "" {
+		return false, "it is no longer a primary (roles exchanged)"
+	}
+	if d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
+		return false, "it was retired (0 replicas)"
+	}
+	var rec Record
+	if raw := d.Annotations[contract.AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) == nil {
+		switch rec.Phase {
+		case PhaseFailover, PhaseRetiring:
+			return false, fmt.Sprintf("a failover is recorded (%s)", rec.Phase)
+		}
+	}
+	return true, "it is still the primary"
+}
+
+func (a *Actuator) command(p fencedPod, fence bool, why string) {
+	if a.sendCommand == nil {
+		a.log.Error("fence not carried out: no command channel to the sidecars", slog.String("pod", p.dep.ns+"/"+p.pod))
+		return
+	}
+	c := signal.Command{Namespace: p.dep.ns, Pod: p.pod, Fence: fence, Time: a.now(), Reason: signal.ShortReason(why)}
+	if a.dryRun {
+		a.log.Info("dry run: command not sent", slog.String("pod", p.dep.ns+"/"+p.pod), slog.Bool("fence", fence))
+		return
+	}
+	if err := a.sendCommand(c); err != nil {
+		a.log.Error("command to a sidecar not sent", slog.String("pod", p.dep.ns+"/"+p.pod), slog.Bool("fence", fence), slog.String("error", err.Error()))
+		return
+	}
+	a.m.fence.WithLabelValues(commandLabel(fence)).Inc()
+}
+
+func commandLabel(fence bool) string {
+	if fence {
+		return "fence"
+	}
+	return "lift"
+}

@@ -1,0 +1,120 @@
+package actuate
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/signal"
+)
+
+// commands records what an Actuator sends to the sidecars.
+type commands struct {
+	mu   sync.Mutex
+	sent []signal.Command
+}
+
+func (c *commands) send(cmd signal.Command) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sent = append(c.sent, cmd)
+	return nil
+}
+
+func (c *commands) all() []signal.Command {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sent)
+}
+
+func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing.T) {
+	unreachable := errors.New("dial tcp 10.0.0.1:6443: i/o timeout")
+	for _, tc := range []struct {
+		name     string
+		standby  string               // the standby's node
+		meantime func(f *fakeCluster) // what happened while cut off
+		apiDown  bool                 // the first Lift cannot read the primary
+		fenced   bool                 // a fence command is sent
+		lifted   bool                 // a lift command is sent
+	}{
+		{"nothing happened meanwhile: paused, then resumed", "node-b", nil, false, true, true},
+		{"the API server still unreachable at the first lift: kept, resumed at the next", "node-b", nil, true, true, true},
+		{"the guard retired the primary: kept paused for the kubelet to stop", "node-b", func(f *fakeCluster) {
+			*f.depLocked(ns, "primary").Spec.Replicas = 0
+		}, false, true, false},
+		{"the guard recorded a failover: kept paused", "node-b", func(f *fakeCluster) {
+			d := f.depLocked(ns, "primary")
+			d.Annotations = maps.Clone(d.Annotations)
+			d.Annotations[contract.AnnRecord] = `{"phase":"Retiring","standby":"standby"}`
+		}, false, true, false},
+		{"the roles were exchanged: kept paused", "node-b", func(f *fakeCluster) {
+			d := f.depLocked(ns, "primary")
+			d.Annotations = maps.Clone(d.Annotations)
+			delete(d.Annotations, contract.AnnStandby)
+		}, false, true, false},
+		{"the standby on the same node: nobody guards it, nothing to fence", "node-a", nil, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			pp, _ := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnStandbyNode: tc.standby})
+			var cmds commands
+			g := &guardRig{}
+			cfg := Config{Node: "node-a", Instance: "node-a", Command: cmds.send, OnGuards: func(gs Guards) {
+				g.mu.Lock()
+				g.guards = append(g.guards, gs)
+				g.mu.Unlock()
+				f.mu.Lock()
+				f.changeLocked(nil)
+				f.mu.Unlock()
+			}}
+			g.rig = start(t, f, "", cfg)
+			g.act = g.rig.act
+			g.send(signal.Healthy, pp)
+			f.await(t, "own node recorded on the standby", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnPrimaryNode] == "node-a" })
+			if tc.standby != "node-a" {
+				f.await(t, "guarded by the standby's node", func() bool { return slices.Equal(g.latest().GuardedBy, []string{tc.standby}) })
+			}
+			g.act.NodeBack(context.Background(), "node-x", g.act.now()) // a barrier: Run synced the nodes
+
+			g.act.Fence(context.Background(), "cut off")
+			got := cmds.all()
+			if fenced := len(got) == 1 && got[0].Fence && got[0].Pod == pp && got[0].Namespace == ns; fenced != tc.fenced || (!tc.fenced && len(got) > 0) {
+				t.Fatalf("after the fence, commands %+v; want a fence of %s: %v", got, pp, tc.fenced)
+			}
+			f.mu.Lock()
+			if tc.meantime != nil {
+				tc.meantime(f)
+			}
+			if tc.apiDown {
+				f.fail["get"] = unreachable
+			}
+			f.mu.Unlock()
+			if tc.apiDown {
+				if n := g.act.Lift(context.Background()); n != 1 {
+					t.Errorf("Lift with the API server unreachable: %d unsettled, want 1", n)
+				}
+				if got := cmds.all(); len(got) != 1 {
+					t.Errorf("commands while unreachable: %+v", got)
+				}
+				f.mu.Lock()
+				delete(f.fail, "get")
+				f.mu.Unlock()
+			}
+			if n := g.act.Lift(context.Background()); n != 0 {
+				t.Errorf("Lift: %d unsettled, want 0", n)
+			}
+			got = cmds.all()
+			lifted := len(got) == 2 && !got[1].Fence && got[1].Pod == pp
+			if lifted != tc.lifted || (!tc.lifted && len(got) > 1) {
+				t.Errorf("after the lift, commands %+v; want a lift: %v", got, tc.lifted)
+			}
+			if n := g.act.Lift(context.Background()); n != 0 || len(cmds.all()) != len(got) {
+				t.Errorf("a second Lift did more: %d unsettled, commands %+v", n, cmds.all())
+			}
+		})
+	}
+}

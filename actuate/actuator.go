@@ -173,7 +173,7 @@ func New(cfg Config) (*Actuator, error) {
 	}
 	a.events = newRecorder(a.cluster, a.log, a.now, a.inst)
 	a.nl = newNodeLoss(cfg.Node, cfg.OnGuards)
-	a.fc.fenced = map[podKey]fencedPod{}
+	a.fc.fenced, a.fc.checked = map[podKey]fencedPod{}, map[podKey]string{}
 	a.sendCommand = cfg.Command
 	return a, nil
 }

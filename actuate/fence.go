@@ -32,6 +32,9 @@ type fencing struct {
 	mu     sync.Mutex
 	here   []fencedPod          // the guarded primaries' pods on this node, as last synced
 	fenced map[podKey]fencedPod // commanded to pause and not settled yet
+	// checked maps each guarded primary to its pod that liftOnArrival has
+	// checked since this agent started (Run's goroutine only).
+	checked map[podKey]string
 }
 
 type fencedPod struct {
@@ -98,6 +101,46 @@ func (a *Actuator) Lift(ctx context.Context) (unsettled int) {
 		a.fc.mu.Unlock()
 	}
 	return unsettled
+}
+
+// liftOnArrival lifts any fence an earlier run of this agent may have left
+// on the guarded primaries here, each once it is known here (the agent
+// restarted while fenced: its retained commands went with it, and the
+// sidecar keeps its broker paused, the safe side), after a fresh read that
+// says it still serves; unreadable, it is checked again at the next sync.
+// A pod this agent has fenced itself is left to Lift. Run's goroutine
+// calls it (syncNodes).
+func (a *Actuator) liftOnArrival(ctx context.Context, here []fencedPod) {
+	if a.sendCommand == nil {
+		return
+	}
+	for _, p := range here {
+		if a.fc.checked[p.dep] == p.pod {
+			continue
+		}
+		if a.liftIfServing(ctx, p.dep, p.pod) {
+			a.fc.checked[p.dep] = p.pod
+		}
+	}
+}
+
+// liftIfServing sends pod a lift if its Deployment still serves and this
+// agent has not fenced it; it reports whether it could tell.
+func (a *Actuator) liftIfServing(ctx context.Context, dep podKey, pod string) bool {
+	a.fc.mu.Lock()
+	_, fenced := a.fc.fenced[dep]
+	a.fc.mu.Unlock()
+	if fenced {
+		return true
+	}
+	d, err := a.cluster.Deployment(ctx, dep.ns, dep.name)
+	if err != nil {
+		return false
+	}
+	if ok, why := stillServing(d); ok {
+		a.command(fencedPod{dep: dep, pod: pod}, false, "this agent started and "+why)
+	}
+	return true
 }
 
 // stillServing says whether d is still a primary that serves: it names a

@@ -243,6 +243,7 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 		}
 	}
 	a.fc.setHere(here)
+	a.liftOnArrival(ctx, here)
 	for _, l := range []*[]string{&g.Guard, &g.GuardedBy} {
 		slices.Sort(*l)
 		*l = slices.Compact(*l)

@@ -39,7 +39,8 @@ const failoverBound = 30 * time.Second
 // primary over (scaled to 0, roles exchanged, the new primary Ready); after
 // the restore the old primary's pod is gone, it is back as the hot standby,
 // and one primary remains. Then a partition of the new primary's node: its
-// agent fences first, the standby's agent (now on node 0) fails it over,
+// agent fences first (its broker paused by its sidecar, and held paused),
+// the standby's agent (now on node 0) fails it over,
 // and after the heal one primary remains again. No probe message is lost
 // and the standby is Ready throughout: its bridges never depended on the
 // primary. Then the primary's node held to 0.7 CPU and saturated for 30 s,
@@ -123,11 +124,22 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	if err := nB.Partition(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The fence carried out: the old primary's broker on the partitioned
+	// node is paused by its sidecar, told by its own agent, before the guard
+	// takes over, and stays so while the partition lasts.
+	if err := p.WaitBrokerPaused(ctx, oldPod, failoverBound); err != nil {
+		t.Errorf("partition: %v", err)
+	} else {
+		t.Logf("partition → the old primary's broker on %s seen paused %v after the cut", nB.Name, time.Since(part).Round(time.Millisecond))
+	}
 	f, err = p.WaitFailover(ctx, b, a, oldPod, part, nB.Name, nA.Name, failoverBound)
 	if err != nil {
 		t.Fatalf("partition: %v", err)
 	}
 	check("partition", part, f, nB.Name, nA.Name)
+	if paused, saw, err := p.BrokerPaused(ctx, oldPod); err != nil || !paused {
+		t.Errorf("partition: after the failover the old primary's broker is not paused (%s, %v)", saw, err)
+	}
 	if err := p.Restore(ctx, nB); err != nil {
 		t.Fatal(err)
 	}
@@ -140,9 +152,11 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	if !fence.Before(f.Lost) {
 		t.Errorf("the partitioned node fenced at %v, its guard declared it lost at %v: the fence must come first", fence, f.Lost)
 	}
+	healed := time.Now()
 	if err := p.WaitOnePrimary(ctx, a, b, oldPod); err != nil {
 		t.Fatalf("after the partition: %v", err)
 	}
+	t.Logf("healed → the paused old primary's pod gone and one primary %v after the heal was seen", time.Since(healed).Round(time.Millisecond))
 
 	// A slow node is not a lost one: the primary's node (node 0 again) held
 	// to 0.7 CPU and saturated by a busy pod for 12 Lost. (Not less: on

@@ -21,6 +21,7 @@ import (
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/probe"
 	"github.com/amf-edge/amf/lab/testbed"
+	"github.com/amf-edge/amf/sidecar/pause"
 )
 
 // BrokerNamespace holds the edge brokers of a Pair.
@@ -341,4 +342,54 @@ func (p *Pair) WaitOnePrimary(ctx context.Context, primary, standby, oldPod stri
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// BrokerPaused reports whether every process of pod's broker container
+// (testbed's, "mosquitto") is stopped, as the fence leaves it, read from
+// the host's /proc: the container's ID is its cgroup's last element. It
+// names what it saw.
+func (p *Pair) BrokerPaused(ctx context.Context, pod string) (bool, string, error) {
+	pd, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return false, "", err
+	}
+	var id string
+	for _, cs := range pd.Status.ContainerStatuses {
+		if cs.Name == testbed.BrokerContainer {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		return false, "", fmt.Errorf("pod %s: no %s container ID in its status", pod, testbed.BrokerContainer)
+	}
+	c := pause.Container{Leaf: id}
+	pids, err := c.PIDs()
+	if err != nil {
+		return false, "", err
+	}
+	if len(pids) == 0 {
+		return false, "no process of container " + id[:12], nil
+	}
+	var states []string
+	all := true
+	for _, pid := range pids {
+		stopped, err := pause.Stopped("", pid)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		all = all && stopped
+		states = append(states, fmt.Sprintf("%d stopped=%v", pid, stopped))
+	}
+	return all, strings.Join(states, ", "), nil
+}
+
+// WaitBrokerPaused waits until every process of pod's broker is stopped.
+func (p *Pair) WaitBrokerPaused(ctx context.Context, pod string, timeout time.Duration) error {
+	return eventually(ctx, "the broker of "+pod+" paused by the fence", timeout, func() (bool, string) {
+		ok, saw, err := p.BrokerPaused(ctx, pod)
+		if err != nil {
+			return false, err.Error()
+		}
+		return ok, saw
+	})
 }

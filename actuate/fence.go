@@ -38,8 +38,9 @@ type fencing struct {
 }
 
 type fencedPod struct {
-	dep podKey // the primary Deployment
-	pod string
+	dep   podKey // the primary Deployment
+	pod   string
+	guard string // the node of its standby, whose agent guards it
 }
 
 // setHere records the guarded primaries on this node (syncNodes).
@@ -49,18 +50,24 @@ func (f *fencing) setHere(p []fencedPod) {
 	f.mu.Unlock()
 }
 
-// Fence pauses the brokers of this node's guarded primaries: a command to
-// each one's sidecar. It never touches the API server, which is out of
-// reach when it is called.
-func (a *Actuator) Fence(_ context.Context, why string) {
+// Fence pauses the brokers of this node's primaries guarded by one of
+// guards (the guards that may be taking them over): a command to each
+// one's sidecar. It never touches the API server, which is out of reach
+// when it is called.
+func (a *Actuator) Fence(_ context.Context, why string, guards []string) {
 	a.fc.mu.Lock()
 	defer a.fc.mu.Unlock()
-	if len(a.fc.here) == 0 {
-		a.log.Warn("fence: no guarded primary on this node to pause")
-	}
+	n := 0
 	for _, p := range a.fc.here {
+		if !slices.Contains(guards, p.guard) {
+			continue
+		}
 		a.command(p, true, why)
 		a.fc.fenced[p.dep] = p
+		n++
+	}
+	if n == 0 {
+		a.log.Warn("fence: no primary on this node guarded by these guards", slog.Any("guards", guards))
 	}
 }
 

@@ -87,7 +87,11 @@ func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing
 				t.Fatalf("on arrival, commands %+v; want one lift of %s: %v", arrival, pp, wantArrival)
 			}
 			base := len(arrival)
-			g.act.Fence(context.Background(), "cut off")
+			g.act.Fence(context.Background(), "cut off", []string{"node-c"}) // another guard's: not this primary's
+			if got := cmds.all()[base:]; len(got) != 0 {
+				t.Fatalf("fenced for a guard that does not guard it: %+v", got)
+			}
+			g.act.Fence(context.Background(), "cut off", []string{"node-b"})
 			got := cmds.all()[base:]
 			if fenced := len(got) == 1 && got[0].Fence && got[0].Pod == pp && got[0].Namespace == ns; fenced != tc.fenced || (!tc.fenced && len(got) > 0) {
 				t.Fatalf("after the fence, commands %+v; want a fence of %s: %v", got, pp, tc.fenced)

@@ -16,14 +16,15 @@ import (
 
 // Failover is what an agent does about the nodes it guards and about its
 // own fence (actuate.Actuator): it fails over the primaries of a lost node;
-// cut off, it pauses the primaries a guard may be taking over (Fence, which
-// must not need the API server), and once renewals succeed again it resumes
+// cut off, it pauses the primaries that the given guards may be taking over
+// (Fence, which must not need the API server), and once renewals succeed
+// again it resumes
 // those still primary (Lift, returning how many it could not settle yet: it
 // is called again a period later).
 type Failover interface {
 	NodeLost(ctx context.Context, node string, at time.Time)
 	NodeBack(ctx context.Context, node string, at time.Time)
-	Fence(ctx context.Context, why string)
+	Fence(ctx context.Context, why string, guards []string)
 	Lift(ctx context.Context) (unsettled int)
 }
 
@@ -116,12 +117,19 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 	t := l.timing
 	errs := make(chan error, 2)
 	wg.Add(1)
-	go func() { defer wg.Done(); errs <- ServeProbes(ctx, l.ln) }()
+	// The guard's sights of the nodes it guards: its probe answers vouch for
+	// their agents by them (an agent its guard cannot see must fence).
+	sights := NewSights()
+	go func() {
+		defer wg.Done()
+		errs <- ServeProbes(ctx, l.ln, func(host string) bool { return sights.Vouches(host, time.Now(), t.Vouch()) })
+	}()
 
 	// The fencer's state: its guards' probe addresses and the rule.
 	var mu sync.Mutex
 	var fencer *Fencer // nil while nothing guards this node: nobody would take over, so nothing to fence
 	guardAddrs := map[string]string{}
+	var fenceGuards []string // the guards the fencer checks, under mu
 	failing := false
 	// The fence carried out: fenced from the fence until Lift has settled
 	// every fenced primary; liftDue once a renewal succeeded after it;
@@ -171,16 +179,16 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 				return
 			case now := <-checkTick.C:
 				mu.Lock()
-				var err error
+				var silent []string
 				if fencer != nil {
-					err = fencer.Check(now)
+					silent = fencer.Silent(now, fenceGuards)
 				}
 				mu.Unlock()
-				if errors.Is(err, ErrFence) {
+				if len(silent) > 0 {
 					l.fenced.Inc()
-					const why = "no Lease renewal and no answer of any guard: a guard may be taking over this node's hot primaries"
-					l.log.Error("fence", slog.String("node", l.node), slog.Duration("cut_off_for", t.Fence), slog.String("why", why))
-					act.Fence(ctx, why)
+					const why = "no Lease renewal and no guard vouching for this node: a guard may be taking over its hot primaries"
+					l.log.Error("fence", slog.String("node", l.node), slog.Any("guards", silent), slog.Duration("cut_off_for", t.Fence), slog.String("why", why))
+					act.Fence(ctx, why, silent)
 					mu.Lock()
 					fenced, liftDue = true, false
 					fences++
@@ -216,25 +224,25 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 				}
 			case <-probeTick.C:
 				mu.Lock()
-				addrs := make([]string, 0, len(guardAddrs))
-				for _, a := range guardAddrs {
+				addrs := make(map[string]string, len(guardAddrs))
+				for n, a := range guardAddrs {
 					if a != "" {
-						addrs = append(addrs, a)
+						addrs[n] = a
 					}
 				}
 				mu.Unlock()
-				for _, a := range addrs {
+				for n, a := range addrs {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
 						sent := time.Now()
 						pctx, pcancel := context.WithTimeout(ctx, t.Period)
-						ok := Probe(pctx, a)
+						ok := ProbeVouched(pctx, a)
 						pcancel()
 						if ok {
 							mu.Lock()
 							if fencer != nil {
-								fencer.ReachedGuard(sent)
+								fencer.Vouched(n, sent)
 							}
 							mu.Unlock()
 						}
@@ -252,6 +260,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 	startGuard := func(nodes []string) {
 		stopGuard()
 		guarding = nodes
+		sights.Keep(nodes)
 		if len(nodes) == 0 {
 			stopGuard = func() {}
 			return
@@ -264,7 +273,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 			for gctx.Err() == nil {
 				err := RunGuard(gctx, GuardConfig{
 					Client: l.client, Namespace: l.namespace, Self: l.node, Nodes: nodes, Timing: t,
-					ProbeAt: Probe,
+					ProbeAt: Probe, Sights: sights,
 					OnLost: func(node string, at time.Time) {
 						l.lost.Inc()
 						l.log.Warn("guarded node lost", slog.String("node", node), slog.Time("at", at))
@@ -340,6 +349,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 				case fencer == nil:
 					fencer, _ = NewFencer(t, time.Now()) // t was validated by check
 				}
+				fenceGuards = slices.Clone(guardedBy)
 				mu.Unlock()
 				l.log.Info("guarded by", slog.Any("nodes", guardedBy))
 				readAddrs()

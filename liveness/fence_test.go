@@ -21,7 +21,11 @@ type fenceRecorder struct {
 
 func (f *fenceRecorder) NodeLost(context.Context, string, time.Time) {}
 func (f *fenceRecorder) NodeBack(context.Context, string, time.Time) {}
-func (f *fenceRecorder) Fence(context.Context, string)               { f.fences <- struct{}{} }
+func (f *fenceRecorder) Fence(_ context.Context, _ string, guards []string) {
+	if len(guards) == 1 && guards[0] == "n2" {
+		f.fences <- struct{}{}
+	}
+}
 func (f *fenceRecorder) Lift(context.Context) int {
 	if f.cut.Load() {
 		return 1

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -136,6 +138,9 @@ type GuardConfig struct {
 	// through the watch), e.g. Probe; a node whose address is not known yet
 	// is not reached.
 	ProbeAt func(ctx context.Context, addr string) bool
+	// Sights, when set, receives every sight of a guarded node's agent (a
+	// heartbeat, an answer), for the probe server's vouching.
+	Sights *Sights
 	// OnLost is called once per loss, OnBack when a lost node heartbeats
 	// again; OnEvent (optional) with every Lease event the watch delivered.
 	OnLost, OnBack func(node string, at time.Time)
@@ -208,9 +213,12 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 					ok := cfg.Probe(pctx, n)
 					pcancel()
 					if ok {
+						at := time.Now()
 						mu.Lock()
-						g.Reached(n, time.Now())
+						g.Reached(n, at)
+						host := hostOf(addrs[n])
 						mu.Unlock()
+						cfg.Sights.Saw(n, host, at)
 					}
 					select {
 					case <-ctx.Done():
@@ -236,12 +244,17 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 		if cfg.OnEvent != nil {
 			cfg.OnEvent()
 		}
+		node := l.Labels[LabelNode]
 		mu.Lock()
 		if a := l.Annotations[AnnProbe]; a != "" {
-			addrs[l.Labels[LabelNode]] = a
+			addrs[node] = a
 		}
-		back := g.Observe(l.Labels[LabelNode], l.Spec.RenewTime.Time, at)
+		beat, back := g.heartbeat(node, l.Spec.RenewTime.Time, at)
+		host := hostOf(addrs[node])
 		mu.Unlock()
+		if beat && node != cfg.Self && slices.Contains(cfg.Nodes, node) {
+			cfg.Sights.Saw(node, host, at)
+		}
 		if back && cfg.OnBack != nil {
 			cfg.OnBack(l.Labels[LabelNode], at)
 		}
@@ -251,6 +264,15 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 		return ctx.Err()
 	}
 	return fmt.Errorf("liveness: watch of the guarded Leases: %w", err)
+}
+
+// hostOf is the host of a host:port probe address, "" if none.
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	return h
 }
 
 // ProbeAddrOf returns the probe address node's agent advertises on its

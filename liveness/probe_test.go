@@ -30,7 +30,7 @@ func TestProbeIsAnsweredOnlyByARunningAgent(t *testing.T) {
 			ln := listen(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- ServeProbes(ctx, ln) }()
+			go func() { done <- ServeProbes(ctx, ln, nil) }()
 			t.Cleanup(func() {
 				cancel()
 				if err := <-done; err != nil {
@@ -53,6 +53,51 @@ func TestProbeIsAnsweredOnlyByARunningAgent(t *testing.T) {
 			defer cancel()
 			if got := Probe(ctx, addr); got != tc.want {
 				t.Errorf("Probe(%s) = %v, want %v", addr, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestProbeAnswerVouchesOnlyForAnAgentTheGuardSees: a real probe server on
+// loopback whose guard sees the prober (or does not guard it) vouches; one
+// whose guard lost sight of it answers alive without vouching.
+func TestProbeAnswerVouchesOnlyForAnAgentTheGuardSees(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name    string
+		sights  func(*Sights)
+		vouched bool
+	}{
+		{"a prober this agent does not guard", func(*Sights) {}, true},
+		{"a guarded prober seen just now", func(s *Sights) { s.Saw("n1", "127.0.0.1", now) }, true},
+		{"a guarded prober not seen for a second", func(s *Sights) { s.Saw("n1", "127.0.0.1", now.Add(-time.Second)) }, false},
+		{"a node no longer guarded is forgotten", func(s *Sights) { s.Saw("n1", "127.0.0.1", now.Add(-time.Second)); s.Keep([]string{"n2"}) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSights()
+			tc.sights(s)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- ServeProbes(ctx, ln, func(host string) bool { return s.Vouches(host, time.Now(), DefaultTiming.Vouch()) })
+			}()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("ServeProbes: %v", err)
+				}
+			}()
+			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer pcancel()
+			if !Probe(pctx, ln.Addr().String()) {
+				t.Fatal("not answered")
+			}
+			if got := ProbeVouched(pctx, ln.Addr().String()); got != tc.vouched {
+				t.Errorf("vouched %v, want %v", got, tc.vouched)
 			}
 		})
 	}

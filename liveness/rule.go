@@ -30,7 +30,9 @@ package liveness
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -111,21 +113,27 @@ func (g *Guard) Unwatch(node string) { delete(g.nodes, node) }
 // event whose renewTime did not change (a label edit, a resync) is no
 // heartbeat. It returns true if a lost node is back.
 func (g *Guard) Observe(node string, renew, now time.Time) bool {
+	_, back := g.heartbeat(node, renew, now)
+	return back
+}
+
+// heartbeat is Observe, also saying whether the event was a heartbeat.
+func (g *Guard) heartbeat(node string, renew, now time.Time) (beat, back bool) {
 	if node == g.self {
 		if !g.Fresh(now) {
 			g.freshSince = now
 		}
 		g.own = now
-		return false
+		return true, false
 	}
 	n, ok := g.nodes[node]
 	if !ok || renew.Equal(n.renew) {
-		return false
+		return false, false
 	}
 	n.renew, n.seen = renew, now
-	back := n.lost
+	back = n.lost
 	n.lost = false
-	return back
+	return true, back
 }
 
 // Reached records a direct contact with node's agent at now (a probe over
@@ -168,12 +176,18 @@ func (g *Guard) Lost(now time.Time) []string {
 	return lost
 }
 
-// Fencer decides, on an agent, when to fence its own primaries.
+// Fencer decides, on an agent, when to fence its own primaries: all of
+// them (Check), or those of each guard that has stopped vouching for it
+// (Silent), since each guard takes over only the primaries whose standby
+// runs on its node.
 type Fencer struct {
 	t       Timing
 	renewed time.Time // send time of the latest renewal that succeeded
-	reached time.Time // send time of the latest probe a guard answered
-	fenced  bool
+	// reached is, by guard, the send time of the latest probe it answered
+	// vouching for this agent ("" for ReachedGuard, any guard); since is
+	// when Silent first asked about a guard (a full Fence from then).
+	reached, since map[string]time.Time
+	fenced         map[string]bool // fenced since the latest renewal ("" by Check)
 }
 
 // NewFencer returns a fencer whose clock starts at now (a fresh agent has a
@@ -182,7 +196,7 @@ func NewFencer(t Timing, now time.Time) (*Fencer, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	return &Fencer{t: t, renewed: now, reached: now}, nil
+	return &Fencer{t: t, renewed: now, reached: map[string]time.Time{"": now}, since: map[string]time.Time{}, fenced: map[string]bool{}}, nil
 }
 
 // Renewed records a renewal sent at sent that succeeded.
@@ -190,30 +204,126 @@ func (f *Fencer) Renewed(sent time.Time) {
 	if sent.After(f.renewed) {
 		f.renewed = sent
 	}
-	f.fenced = false
+	clear(f.fenced)
 }
 
 // ReachedGuard records a probe sent at sent that one of the agent's guards
-// answered.
-func (f *Fencer) ReachedGuard(sent time.Time) {
-	if sent.After(f.reached) {
-		f.reached = sent
+// answered, vouching for it.
+func (f *Fencer) ReachedGuard(sent time.Time) { f.Vouched("", sent) }
+
+// Vouched records a probe sent at sent that guard answered vouching for
+// this agent: the guard sees it (its heartbeats or its answers), so will
+// not declare its node lost yet.
+func (f *Fencer) Vouched(guard string, sent time.Time) {
+	if sent.After(f.reached[guard]) {
+		f.reached[guard] = sent
 	}
+	if guard != "" && sent.After(f.reached[""]) {
+		f.reached[""] = sent
+	}
+}
+
+// Silent returns, of guards, those that this agent must fence for now,
+// each once until a renewal succeeds: for Timing.Fence it has neither
+// renewed its Lease nor had that guard vouch for it. Any other guard
+// vouching does not help: it takes over none of these primaries.
+func (f *Fencer) Silent(now time.Time, guards []string) []string {
+	var out []string
+	for _, g := range guards {
+		if _, ok := f.since[g]; !ok {
+			f.since[g] = now
+		}
+		last := f.reached[g]
+		if s := f.since[g]; s.After(last) {
+			last = s
+		}
+		if !f.fenced[g] && now.Sub(f.renewed) >= f.t.Fence && now.Sub(last) >= f.t.Fence {
+			f.fenced[g] = true
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // ErrFence says the agent must fence its primaries now.
 var ErrFence = errors.New("liveness: cut off from the API server and every guard: fence the primaries")
 
 // Check returns ErrFence once, at the first now at which for Timing.Fence
-// neither a renewal nor a guard's answer has come; nil otherwise. After a
-// successful renewal it can fence again.
+// neither a renewal nor any guard's vouching answer has come; nil
+// otherwise. After a successful renewal it can fence again.
 func (f *Fencer) Check(now time.Time) error {
-	if f.fenced {
+	if f.fenced[""] {
 		return nil
 	}
-	if now.Sub(f.renewed) >= f.t.Fence && now.Sub(f.reached) >= f.t.Fence {
-		f.fenced = true
+	if now.Sub(f.renewed) >= f.t.Fence && now.Sub(f.reached[""]) >= f.t.Fence {
+		f.fenced[""] = true
 		return ErrFence
 	}
 	return nil
+}
+
+// Vouch is how long a guard vouches for a guarded node's agent after it
+// last saw it (a heartbeat, an answer): Lost − Fence − Period/2, so that an
+// agent its guard can no longer see stops being vouched for early enough to
+// fence before that guard declares it lost (a check's fifth of a period
+// and the fence's own action fit in the half period left). With the
+// defaults 750 ms: more than the period between two sights, so a guard
+// that sees the agent vouches for it without a gap.
+func (t Timing) Vouch() time.Duration { return t.Lost - t.Fence - t.Period/2 }
+
+// Sights are when a guard last saw each guarded node's agent (a heartbeat
+// through its watch, an answer to its probe), with the host that node's
+// Lease advertises: what the guard vouches by when that agent probes it.
+// Safe for concurrent use: the guard records, the probe server reads.
+type Sights struct {
+	mu   sync.Mutex
+	last map[string]time.Time // by node
+	host map[string]string    // node → the host of its probe address
+}
+
+// NewSights returns an empty record.
+func NewSights() *Sights { return &Sights{last: map[string]time.Time{}, host: map[string]string{}} }
+
+// Saw records a sight of node's agent, whose probe address is at host, at at.
+func (s *Sights) Saw(node, host string, at time.Time) {
+	if s == nil || host == "" {
+		return
+	}
+	s.mu.Lock()
+	s.host[node] = host
+	if at.After(s.last[node]) {
+		s.last[node] = at
+	}
+	s.mu.Unlock()
+}
+
+// Keep forgets every node but those given (the guarded nodes now).
+func (s *Sights) Keep(nodes []string) {
+	s.mu.Lock()
+	for n := range s.host {
+		if !slices.Contains(nodes, n) {
+			delete(s.host, n)
+			delete(s.last, n)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// Vouches says whether the guard vouches, at now, for the agent probing it
+// from host: seen within within, or not the agent of a node it guards (it
+// makes no claim on those, and takes none of their primaries over).
+func (s *Sights) Vouches(host string, now time.Time, within time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	guarded := false
+	for n, h := range s.host {
+		if h != host {
+			continue
+		}
+		guarded = true
+		if now.Sub(s.last[n]) <= within {
+			return true
+		}
+	}
+	return !guarded
 }

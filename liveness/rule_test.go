@@ -258,3 +258,90 @@ func TestTimingRefusesAGuardThatCouldTakeOverBeforeTheFence(t *testing.T) {
 		})
 	}
 }
+
+func TestFencerFencesForEachGuardThatStopsVouching(t *testing.T) {
+	tm := liveness.DefaultTiming
+	f, err := liveness.NewFencer(tm, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guards := []string{"b", "c"}
+	var fenced []string
+	var at time.Duration
+	for d := time.Duration(0); d <= 10*time.Second; d += 100 * time.Millisecond {
+		now := t0.Add(d)
+		if d%tm.Period == 0 {
+			if d < 2*time.Second {
+				f.Renewed(now)
+			}
+			f.Vouched("b", now) // b sees this node throughout
+			if d < 3*time.Second {
+				f.Vouched("c", now) // c loses sight of it at 3 s
+			}
+		}
+		if s := f.Silent(now, guards); len(s) > 0 {
+			fenced, at = append(fenced, s...), d
+		}
+	}
+	if len(fenced) != 1 || fenced[0] != "c" {
+		t.Fatalf("fenced for %v, want c alone", fenced)
+	}
+	if at < 3*time.Second+tm.Fence-tm.Period || at > 3*time.Second+tm.Fence+tm.Period {
+		t.Errorf("fenced for c at %v, want about %v", at, 3*time.Second+tm.Fence)
+	}
+	f.Renewed(t0.Add(11 * time.Second))
+	if s := f.Silent(t0.Add(11*time.Second), guards); len(s) != 0 {
+		t.Errorf("fenced again right after a renewal: %v", s)
+	}
+}
+
+// TestAsymmetricPartitionFencesBeforeTheGuardTakesOver: a node cut from the
+// API server whose probes still reach its guard, while the guard can no
+// longer reach it (new connections into the node refused): the guard stops
+// vouching for it, so it fences before the guard declares it lost, whatever
+// the phase of the cut. Without vouching it would not fence at all.
+func TestAsymmetricPartitionFencesBeforeTheGuardTakesOver(t *testing.T) {
+	tm := liveness.DefaultTiming
+	for _, cut := range []time.Duration{5000, 5100, 5250, 5400, 5499} {
+		for _, phase := range []time.Duration{0, 100, 250, 400} { // of the node's probes against the guard's
+			cut, phase := cut*time.Millisecond, phase*time.Millisecond
+			t.Run(fmt.Sprintf("cut at %v, probes %v apart", cut, phase), func(t *testing.T) {
+				f, _ := liveness.NewFencer(tm, t0)
+				g, _ := liveness.NewGuard(tm, "guard")
+				g.Watch("x", t0)
+				sights := liveness.NewSights()
+				fencedAt, lostAt := time.Duration(-1), time.Duration(-1)
+				for d := time.Duration(0); d <= 20*time.Second && (fencedAt < 0 || lostAt < 0); d += 10 * time.Millisecond {
+					now := t0.Add(d)
+					if d%tm.Period == 0 {
+						g.Observe("guard", now, now)
+						if d < cut { // the node's renewals, and the guard's probes of it, until the cut
+							f.Renewed(now)
+							g.Observe("x", now, now)
+							g.Reached("x", now)
+							sights.Saw("x", "10.0.0.2", now)
+						}
+					}
+					if (d-phase)%tm.Period == 0 && d >= phase { // the node probes its guard: always reaches it
+						if sights.Vouches("10.0.0.2", now, tm.Vouch()) {
+							f.Vouched("guard", now)
+						}
+					}
+					if len(f.Silent(now, []string{"guard"})) > 0 && fencedAt < 0 {
+						fencedAt = d
+					}
+					if len(g.Lost(now)) > 0 && lostAt < 0 {
+						lostAt = d
+					}
+				}
+				if fencedAt < 0 || lostAt < 0 || fencedAt >= lostAt {
+					t.Errorf("fenced at %v, lost at %v: want the fence first", fencedAt, lostAt)
+				}
+				t.Logf("fenced %v, lost %v", fencedAt, lostAt)
+				if margin := lostAt - fencedAt; margin < tm.Period/4 {
+					t.Errorf("fenced only %v before it was declared lost, want at least %v (the fence's own action)", margin, tm.Period/4)
+				}
+			})
+		}
+	}
+}

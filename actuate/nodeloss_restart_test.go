@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -183,12 +184,13 @@ func TestNodeLossFailoverResumesAfterTheGuardStopsAtEachStep(t *testing.T) {
 		{"record Retiring written, the primary not scaled yet", "record edge/primary Retiring", false, PhaseRetiring, []freshStart{fromRecord, resumeOnStart}},
 		{"primary scaled to 0, roles not exchanged", "scale edge/primary 0", false, PhaseRetiring, []freshStart{fromRecord, resumeOnStart}},
 		{"the new primary written, the old one still a primary", "annotations edge/standby role=primary", false, PhaseRetiring, []freshStart{fromRecord, resumeOnStart}},
+		{"the new primary written, the old one still a primary, the new one not Ready at the restart", "annotations edge/standby role=primary", false, PhaseRetiring, []freshStart{fromRecord, resumeOnStart}},
 		{"roles exchanged, the old primary not back yet", "annotations edge/primary role=standby", false, "", []freshStart{fromRecord, resumeOnStart}},
 		{"the old primary back as the hot standby", "scale edge/primary 1", false, "", []freshStart{fromRecord, resumeOnStart}},
 	} {
 		for _, fresh := range tc.fresh {
 			t.Run(tc.name+"/"+fresh.String(), func(t *testing.T) {
-				nodeLossRestart(t, tc.stopAt, tc.notReady, tc.phase, fresh)
+				nodeLossRestart(t, tc.stopAt, tc.notReady, strings.HasSuffix(tc.name, "not Ready at the restart"), tc.phase, fresh)
 			})
 		}
 	}
@@ -207,7 +209,10 @@ func (f freshStart) String() string {
 	return [...]string{"from the record on the standby's signal", "lost again to the fresh guard", "resumed at start"}[f]
 }
 
-func nodeLossRestart(t *testing.T, stopAt string, notReady bool, phase Phase, fresh freshStart) {
+// nodeLossRestart runs one case: notReady, the standby is not Ready at the
+// loss (Ready once the fresh agent runs); unreadyLater, it is not Ready while
+// the fresh agent starts (Ready after its first signal).
+func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, phase Phase, fresh freshStart) {
 	f := newFakeCluster()
 	pp, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
 	if notReady {
@@ -246,8 +251,20 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady bool, phase Phase, fr
 
 	// The fresh agent of node-b: the standby's sidecar reconnects and
 	// signals; the standby becomes Ready if it was not.
+	if unreadyLater {
+		f.setReady(ns, "standby", 0)
+	}
 	g2 := startGuardOn(t, f, "node-b", nil, fresh == resumeOnStart)
 	g2.send(signal.Healthy, sp)
+	if unreadyLater {
+		g2.act.NodeBack(context.Background(), "node-x", g2.act.now()) // a barrier: Run took the signal
+		f.mu.Lock()
+		if n := *f.depLocked(ns, "primary").Spec.Replicas; n != 0 || f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby" {
+			t.Errorf("with the new primary not Ready: the old one at %d replicas, annotations %v; want it left retired, its exchange waiting", n, f.depLocked(ns, "primary").Annotations)
+		}
+		f.mu.Unlock()
+		f.setReady(ns, "standby", 1)
+	}
 	if fresh == lostAgain {
 		f.await(t, "guarding node-a again", func() bool { return slices.Equal(g2.latest().Guard, []string{"node-a"}) })
 		g2.act.NodeLost(context.Background(), "node-a", g2.act.now())

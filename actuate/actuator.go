@@ -271,26 +271,52 @@ func (a *Actuator) resumeAll(ctx context.Context) {
 	for i := range items {
 		byKey[podKey{items[i].Namespace, items[i].Name}] = &items[i]
 	}
+	resumed := false
 	for i := range items {
 		d := &items[i]
-		var rec Record
-		if raw := d.Annotations[contract.AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) != nil {
-			continue // load would start it from Idle: nothing to resume
+		if _, loaded := a.workloads[podKey{d.Namespace, d.Name}]; loaded {
+			continue // by the resume of an earlier one
 		}
-		why := string(rec.Phase)
-		if !rec.Active() && !rec.Restore {
-			p, managed, err := contract.ParsePolicy(d.Name, d.Annotations)
-			sb := byKey[podKey{d.Namespace, p.Standby}]
-			if !managed || err != nil || p.Redundancy != contract.Cold || sb == nil || !statusOf(sb).scaled {
+		why, ok := resumable(d, byKey)
+		if ok && resumed {
+			// An earlier resume may have moved this one (a role exchange
+			// writes both Deployments of a pair): the list's copy is older
+			// than that, and resuming from it would repeat the exchange.
+			fresh, err := a.cluster.Deployment(ctx, d.Namespace, d.Name)
+			if err != nil {
+				a.log.Warn("switchover not resumed: deployment not read", slog.String("deployment", d.Namespace+"/"+d.Name), slog.String("error", err.Error()))
 				continue
 			}
-			why = "orphaned standby"
+			d = fresh
+			why, ok = resumable(d, byKey)
 		}
+		if !ok {
+			continue
+		}
+		resumed = true
 		a.log.Info("resuming switchover", slog.String("deployment", d.Namespace+"/"+d.Name), slog.String("phase", why))
 		if w := a.load(ctx, d); w.invalid != nil {
 			a.warnInvalid(w)
 		}
 	}
+}
+
+// resumable says whether resumeAll loads d, and why: its record's phase, or
+// an orphaned cold standby (byKey holds the Deployments by key).
+func resumable(d *appsv1.Deployment, byKey map[podKey]*appsv1.Deployment) (string, bool) {
+	var rec Record
+	if raw := d.Annotations[contract.AnnRecord]; raw != "" && json.Unmarshal([]byte(raw), &rec) != nil {
+		return "", false // load would start it from Idle: nothing to resume
+	}
+	if rec.Active() || rec.Restore {
+		return string(rec.Phase), true
+	}
+	p, managed, err := contract.ParsePolicy(d.Name, d.Annotations)
+	sb := byKey[podKey{d.Namespace, p.Standby}]
+	if !managed || err != nil || p.Redundancy != contract.Cold || sb == nil || !statusOf(sb).scaled {
+		return "", false
+	}
+	return "orphaned standby", true
 }
 
 func (a *Actuator) deadline(w *workload) (time.Time, bool) {
@@ -506,6 +532,25 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 		a.log.Warn("standby not read", slog.String("standby", k.ns+"/"+p.Standby), slog.String("error", err.Error()))
 		sb = nil // the watch reads it again
 	}
+	if sb != nil && !rec.Active() && exchangeUnfinished(k, sb) {
+		// An agent stopped between the two writes of a role exchange
+		// (retire writes the new primary first): the old primary still
+		// carries its policy, names this Deployment as its standby and is
+		// Retiring. Its load resumes the retirement (the scale to 0 again,
+		// idempotent, and the exchange), which loads this one again. Until
+		// that is done this one is not managed: its Record.Restore would
+		// bring the old primary back while it is still a primary, and the
+		// first signal of its new pod would retire it again.
+		a.log.Info("resuming an unfinished role exchange", slog.String("deployment", k.String()), slog.String("old_primary", k.ns+"/"+sb.Name))
+		a.load(ctx, sb)
+		if nw, ok := a.workloads[k]; ok && nw != w {
+			return nw
+		}
+		// Not finished yet (the retirement waits for this one to be Ready,
+		// which the old primary's watch of it tells): unmanaged meanwhile.
+		w.managed, w.gate = false, nil
+		return w
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	w.stop = cancel
 	go a.watchStandby(wctx, k, w.gen, p.Standby, sb)
@@ -520,6 +565,17 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 		a.do(ctx, w, acts)
 	}
 	return w
+}
+
+// exchangeUnfinished says whether sb, the standby of the primary k, is
+// still a primary itself, naming k as its standby, with its record Retiring:
+// a role exchange of sb's retirement stopped after its first write.
+func exchangeUnfinished(k podKey, sb *appsv1.Deployment) bool {
+	if sb.Annotations[contract.AnnStandby] != k.name {
+		return false
+	}
+	var rec Record
+	return json.Unmarshal([]byte(sb.Annotations[contract.AnnRecord]), &rec) == nil && rec.Phase == PhaseRetiring
 }
 
 // step feeds one input to w's Gate, persists the record if needed and

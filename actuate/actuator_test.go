@@ -36,13 +36,21 @@ type rig struct {
 	pod  string
 	last map[string]signal.State
 	logs *lineSink
+	// cancel ends Run's context (from anywhere, also inside a Cluster call
+	// of the actuator); stop does and waits for Run to return. Both may be
+	// called more than once.
+	cancel context.CancelFunc
+	stop   func()
 }
 
-// start runs an Actuator on f until the test ends; pod is the primary's.
+// start runs an Actuator on f (or on cfg.Cluster, a view of f) until the
+// test ends or r.stop; pod is the primary's.
 func start(t *testing.T, f *fakeCluster, pod string, cfg Config) *rig {
 	t.Helper()
 	r := &rig{t: t, f: f, in: make(chan signal.Observation), pod: pod, last: map[string]signal.State{}, logs: newLineSink()}
-	cfg.Cluster = f
+	if cfg.Cluster == nil {
+		cfg.Cluster = f
+	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(r.logs, nil))
 	act, err := New(cfg)
 	if err != nil {
@@ -50,13 +58,19 @@ func start(t *testing.T, f *fakeCluster, pod string, cfg Config) *rig {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	r.act = act
+	r.act, r.cancel = act, cancel
 	go func() { done <- act.Run(ctx, r.in) }()
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		r.stop()
 		if t.Failed() {
 			r.logs.dump(t) // the actuator's decisions, for the failure
 		}
@@ -139,9 +153,9 @@ func TestConfirmedAnomalyRetiresThePrimaryOnlyOnceTheStandbyIsReady(t *testing.T
 			w := f.writes
 			for _, order := range [][2]string{
 				{"record edge/primary WaitReady", "scale edge/primary 0"},
-				{"record edge/primary Retiring", "scale edge/primary 0"}, // write-ahead
-				{"scale edge/standby 1", "scale edge/primary 0"},         // make before break
-				{"annotations edge/standby", "annotations edge/primary"}, // new primary first
+				{"record edge/primary Retiring", "scale edge/primary 0"},                           // write-ahead
+				{"scale edge/standby 1", "scale edge/primary 0"},                                   // make before break
+				{"annotations edge/standby role=primary", "annotations edge/primary role=standby"}, // new primary first
 			} {
 				if !before(w, order[0], order[1]) {
 					t.Errorf("%q not before %q in %q", order[0], order[1], w)

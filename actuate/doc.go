@@ -80,10 +80,17 @@
 //     before the primary is scaled to 0, so a stop there always resumes the
 //     retirement and the role exchange. A scale back to 0 is also recorded
 //     first, and taken only while the primary is Ready right now.
+//   - the role exchange writes the new primary first: a stop before the old
+//     primary's write leaves both with a policy, the old one Retiring. The
+//     agent that loads the new one finishes the old one's retirement first
+//     (exchangeUnfinished), before the new one's Record.Restore could bring
+//     back a Deployment that is still a primary.
 //
 // gate_test and writeorder_test check this on every input sequence up to
 // length 6 with a stop at every write point; restart_k8s_test stops a real
-// agent at each of them, the orphan cases included.
+// agent at each of them, the orphan cases included, and
+// nodeloss_restart_test and nodeloss_restart_k8s_test at each write of a
+// node-loss failover.
 //
 // The trade-off of ResumeOnStart: it needs list on Deployments
 // (RulesWithResume), so the agent can read every Deployment in scope (specs,

@@ -34,7 +34,7 @@ type fakeCluster struct {
 	pods      map[podKey]*corev1.Pod
 	rss       map[podKey]*appsv1.ReplicaSet
 	events    []*eventsv1.Event
-	writes    []string         // "scale ns/name N", "record ns/name PHASE", "annotations ns/name", "condition ns/pod TYPE=STATUS", "event REASON"
+	writes    []string         // "scale ns/name N", "record ns/name PHASE", "annotations ns/name[ role=ROLE]", "condition ns/pod TYPE=STATUS", "event REASON"
 	fail      map[string]error // by operation ("scale", "record", "annotations", …): every such write fails
 	watchers  map[podKey][]chan *appsv1.Deployment
 	autoReady bool
@@ -272,7 +272,11 @@ func (f *fakeCluster) PatchAnnotations(_ context.Context, ns, name string, ann m
 	if !ok {
 		return notFound("deployments", name)
 	}
-	if err := f.writeLocked("annotations", fmt.Sprintf("annotations %s/%s", ns, name)); err != nil {
+	what := fmt.Sprintf("annotations %s/%s", ns, name)
+	if role := ann[contract.AnnRole]; role != nil {
+		what += " role=" + *role // a role exchange's write
+	}
+	if err := f.writeLocked("annotations", what); err != nil {
 		return err
 	}
 	d.Annotations = maps.Clone(d.Annotations)

@@ -51,8 +51,15 @@ type guardRig struct {
 
 func startGuard(t *testing.T, f *fakeCluster, self string) *guardRig {
 	t.Helper()
+	return startGuardOn(t, f, self, nil, false)
+}
+
+// startGuardOn is startGuard with the actuator on cluster, a view of f (nil:
+// f itself), with Config.ResumeOnStart as resume.
+func startGuardOn(t *testing.T, f *fakeCluster, self string, cluster Cluster, resume bool) *guardRig {
+	t.Helper()
 	g := &guardRig{}
-	cfg := Config{Node: self, Instance: self, OnGuards: func(gs Guards) {
+	cfg := Config{Node: self, Instance: self, Cluster: cluster, ResumeOnStart: resume, OnGuards: func(gs Guards) {
 		g.mu.Lock()
 		g.guards = append(g.guards, gs)
 		g.mu.Unlock()

@@ -36,6 +36,23 @@ type wire struct {
 	mu    sync.Mutex
 	waits []*wireWait
 	drops []*func(wireReq) bool
+	sent  []wireReq // every request answered, with tap
+	tap   bool
+}
+
+// record keeps every request answered from now on, for sentSoFar,
+// forgetting those kept before.
+func (w *wire) record() {
+	w.mu.Lock()
+	w.tap, w.sent = true, nil
+	w.mu.Unlock()
+}
+
+// sentSoFar returns the requests answered since record.
+func (w *wire) sentSoFar() []wireReq {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.sent)
 }
 
 // errDropped is what the agent's client gets for a request the test dropped.
@@ -123,6 +140,9 @@ func (w *wire) expect(match func(wireReq) bool, then func()) <-chan wireReq {
 
 func (w *wire) observe(r wireReq) {
 	w.mu.Lock()
+	if w.tap && r.method != methodWatchEvent {
+		w.sent = append(w.sent, r)
+	}
 	var hit []*wireWait
 	kept := w.waits[:0]
 	for _, x := range w.waits {

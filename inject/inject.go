@@ -28,7 +28,14 @@
 // With Options.Standby each primary is followed by its standby Deployment
 // (0 replicas when cold), unless the stream already holds it. A Deployment
 // that is a standby (annotation amf.io/role=standby, or named by another's
-// amf.io/standby) gets the sidecar but no policy.
+// amf.io/standby) gets the sidecar but no policy. The two of a pair also
+// get a pod anti-affinity against each other's pods by node
+// (kubernetes.io/hostname), preferred or required (Options.Spread), merged
+// into any affinity the template has: a standby on its primary's node is
+// lost with it (DESIGN.md, "Losing a whole node"). In node mode only a
+// standby Inject writes gets it, the templates in the stream being left as
+// they are; the scheduler keeps an existing pod's anti-affinity for an
+// incoming pod too, so the primary's pods avoid the standby's node as well.
 //
 // A v1 List (kubectl get -o yaml of several objects) is written as its items,
 // one document each. Fields the server writes (uid, resourceVersion,
@@ -58,6 +65,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -99,6 +107,25 @@ const (
 
 	labelInstance = "app.kubernetes.io/instance"
 	tokenSeconds  = 3600
+	// spreadWeight is the weight of a preferred spread term: the most a term
+	// can have, so it outweighs the scheduler's other preferences.
+	spreadWeight = 100
+)
+
+// Spread is how the two Deployments of a pair are kept off each other's
+// node (Options.Spread).
+type Spread string
+
+const (
+	// SpreadPreferred: preferredDuringSchedulingIgnoredDuringExecution. The
+	// scheduler puts them on different nodes when it can, and on one node
+	// when there is no other (a one-node edge cluster still gets a standby,
+	// which covers the broker's faults, if not the node's).
+	SpreadPreferred Spread = "preferred"
+	// SpreadRequired: requiredDuringSchedulingIgnoredDuringExecution. Never
+	// on one node: with no other node the second stays Pending, a cold
+	// standby's switchover waits out its ready-timeout and keeps the primary.
+	SpreadRequired Spread = "required"
 )
 
 // Options configures Inject. The zero value injects DefaultSidecarImage and no standby.
@@ -125,6 +152,9 @@ type Options struct {
 	// result restarts no pod, and the node agent watches the pods instead of
 	// a sidecar.
 	Mode contract.Mode
+	// Spread is the anti-affinity written on a pair with Standby: default
+	// SpreadPreferred.
+	Spread Spread
 	// Container names the broker container, which the sidecar watches.
 	// Default: the one already named by an injected sidecar, else the pod's
 	// only container, else the one exposing a port named MQTTPortName. A
@@ -183,19 +213,30 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 	default:
 		return nil, Result{}, fmt.Errorf("mode %q: want %s or %s", opts.Mode, contract.ModeSidecar, contract.ModeNode)
 	}
+	switch opts.Spread {
+	case "":
+		opts.Spread = SpreadPreferred
+	case SpreadPreferred, SpreadRequired:
+	default:
+		return nil, Result{}, fmt.Errorf("spread %q: want %s or %s", opts.Spread, SpreadPreferred, SpreadRequired)
+	}
 	docs, err := parse(in)
 	if err != nil {
 		return nil, Result{}, err
 	}
-	present := map[string]bool{}    // namespace/name of every Deployment in the stream
-	standbyOf := map[string]bool{}  // namespace/name named as a standby by another
-	hotStandby := map[string]bool{} // of those, the hot ones
+	present := map[string]bool{}                 // namespace/name of every Deployment in the stream
+	standbyOf := map[string]bool{}               // namespace/name named as a standby by another
+	hotStandby := map[string]bool{}              // of those, the hot ones
+	byKey := map[string]*appsv1.Deployment{}     // the stream's Deployments as read
+	primaryOf := map[string]*appsv1.Deployment{} // a standby's namespace/name → the primary naming it
 	for _, d := range docs {
 		if dep := d.deployment; dep != nil {
 			present[key(dep.Namespace, dep.Name)] = true
+			byKey[key(dep.Namespace, dep.Name)] = dep.DeepCopy()
 			if s := dep.Annotations[contract.AnnStandby]; s != "" {
 				standbyOf[key(dep.Namespace, s)] = true
 				hotStandby[key(dep.Namespace, s)] = contract.Redundancy(dep.Annotations[contract.AnnRedundancy]) == contract.Hot
+				primaryOf[key(dep.Namespace, s)] = dep.DeepCopy()
 			}
 		}
 	}
@@ -225,7 +266,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 		}
 		res.Warnings = append(res.Warnings, limitWarnings(dep.Name, broker)...)
 		res.Injected = append(res.Injected, dep.Name)
-		var standby *appsv1.Deployment
+		var standby, partner *appsv1.Deployment // partner: the other of dep's pair in the stream
 		if !isStandby {
 			if err := setPolicy(dep); err != nil {
 				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
@@ -241,12 +282,38 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 		}
 		if !isStandby {
 			name := dep.Annotations[contract.AnnStandby]
+			partner = byKey[key(dep.Namespace, name)]
 			if opts.Standby && !present[key(dep.Namespace, name)] {
 				if standby, err = standbyFor(dep); err != nil {
 					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
 				}
 				present[key(dep.Namespace, name)] = true
+				// Each avoids the other's pods; the new standby in
+				// either mode, the primary unless its template is to
+				// stay as it is (node mode).
+				w, err := spreadPair(standby, dep, opts.Spread)
+				if err == nil && opts.Mode == contract.ModeSidecar {
+					w, err = spreadPair(dep, standby, opts.Spread)
+				}
+				if err != nil {
+					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+				}
+				res.Warnings = append(res.Warnings, w...)
+				partner = nil
 			}
+		} else if p := primaryOf[key(dep.Namespace, dep.Name)]; p != nil {
+			partner = p
+		} else {
+			partner = byKey[key(dep.Namespace, dep.Annotations[contract.AnnPrimary])]
+		}
+		if opts.Standby && opts.Mode == contract.ModeSidecar && partner != nil {
+			// A pair both in the stream (written earlier, or by hand):
+			// dep avoids its partner's pods.
+			w, err := spreadPair(dep, partner, opts.Spread)
+			if err != nil {
+				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+			}
+			res.Warnings = append(res.Warnings, w...)
 		}
 		b, err := marshal(dep)
 		if err != nil {
@@ -762,7 +829,117 @@ func standbyFor(primary *appsv1.Deployment) (*appsv1.Deployment, error) {
 		sel[LabelStandbyOf] = primary.Name
 		s.Spec.Template.Labels[LabelStandbyOf] = primary.Name
 	}
+	// The primary's own spread term (a primary injected before) is against
+	// the standby's pods: not the standby's to keep.
+	if err := dropSpread(s, primary); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// spreadPair makes d's pods avoid the nodes of other's pods (the other
+// Deployment of d's pair), as spread says: the term is added unless there,
+// AMF's term of the other kind is removed, and everything else of d's
+// affinity is kept. A pair whose pods no label selector tells apart gets a
+// warning instead.
+func spreadPair(d, other *appsv1.Deployment, spread Spread) (warnings []string, err error) {
+	sel, ok, err := podsOf(other, d)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return []string{fmt.Sprintf("Deployment %s: the pods of %s carry every label of its own pods, so no anti-affinity can keep the two off one node: give %s's pods a label of their own and inject again",
+			d.Name, other.Name, other.Name)}, nil
+	}
+	spec := &d.Spec.Template.Spec
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.PodAntiAffinity == nil {
+		spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{}
+	}
+	pa := spec.Affinity.PodAntiAffinity
+	term := corev1.PodAffinityTerm{LabelSelector: sel, TopologyKey: corev1.LabelHostname}
+	same := func(t corev1.PodAffinityTerm) bool { return equality.Semantic.DeepEqual(t, term) }
+	sameWeighted := func(w corev1.WeightedPodAffinityTerm) bool { return same(w.PodAffinityTerm) }
+	switch spread {
+	case SpreadRequired:
+		pa.PreferredDuringSchedulingIgnoredDuringExecution = slices.DeleteFunc(pa.PreferredDuringSchedulingIgnoredDuringExecution, sameWeighted)
+		if !slices.ContainsFunc(pa.RequiredDuringSchedulingIgnoredDuringExecution, same) {
+			pa.RequiredDuringSchedulingIgnoredDuringExecution = append(pa.RequiredDuringSchedulingIgnoredDuringExecution, term)
+		}
+	default:
+		pa.RequiredDuringSchedulingIgnoredDuringExecution = slices.DeleteFunc(pa.RequiredDuringSchedulingIgnoredDuringExecution, same)
+		if !slices.ContainsFunc(pa.PreferredDuringSchedulingIgnoredDuringExecution, sameWeighted) {
+			pa.PreferredDuringSchedulingIgnoredDuringExecution = append(pa.PreferredDuringSchedulingIgnoredDuringExecution,
+				corev1.WeightedPodAffinityTerm{Weight: spreadWeight, PodAffinityTerm: term})
+		}
+	}
+	return nil, nil
+}
+
+// dropSpread removes from d's template AMF's terms against d's own pods: a
+// standby copied from its primary would otherwise avoid itself.
+func dropSpread(d, primary *appsv1.Deployment) error {
+	sel, ok, err := podsOf(d, primary)
+	if err != nil || !ok {
+		return err
+	}
+	a := d.Spec.Template.Spec.Affinity
+	if a == nil || a.PodAntiAffinity == nil {
+		return nil
+	}
+	term := corev1.PodAffinityTerm{LabelSelector: sel, TopologyKey: corev1.LabelHostname}
+	pa := a.PodAntiAffinity
+	pa.RequiredDuringSchedulingIgnoredDuringExecution = slices.DeleteFunc(pa.RequiredDuringSchedulingIgnoredDuringExecution,
+		func(t corev1.PodAffinityTerm) bool { return equality.Semantic.DeepEqual(t, term) })
+	pa.PreferredDuringSchedulingIgnoredDuringExecution = slices.DeleteFunc(pa.PreferredDuringSchedulingIgnoredDuringExecution,
+		func(w corev1.WeightedPodAffinityTerm) bool {
+			return equality.Semantic.DeepEqual(w.PodAffinityTerm, term)
+		})
+	if len(pa.RequiredDuringSchedulingIgnoredDuringExecution) == 0 && len(pa.PreferredDuringSchedulingIgnoredDuringExecution) == 0 {
+		pa.RequiredDuringSchedulingIgnoredDuringExecution, pa.PreferredDuringSchedulingIgnoredDuringExecution = nil, nil
+		a.PodAntiAffinity = nil
+		if equality.Semantic.DeepEqual(*a, corev1.Affinity{}) {
+			d.Spec.Template.Spec.Affinity = nil
+		}
+	}
+	return nil
+}
+
+// podsOf is a label selector of the pods of d and of none of other's: d's
+// own selector, and where that matches other's pods too (a standby told
+// apart only by amf.io/standby-of), also the absence of a label only
+// other's pods carry. ok is false when no such label exists.
+func podsOf(d, other *appsv1.Deployment) (sel *metav1.LabelSelector, ok bool, err error) {
+	if d.Spec.Selector == nil {
+		return nil, false, fmt.Errorf("the Deployment %s has no selector", d.Name)
+	}
+	sel = d.Spec.Selector.DeepCopy()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return nil, false, fmt.Errorf("the selector of Deployment %s: %w", d.Name, err)
+	}
+	theirs := other.Spec.Template.Labels
+	if !s.Matches(labels.Set(theirs)) {
+		return sel, true, nil
+	}
+	var only []string // label keys of other's pods that d's pods lack
+	for k := range theirs {
+		if _, mine := d.Spec.Template.Labels[k]; !mine {
+			only = append(only, k)
+		}
+	}
+	if len(only) == 0 {
+		return nil, false, nil
+	}
+	slices.Sort(only)
+	k := only[0]
+	if slices.Contains(only, LabelStandbyOf) {
+		k = LabelStandbyOf
+	}
+	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: k, Operator: metav1.LabelSelectorOpDoesNotExist})
+	return sel, true, nil
 }
 
 // marshal writes d as YAML without status and null timestamps.

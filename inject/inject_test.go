@@ -10,13 +10,20 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/amf-edge/amf/contract"
@@ -44,6 +51,8 @@ var goldenCases = []struct {
 	{name: "broker-beside-an-exporter-is-the-mqtt-port-and-gets-the-kubelet-logs", in: "exporter", opts: inject.Options{Standby: true}},
 	{name: "container-flag-names-the-broker-among-app-containers-and-a-native-sidecar", in: "unnamed-ports", opts: inject.Options{Container: "broker"}},
 	{name: "node-mode-annotates-primary-and-standby-and-leaves-the-pod-template", in: "exporter", opts: inject.Options{Mode: contract.ModeNode, Standby: true, Model: "leadtime"}},
+	{name: "spread-required-keeps-the-pair-on-two-nodes-or-the-standby-pending", in: "mosquitto", opts: inject.Options{Standby: true, Spread: inject.SpreadRequired}},
+	{name: "users-affinity-is-kept-and-the-spread-merged-into-it", in: "affinity", opts: inject.Options{Standby: true}},
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -151,6 +160,8 @@ func TestInjectRefuses(t *testing.T) {
 		{"bad-item-in-list", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata: {name: x}\n  spec: {bogus: 1}\n",
 			inject.Options{}, "document 1 item 1 (Deployment x): not an apps/v1 Deployment"},
 		{"not-yaml", "kind: [Deployment\n", inject.Options{}, "document 1: not YAML"},
+		{"unknown-spread", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Standby: true, Spread: "always"}, `spread "always": want preferred or required`},
 		{"sidecar-into-a-node-mode-deployment", strings.Replace(header, "  name: b\n", "  name: b\n  annotations: {amf.io/mode: node}\n", 1) + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
 			inject.Options{}, "the Deployment is in node mode (amf.io/mode=node)"},
 		{"unknown-mode-annotation", strings.Replace(header, "  name: b\n", "  name: b\n  annotations: {amf.io/mode: daemon}\n", 1) + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
@@ -177,8 +188,9 @@ func TestInjectRefuses(t *testing.T) {
 }
 
 // TestNodeModeChangesOnlyTheDeploymentsAnnotations: what opting in writes
-// must not restart a pod, so the pod template (of the primary, and of the
-// standby beside its own selector label) is exactly the input's.
+// must not restart a pod, so the pod template of every Deployment of the
+// input is exactly the input's (a standby inject writes is new: its
+// selector label and anti-affinity are its own).
 func TestNodeModeChangesOnlyTheDeploymentsAnnotations(t *testing.T) {
 	for _, in := range []string{"mosquitto", "exporter", "multi"} {
 		t.Run(in, func(t *testing.T) {
@@ -216,6 +228,130 @@ func TestNodeModeChangesOnlyTheDeploymentsAnnotations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSpreadKeepsEachOfAPairOffTheOthersNode: every Deployment of a pair
+// gets one spread term, of the kind asked, whose selector picks the other's
+// pods and not its own, however it was injected before: re-injected with
+// the other kind (the old term replaced, not kept beside), or a primary
+// injected earlier, injected alone again (its term, copied into the standby
+// it writes, would make the standby avoid itself). In node mode only the
+// written standby has one.
+func TestSpreadKeepsEachOfAPairOffTheOthersNode(t *testing.T) {
+	primaryAlone := func(t *testing.T, stream []byte) []byte {
+		t.Helper()
+		b, err := yaml.Marshal(deployments(t, stream)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tt := range []struct {
+		name   string
+		in     func(t *testing.T) []byte
+		opts   inject.Options
+		kind   inject.Spread
+		termed []string // the Deployments with a term
+	}{
+		{"preferred by default", func(t *testing.T) []byte { return read(t, "mosquitto.in.yaml") },
+			inject.Options{Standby: true}, inject.SpreadPreferred, []string{"mosquitto", "mosquitto-standby"}},
+		{"preferred, re-injected as required: the term replaced", func(t *testing.T) []byte {
+			return mustInject(t, read(t, "mosquitto.in.yaml"), inject.Options{Standby: true})
+		}, inject.Options{Standby: true, Spread: inject.SpreadRequired}, inject.SpreadRequired, []string{"mosquitto", "mosquitto-standby"}},
+		{"required, re-injected as preferred", func(t *testing.T) []byte {
+			return mustInject(t, read(t, "exporter.in.yaml"), inject.Options{Standby: true, Spread: inject.SpreadRequired})
+		}, inject.Options{Standby: true}, inject.SpreadPreferred, []string{"mosquitto", "mosquitto-standby"}},
+		{"a primary injected before, alone again: its standby avoids the primary, not itself", func(t *testing.T) []byte {
+			return primaryAlone(t, mustInject(t, read(t, "mosquitto.in.yaml"), inject.Options{Standby: true}))
+		}, inject.Options{Standby: true}, inject.SpreadPreferred, []string{"mosquitto", "mosquitto-standby"}},
+		{"a pair both in the stream (the examples without their affinity)", func(t *testing.T) []byte {
+			var stream []byte
+			for _, f := range []string{"broker-a.yaml", "broker-b-standby.yaml"} {
+				b, err := os.ReadFile(filepath.Join("..", "manifests", "examples", f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := deployments(t, b)[0]
+				d.Spec.Template.Spec.Affinity = nil
+				if b, err = yaml.Marshal(d); err != nil {
+					t.Fatal(err)
+				}
+				stream = append(append(stream, b...), "---\n"...)
+			}
+			return stream
+		}, inject.Options{Standby: true}, inject.SpreadPreferred, []string{"edge-broker-a", "edge-broker-b"}},
+		{"node mode: the written standby only", func(t *testing.T) []byte { return read(t, "mosquitto.in.yaml") },
+			inject.Options{Standby: true, Mode: contract.ModeNode}, inject.SpreadPreferred, []string{"mosquitto-standby"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out := deployments(t, mustInject(t, tt.in(t), tt.opts))
+			byName := map[string]appsv1.Deployment{}
+			for _, d := range out {
+				byName[d.Name] = d
+			}
+			partner := func(d appsv1.Deployment) (appsv1.Deployment, bool) {
+				if s := d.Annotations[contract.AnnStandby]; s != "" {
+					p, ok := byName[s]
+					return p, ok
+				}
+				p, ok := byName[d.Annotations[contract.AnnPrimary]]
+				return p, ok
+			}
+			var termed []string
+			for _, d := range out {
+				terms := spreadTerms(d)
+				other, paired := partner(d)
+				if len(terms) == 0 {
+					continue
+				}
+				termed = append(termed, d.Name)
+				if !paired || len(terms) != 1 {
+					t.Errorf("%s: spread terms %+v, want one against its partner (%v)", d.Name, terms, paired)
+					continue
+				}
+				if terms[0].kind != tt.kind || terms[0].term.TopologyKey != corev1.LabelHostname {
+					t.Errorf("%s: a %s term by %s, want %s by %s", d.Name, terms[0].kind, terms[0].term.TopologyKey, tt.kind, corev1.LabelHostname)
+				}
+				sel, err := metav1.LabelSelectorAsSelector(terms[0].term.LabelSelector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !sel.Matches(labels.Set(other.Spec.Template.Labels)) || sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+					t.Errorf("%s: selector %s, want one matching %s's pods %v and not its own %v", d.Name, sel, other.Name, other.Spec.Template.Labels, d.Spec.Template.Labels)
+				}
+			}
+			slices.Sort(termed)
+			slices.Sort(tt.termed)
+			if !slices.Equal(termed, tt.termed) {
+				t.Errorf("Deployments with a spread term %q, want %q", termed, tt.termed)
+			}
+		})
+	}
+}
+
+type spreadTerm struct {
+	kind inject.Spread
+	term corev1.PodAffinityTerm
+}
+
+// spreadTerms are d's pod anti-affinity terms by hostname whose selector
+// carries an app label of a broker (the inputs' own terms have other labels).
+func spreadTerms(d appsv1.Deployment) []spreadTerm {
+	a := d.Spec.Template.Spec.Affinity
+	if a == nil || a.PodAntiAffinity == nil {
+		return nil
+	}
+	var out []spreadTerm
+	for _, t := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		out = append(out, spreadTerm{inject.SpreadRequired, t})
+	}
+	for _, w := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+		if w.Weight != 100 {
+			continue // the user's
+		}
+		out = append(out, spreadTerm{inject.SpreadPreferred, w.PodAffinityTerm})
+	}
+	return out
 }
 
 func TestSidecarModelArgument(t *testing.T) {
@@ -555,6 +691,184 @@ func TestHotBrokerWithoutANonRootUserIsWarnedAndNotShared(t *testing.T) {
 			}
 			if strings.Contains(string(out), "shareProcessNamespace") {
 				t.Error("the process namespace is shared without a sidecar that could use it")
+			}
+		})
+	}
+}
+
+// TestTheRealSchedulerKeepsTheSpreadPairOffOneNode applies inject --standby's
+// output for a hot pair (both running) to a real control plane with two kwok
+// nodes and its real scheduler, and reads where the pods went. One node is
+// made the one the scheduler's resource scores prefer (a filler pod takes
+// most of the other's CPU), so without the spread both go there (checked:
+// the terms stripped), and with it, preferred or required, they go to two
+// nodes. In node mode the primary's template has no term: after both are
+// placed, the filler moves to the primary's node and its pod is deleted;
+// the replacement stays off the standby's node all the same, as the
+// scheduler keeps an existing pod's anti-affinity for an incoming one. With
+// one node schedulable (the other cordoned), preferred puts both on it and
+// required leaves the standby Pending, unschedulable.
+func TestTheRealSchedulerKeepsTheSpreadPairOffOneNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(stdin []byte, args ...string) {
+		t.Helper()
+		if _, err := cp.Kubectl(ctx, bytes.NewReader(stdin), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubectl(nil, "create", "namespace", "mqtt")
+	cs := cp.Client()
+	// hotPair is mosquitto.in.yaml as Deployment name, hot, injected.
+	hotPair := func(t *testing.T, name string, opts inject.Options, strip bool) []byte {
+		t.Helper()
+		d := deployments(t, read(t, "mosquitto.in.yaml"))[0]
+		d.Name, d.Labels = name, map[string]string{"app": name}
+		d.Spec.Selector.MatchLabels = map[string]string{"app": name}
+		d.Spec.Template.Labels = map[string]string{"app": name}
+		d.Annotations = map[string]string{contract.AnnRedundancy: string(contract.Hot)}
+		b, err := yaml.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Standby = true
+		out := mustInject(t, b, opts)
+		if !strip {
+			return out
+		}
+		var stream []byte
+		for _, d := range deployments(t, out) {
+			d.Spec.Template.Spec.Affinity = nil
+			b, err := yaml.Marshal(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stream = append(append(stream, b...), "---\n"...)
+		}
+		return stream
+	}
+	// filler takes 24 of the 32 CPUs of node until the test's end or the
+	// returned removal.
+	filler := func(t *testing.T, name, node string) (remove func()) {
+		t.Helper()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "mqtt"}, Spec: corev1.PodSpec{NodeName: node,
+			Containers: []corev1.Container{{Name: "busy", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("24")}}}}}}
+		if _, err := cs.CoreV1().Pods("mqtt").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		remove = func() {
+			once.Do(func() {
+				if err := cs.CoreV1().Pods("mqtt").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		t.Cleanup(remove)
+		return remove
+	}
+	// placed waits for the one live pod matching selector to be scheduled
+	// (its node) or found unschedulable ("").
+	placed := func(t *testing.T, selector string) (pod, node string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", "mqtt", func(o *metav1.ListOptions) { o.LabelSelector = selector })
+		_, err := watchtools.UntilWithSync(wctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.DeletionTimestamp != nil || ev.Type == watch.Deleted {
+				return false, nil
+			}
+			if p.Spec.NodeName != "" {
+				pod, node = p.Name, p.Spec.NodeName
+				return true, nil
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					pod = p.Name
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("no pod of %s placed: %v", selector, err)
+		}
+		return pod, node
+	}
+	primaryOf := func(name string) string { return "app=" + name + ",!" + inject.LabelStandbyOf }
+	standbyOf := func(name string) string { return "app=" + name + "," + inject.LabelStandbyOf + "=" + name }
+	remove := func(t *testing.T, name string) {
+		t.Helper()
+		kubectl(nil, "-n", "mqtt", "delete", "deployment", name, name+"-standby", "--wait=false")
+	}
+	free, full := cp.Nodes[0], cp.Nodes[1]
+
+	for i, tt := range []struct {
+		name  string
+		opts  inject.Options
+		strip bool // the spread terms removed: the control
+	}{
+		{"without the spread: both on the node the resources prefer", inject.Options{}, true},
+		{"preferred: two nodes", inject.Options{}, false},
+		{"required: two nodes", inject.Options{Spread: inject.SpreadRequired}, false},
+		{"node mode, the standby's term only: two nodes, the primary's new pod too", inject.Options{Mode: contract.ModeNode}, false},
+	} {
+		t.Run("two nodes/"+tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("spread-%d", i)
+			unfill := filler(t, name+"-filler", full)
+			kubectl(hotPair(t, name, tt.opts, tt.strip), "apply", "-f", "-")
+			defer remove(t, name)
+			pp, pn := placed(t, primaryOf(name))
+			_, sn := placed(t, standbyOf(name))
+			switch {
+			case tt.strip:
+				if pn != free || sn != free {
+					t.Fatalf("without the spread: primary on %q, standby on %q; want both on %s, which the resources prefer (else this test shows nothing)", pn, sn, free)
+				}
+				return
+			case pn == "" || sn == "" || pn == sn:
+				t.Fatalf("primary on %q, standby on %q: want two nodes", pn, sn)
+			}
+			if tt.opts.Mode != contract.ModeNode {
+				return
+			}
+			unfill()
+			filler(t, name+"-filler-2", pn) // the resources now prefer the standby's node
+			kubectl(nil, "-n", "mqtt", "delete", "pod", pp, "--wait=false")
+			if p2, n2 := placed(t, primaryOf(name)); p2 == pp || n2 != pn {
+				t.Errorf("the primary's pod replaced by %s on %q, want a new one off the standby's node %s", p2, n2, sn)
+			}
+		})
+	}
+
+	kubectl(nil, "cordon", full)
+	for _, tt := range []struct {
+		name    string
+		opts    inject.Options
+		pending bool
+	}{
+		{"preferred: both on it", inject.Options{}, false},
+		{"required: the standby Pending", inject.Options{Spread: inject.SpreadRequired}, true},
+	} {
+		t.Run("one node/"+tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("one-node-%v", tt.pending)
+			kubectl(hotPair(t, name, tt.opts, false), "apply", "-f", "-")
+			defer remove(t, name)
+			_, pn := placed(t, primaryOf(name))
+			_, sn := placed(t, standbyOf(name))
+			switch {
+			case pn != free:
+				t.Errorf("primary on %q, want the one schedulable node %s", pn, free)
+			case tt.pending && sn != "":
+				t.Errorf("standby on %q beside its primary despite the required spread", sn)
+			case !tt.pending && sn != pn:
+				t.Errorf("standby on %q, want beside its primary on %s (the only node)", sn, pn)
 			}
 		})
 	}

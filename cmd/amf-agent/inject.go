@@ -11,7 +11,7 @@ import (
 	"github.com/amf-edge/amf/inject"
 )
 
-const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--mode sidecar|node] [--standby] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
+const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--mode sidecar|node] [--standby [--spread preferred|required]] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
 
 Writes the Deployments of FILE (default: standard input; multi-document YAML)
 to standard output with the AMF sidecar injected: native sidecar, projected
@@ -25,6 +25,14 @@ With --mode node nothing is injected into the pod template: the Deployment gets
 the annotation amf.io/mode=node (and the policy, amf.io/model from --model,
 amf.io/container from --container), so applying it restarts no pod, and the
 node agent (amf-agent --node-mode) watches its pods from the node.
+
+With --standby the primary and its standby also get a pod anti-affinity
+against each other's pods by node (kubernetes.io/hostname), merged into any
+affinity they have: --spread preferred (default) puts them on two nodes when
+there are two, on one when there is one (a one-node edge cluster still gets
+its standby); --spread required never on one node (the second stays Pending
+without another). A hot standby must be off its primary's node to survive
+the loss of that node. In node mode only the standby written gets it.
 
   kubectl get deployment mosquitto -o yaml | amf-agent inject --standby | kubectl apply -f -
   kubectl get deployment mosquitto -o yaml | amf-agent inject --mode node --standby | kubectl apply -f -
@@ -44,6 +52,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	file := fs.String("f", "-", "YAML `file` to read; - is standard input")
 	mode := fs.String("mode", string(contract.ModeSidecar), "`mode`: sidecar (inject the sidecar into the pod template) or node (annotate the Deployment only; the node agent watches its pods)")
 	fs.BoolVar(&opts.Standby, "standby", false, "also write each primary's standby Deployment (0 replicas when amf.io/redundancy is cold)")
+	spread := fs.String("spread", string(inject.SpreadPreferred), "with --standby, how the pair is kept off one node: preferred (on two nodes when there are) or required (never on one; the second stays Pending without another node)")
 	fs.StringVar(&opts.SidecarImage, "sidecar-image", inject.DefaultSidecarImage, "sidecar `image`")
 	fs.StringVar(&opts.ProbeMQTT, "probe-mqtt", "", "sidecar's app-logic probe `URL` (default tcp://127.0.0.1:<the broker's port named mqtt, else 1883>)")
 	fs.StringVar(&opts.Container, "container", "", "the broker `container` the sidecar watches (default: the one an injected sidecar already watches, else the pod's only container, else the one exposing a port named "+inject.MQTTPortName+")")
@@ -55,6 +64,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return fmt.Errorf("inject: unexpected arguments %q (use -f FILE)", fs.Args())
 	}
 	opts.Mode = contract.Mode(*mode)
+	opts.Spread = inject.Spread(*spread)
 	var (
 		in  []byte
 		err error

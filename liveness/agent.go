@@ -122,7 +122,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 	sights := NewSights()
 	go func() {
 		defer wg.Done()
-		errs <- ServeProbes(ctx, l.ln, func(host string) bool { return sights.Vouches(host, time.Now(), t.Vouch()) })
+		errs <- ServeProbes(ctx, l.ln, func(node string) bool { return sights.Vouches(node, time.Now(), t.Vouch()) })
 	}()
 
 	// The fencer's state: its guards' probe addresses and the rule.
@@ -237,7 +237,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 						defer wg.Done()
 						sent := time.Now()
 						pctx, pcancel := context.WithTimeout(ctx, t.Period)
-						ok := ProbeVouched(pctx, a)
+						ok := ProbeVouched(pctx, a, l.node)
 						pcancel()
 						if ok {
 							mu.Lock()
@@ -260,7 +260,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 	startGuard := func(nodes []string) {
 		stopGuard()
 		guarding = nodes
-		sights.Keep(nodes)
+		sights.Keep(nodes, time.Now())
 		if len(nodes) == 0 {
 			stopGuard = func() {}
 			return
@@ -273,7 +273,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 			for gctx.Err() == nil {
 				err := RunGuard(gctx, GuardConfig{
 					Client: l.client, Namespace: l.namespace, Self: l.node, Nodes: nodes, Timing: t,
-					ProbeAt: Probe, Sights: sights,
+					ProbeAt: func(ctx context.Context, addr string) bool { return Probe(ctx, addr, l.node) }, Sights: sights,
 					OnLost: func(node string, at time.Time) {
 						l.lost.Inc()
 						l.log.Warn("guarded node lost", slog.String("node", node), slog.Time("at", at))

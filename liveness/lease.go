@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -135,8 +134,8 @@ type GuardConfig struct {
 	Probe func(ctx context.Context, node string) bool
 	// ProbeAt, used when Probe is nil, says whether the agent answers at
 	// the address its node's Lease advertises (AnnProbe, as last seen
-	// through the watch), e.g. Probe; a node whose address is not known yet
-	// is not reached.
+	// through the watch), e.g. Probe with Self; a node whose address is not
+	// known yet is not reached.
 	ProbeAt func(ctx context.Context, addr string) bool
 	// Sights, when set, receives every sight of a guarded node's agent (a
 	// heartbeat, an answer), for the probe server's vouching.
@@ -216,9 +215,8 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 						at := time.Now()
 						mu.Lock()
 						g.Reached(n, at)
-						host := hostOf(addrs[n])
 						mu.Unlock()
-						cfg.Sights.Saw(n, host, at)
+						cfg.Sights.Saw(n, at)
 					}
 					select {
 					case <-ctx.Done():
@@ -250,10 +248,9 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 			addrs[node] = a
 		}
 		beat, back := g.heartbeat(node, l.Spec.RenewTime.Time, at)
-		host := hostOf(addrs[node])
 		mu.Unlock()
 		if beat && node != cfg.Self && slices.Contains(cfg.Nodes, node) {
-			cfg.Sights.Saw(node, host, at)
+			cfg.Sights.Saw(node, at)
 		}
 		if back && cfg.OnBack != nil {
 			cfg.OnBack(l.Labels[LabelNode], at)
@@ -264,15 +261,6 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 		return ctx.Err()
 	}
 	return fmt.Errorf("liveness: watch of the guarded Leases: %w", err)
-}
-
-// hostOf is the host of a host:port probe address, "" if none.
-func hostOf(addr string) string {
-	h, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return ""
-	}
-	return h
 }
 
 // ProbeAddrOf returns the probe address node's agent advertises on its

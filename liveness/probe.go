@@ -1,10 +1,12 @@
 package liveness
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -24,10 +26,14 @@ const (
 	probeAlive = 'n'
 )
 
+// maxProbeName bounds the node name a prober sends (a DNS subdomain).
+const maxProbeName = 253
+
 // ServeProbes answers probes on ln until ctx ends: every connection gets one
-// byte, then is closed; vouch (nil: always) says for the prober's host
-// whether the answer vouches for it. It closes ln.
-func ServeProbes(ctx context.Context, ln net.Listener, vouch func(host string) bool) error {
+// byte, then is closed. A prober first names its node (a line; an older
+// agent names none); vouch (nil: always) says for that node whether the
+// answer vouches for it. It closes ln.
+func ServeProbes(ctx context.Context, ln net.Listener, vouch func(node string) bool) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -43,32 +49,38 @@ func ServeProbes(ctx context.Context, ln net.Listener, vouch func(host string) b
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			defer c.Close()
 			reply := byte(probeReply)
-			if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil && vouch != nil && !vouch(host) {
-				reply = probeAlive
+			if vouch != nil {
+				// The name comes with the connection's first packet; a
+				// prober that sends none is answered after the deadline.
+				_ = c.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
+				line, _ := bufio.NewReaderSize(io.LimitReader(c, maxProbeName+1), 64).ReadString('\n')
+				if node := strings.TrimSuffix(line, "\n"); node != line && node != "" && !vouch(node) {
+					reply = probeAlive
+				}
 			}
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = c.Write([]byte{reply})
-			c.Close()
 		}()
 	}
 }
 
-// Probe says whether the agent at addr answers within ctx: it connects and
-// reads the answer's byte, either one.
-func Probe(ctx context.Context, addr string) bool {
-	b, ok := probe(ctx, addr)
+// Probe says whether the agent at addr answers within ctx, either answer;
+// self names the prober's node.
+func Probe(ctx context.Context, addr, self string) bool {
+	b, ok := probe(ctx, addr, self)
 	return ok && (b == probeReply || b == probeAlive)
 }
 
 // ProbeVouched says whether the agent at addr answers within ctx and
-// vouches for the prober: what a fencer counts of its guards.
-func ProbeVouched(ctx context.Context, addr string) bool {
-	b, ok := probe(ctx, addr)
+// vouches for self, the prober's node: what a fencer counts of its guards.
+func ProbeVouched(ctx context.Context, addr, self string) bool {
+	b, ok := probe(ctx, addr, self)
 	return ok && b == probeReply
 }
 
-func probe(ctx context.Context, addr string) (byte, bool) {
+func probe(ctx context.Context, addr, self string) (byte, bool) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -76,7 +88,10 @@ func probe(ctx context.Context, addr string) (byte, bool) {
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetReadDeadline(dl)
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(c, self+"\n"); err != nil {
+		return 0, false
 	}
 	var b [1]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil {

@@ -51,7 +51,7 @@ func TestProbeIsAnsweredOnlyByARunningAgent(t *testing.T) {
 			addr := tc.addr(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			if got := Probe(ctx, addr); got != tc.want {
+			if got := Probe(ctx, addr, "n1"); got != tc.want {
 				t.Errorf("Probe(%s) = %v, want %v", addr, got, tc.want)
 			}
 		})
@@ -59,8 +59,10 @@ func TestProbeIsAnsweredOnlyByARunningAgent(t *testing.T) {
 }
 
 // TestProbeAnswerVouchesOnlyForAnAgentTheGuardSees: a real probe server on
-// loopback whose guard sees the prober (or does not guard it) vouches; one
-// whose guard lost sight of it answers alive without vouching.
+// loopback whose guard sees the prober's node (or does not guard it)
+// vouches; one whose guard lost sight of it answers alive without
+// vouching. The prober names its node: its address may be its pod's, not
+// its node's.
 func TestProbeAnswerVouchesOnlyForAnAgentTheGuardSees(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
@@ -69,9 +71,11 @@ func TestProbeAnswerVouchesOnlyForAnAgentTheGuardSees(t *testing.T) {
 		vouched bool
 	}{
 		{"a prober this agent does not guard", func(*Sights) {}, true},
-		{"a guarded prober seen just now", func(s *Sights) { s.Saw("n1", "127.0.0.1", now) }, true},
-		{"a guarded prober not seen for a second", func(s *Sights) { s.Saw("n1", "127.0.0.1", now.Add(-time.Second)) }, false},
-		{"a node no longer guarded is forgotten", func(s *Sights) { s.Saw("n1", "127.0.0.1", now.Add(-time.Second)); s.Keep([]string{"n2"}) }, true},
+		{"a guarded prober seen just now", func(s *Sights) { s.Saw("n1", now) }, true},
+		{"a guarded prober not seen for a second", func(s *Sights) { s.Saw("n1", now.Add(-time.Second)) }, false},
+		{"a node just guarded, never seen yet", func(s *Sights) { s.Keep([]string{"n1"}, now) }, true},
+		{"a node guarded for a second, never seen", func(s *Sights) { s.Keep([]string{"n1"}, now.Add(-time.Second)) }, false},
+		{"a node no longer guarded is forgotten", func(s *Sights) { s.Saw("n1", now.Add(-time.Second)); s.Keep([]string{"n2"}, now) }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewSights()
@@ -93,10 +97,10 @@ func TestProbeAnswerVouchesOnlyForAnAgentTheGuardSees(t *testing.T) {
 			}()
 			pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer pcancel()
-			if !Probe(pctx, ln.Addr().String()) {
+			if !Probe(pctx, ln.Addr().String(), "n1") {
 				t.Fatal("not answered")
 			}
-			if got := ProbeVouched(pctx, ln.Addr().String()); got != tc.vouched {
+			if got := ProbeVouched(pctx, ln.Addr().String(), "n1"); got != tc.vouched {
 				t.Errorf("vouched %v, want %v", got, tc.vouched)
 			}
 		})

@@ -272,58 +272,53 @@ func (f *Fencer) Check(now time.Time) error {
 func (t Timing) Vouch() time.Duration { return t.Lost - t.Fence - t.Period/2 }
 
 // Sights are when a guard last saw each guarded node's agent (a heartbeat
-// through its watch, an answer to its probe), with the host that node's
-// Lease advertises: what the guard vouches by when that agent probes it.
-// Safe for concurrent use: the guard records, the probe server reads.
+// through its watch, an answer to its probe): what the guard vouches by
+// when that agent probes it, naming its node. Safe for concurrent use: the
+// guard records, the probe server reads.
 type Sights struct {
 	mu   sync.Mutex
 	last map[string]time.Time // by node
-	host map[string]string    // node → the host of its probe address
 }
 
 // NewSights returns an empty record.
-func NewSights() *Sights { return &Sights{last: map[string]time.Time{}, host: map[string]string{}} }
+func NewSights() *Sights { return &Sights{last: map[string]time.Time{}} }
 
-// Saw records a sight of node's agent, whose probe address is at host, at at.
-func (s *Sights) Saw(node, host string, at time.Time) {
-	if s == nil || host == "" {
+// Saw records a sight of node's agent at at.
+func (s *Sights) Saw(node string, at time.Time) {
+	if s == nil {
 		return
 	}
 	s.mu.Lock()
-	s.host[node] = host
 	if at.After(s.last[node]) {
 		s.last[node] = at
 	}
 	s.mu.Unlock()
 }
 
-// Keep forgets every node but those given (the guarded nodes now).
-func (s *Sights) Keep(nodes []string) {
+// Keep forgets every node but those given (the guarded nodes now), and
+// starts each new one as seen at now: a guard vouches for a node it has
+// just begun to guard for a full Vouch.
+func (s *Sights) Keep(nodes []string, now time.Time) {
 	s.mu.Lock()
-	for n := range s.host {
+	for n := range s.last {
 		if !slices.Contains(nodes, n) {
-			delete(s.host, n)
 			delete(s.last, n)
+		}
+	}
+	for _, n := range nodes {
+		if _, ok := s.last[n]; !ok {
+			s.last[n] = now
 		}
 	}
 	s.mu.Unlock()
 }
 
-// Vouches says whether the guard vouches, at now, for the agent probing it
-// from host: seen within within, or not the agent of a node it guards (it
-// makes no claim on those, and takes none of their primaries over).
-func (s *Sights) Vouches(host string, now time.Time, within time.Duration) bool {
+// Vouches says whether the guard vouches, at now, for the agent of node:
+// seen within within, or not a node it guards (it makes no claim on those,
+// and takes none of their primaries over).
+func (s *Sights) Vouches(node string, now time.Time, within time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	guarded := false
-	for n, h := range s.host {
-		if h != host {
-			continue
-		}
-		guarded = true
-		if now.Sub(s.last[n]) <= within {
-			return true
-		}
-	}
-	return !guarded
+	last, ok := s.last[node]
+	return !ok || now.Sub(last) <= within
 }

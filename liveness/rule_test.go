@@ -319,11 +319,11 @@ func TestAsymmetricPartitionFencesBeforeTheGuardTakesOver(t *testing.T) {
 							f.Renewed(now)
 							g.Observe("x", now, now)
 							g.Reached("x", now)
-							sights.Saw("x", "10.0.0.2", now)
+							sights.Saw("x", now)
 						}
 					}
 					if (d-phase)%tm.Period == 0 && d >= phase { // the node probes its guard: always reaches it
-						if sights.Vouches("10.0.0.2", now, tm.Vouch()) {
+						if sights.Vouches("x", now, tm.Vouch()) {
 							f.Vouched("guard", now)
 						}
 					}

@@ -74,63 +74,6 @@ func (n *Node) Partition(context.Context) error {
 	return n.setLink(false)
 }
 
-// inboundRules are CutInbound's iptables rules, in the node's network
-// namespace: every new TCP connection arriving at its LAN port dropped (to
-// the node itself or, before the hostPort DNAT, its pods), and the API
-// server (LANGateway:6443) unreachable from the node's processes and its
-// pods. Established connections out of the node keep working, and new
-// ones out still open: SYN-ACKs are not SYNs.
-func inboundRules() [][]string {
-	api := []string{"-d", LANGateway, "-p", "tcp", "--dport", "6443", "-j", "DROP"}
-	return [][]string{
-		{"-t", "raw", "PREROUTING", "-i", "eth0", "-p", "tcp", "--syn", "-j", "DROP"},
-		append([]string{"-t", "filter", "OUTPUT"}, api...),
-		append([]string{"-t", "filter", "FORWARD"}, api...),
-	}
-}
-
-// CutInbound is an asymmetric partition: the node can still open
-// connections to its peers, they can no longer open any to it, and it
-// cannot reach the API server (inboundRules). Restore undoes it.
-func (n *Node) CutInbound(context.Context) error {
-	if err := n.needLAN("CutInbound"); err != nil {
-		return err
-	}
-	for _, r := range inboundRules() {
-		args := append([]string{"--net=" + n.NetNS, "--", "iptables", r[0], r[1], "-I", r[2]}, r[3:]...)
-		if err := run("nsenter", args...); err != nil {
-			return fmt.Errorf("kubenode %s: cut inbound: %w", n.Name, err)
-		}
-	}
-	n.mu.Lock()
-	n.fault.inboundCut = true
-	n.mu.Unlock()
-	return nil
-}
-
-func (n *Node) uncutInbound() error {
-	n.mu.Lock()
-	cut := n.fault.inboundCut
-	n.mu.Unlock()
-	if !cut {
-		return nil
-	}
-	var errs []error
-	for _, r := range inboundRules() {
-		args := append([]string{"--net=" + n.NetNS, "--", "iptables", r[0], r[1], "-D", r[2]}, r[3:]...)
-		if err := run("nsenter", args...); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("kubenode %s: inbound back: %w", n.Name, err)
-	}
-	n.mu.Lock()
-	n.fault.inboundCut = false
-	n.mu.Unlock()
-	return nil
-}
-
 // Starve limits the whole node (daemons and pods) to cpus CPUs (e.g. 0.05)
 // with a CFS quota on its cgroup root.
 func (n *Node) Starve(_ context.Context, cpus float64) error {
@@ -242,7 +185,7 @@ func daemonUp(n *Node) map[string]func(context.Context) error {
 func (n *Node) Restore(ctx context.Context) error {
 	var errs []error
 	if n.cfg.LAN != nil {
-		errs = append(errs, n.setLink(true), n.uncutInbound())
+		errs = append(errs, n.setLink(true))
 	}
 	if err := n.setFreezer(ctx, "THAWED"); err != nil {
 		errs = append(errs, err)

@@ -124,7 +124,7 @@ type Node struct {
 
 // faultState is what faults the node has now (faults.go).
 type faultState struct {
-	frozen, linkDown, starved, inboundCut bool
+	frozen, linkDown, starved bool
 	down                      map[string]bool // daemons StopDaemon stopped
 }
 

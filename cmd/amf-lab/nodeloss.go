@@ -15,8 +15,9 @@ import (
 	"github.com/amf-edge/amf/lab/testbed"
 )
 
-// benchNodeLoss is `amf-lab bench node-loss`: power cuts of a hot primary's
-// node on three lab nodes, then Kubernetes alone on the same lab.
+// benchNodeLoss is `amf-lab bench node-loss`: power cuts (and partitions)
+// of a hot primary's node on three lab nodes, then Kubernetes alone on the
+// same lab.
 func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amf-lab bench node-loss", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -25,6 +26,7 @@ func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer)
 	wait := fs.Duration("k8s-wait", 10*time.Minute, "Kubernetes alone: longest wait for the service path to come back")
 	slow := fs.Duration("slow", 0, "after the cuts, hold the primary's node at --slow-cpu, saturated by a busy pod, this long: a slow node must not be failed over (0: skip)")
 	slowCPU := fs.Float64("slow-cpu", 0.7, "the slow node's CPU quota (cores; not below the broker pod's)")
+	partitions := fs.Int("partitions", 0, "after the cuts, partitions of the primary's node (it runs on): the fence, the failover and the heal measured (0: skip)")
 	keep := fs.Bool("keep", false, "keep the run's files")
 	verbose := fs.Bool("v", false, "log the nodes and the control plane to standard error")
 	if err := fs.Parse(args); err != nil {
@@ -52,7 +54,7 @@ func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer)
 		os.RemoveAll(dir)
 	}()
 	cfg := nodeloss.BenchConfig{Cuts: *cuts, Repo: repo, WorkDir: dir, K8sToleration: *tol, K8sWait: *wait,
-		Slow: *slow, SlowCPU: *slowCPU, Progress: stderr}
+		Slow: *slow, SlowCPU: *slowCPU, Partitions: *partitions, Progress: stderr}
 	if *verbose {
 		cfg.Log = func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }
 	} else {

@@ -41,10 +41,14 @@ type BenchConfig struct {
 	// Slow, when set, holds the primary's node after the cuts at SlowCPU
 	// (default 0.7) of a CPU, saturated by a busy pod, for this long: a
 	// slow node, which must not be failed over.
-	Slow     time.Duration
-	SlowCPU  float64
-	Progress io.Writer
-	Log      func(format string, args ...any)
+	Slow    time.Duration
+	SlowCPU float64
+	// Partitions is how many network partitions of the primary's node
+	// follow the cuts (0: none): the node runs on, its agent fences, its
+	// guard fails it over, and one primary remains after the heal.
+	Partitions int
+	Progress   io.Writer
+	Log        func(format string, args ...any)
 }
 
 // Cut is one power cut's figures, seconds after the cut.
@@ -56,6 +60,26 @@ type Cut struct {
 	// cut to the failover seen: the service path's outage.
 	SOTS         float64 `json:"sot_s"`
 	LostMessages int     `json:"lost_messages"`
+}
+
+// Partition is one partition's figures, seconds after the cut (HealS: after
+// the heal).
+type Partition struct {
+	Node string `json:"node"`
+	// FenceS: its own agent fenced; PausedS: its broker was seen paused
+	// (polled every 100 ms); FencedFirst: the fence came before the guard
+	// declared the node lost.
+	FenceS      float64 `json:"fence_s"`
+	PausedS     float64 `json:"paused_s"`
+	FencedFirst bool    `json:"fenced_first"`
+	// StayedPaused: still paused after the guard's failover.
+	StayedPaused bool    `json:"stayed_paused"`
+	LostS        float64 `json:"lost_s"`
+	FailoverS    float64 `json:"failover_s"`
+	SOTS         float64 `json:"sot_s"`
+	LostMessages int     `json:"lost_messages"`
+	// HealS: from the heal until the old pod was gone and one primary left.
+	HealS float64 `json:"heal_s"`
 }
 
 // BenchReport is the result; its JSON is the bench's last line.
@@ -81,6 +105,14 @@ type BenchReport struct {
 	SlowLost      int     `json:"slow_lost"`
 	SlowFenced    int     `json:"slow_fenced"`
 	SlowRetired   int     `json:"slow_retired"`
+	// The partitions (--partitions), when run.
+	Partitions       int         `json:"partitions,omitempty"`
+	PartFenceP50     float64     `json:"partition_fence_p50_s,omitempty"`
+	PartFailoverP50  float64     `json:"partition_failover_p50_s,omitempty"`
+	PartFencedFirst  int         `json:"partition_fenced_first,omitempty"`
+	PartStayedPaused int         `json:"partition_stayed_paused,omitempty"`
+	PartHealMax      float64     `json:"partition_heal_max_s,omitempty"`
+	PerPartition     []Partition `json:"per_partition,omitempty"`
 }
 
 // RunBench starts a control plane, three lab nodes and a Pair, cuts the
@@ -174,6 +206,32 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		roles[0], roles[1] = roles[1], roles[0]
 		at[0], at[1] = at[1], at[0]
 	}
+	for i := 1; i <= cfg.Partitions; i++ {
+		pt, err := partition(ctx, p, at[0], at[1], roles)
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: %w", i, err)
+		}
+		rep.PerPartition = append(rep.PerPartition, pt)
+		say("partition %d of %s: fenced after %.2f s, broker seen paused after %.2f s, lost after %.2f s, failed over after %.2f s, still paused %v; longest interval between fresh messages %.3f s, %d lost; one primary %.2f s after the heal",
+			i, pt.Node, pt.FenceS, pt.PausedS, pt.LostS, pt.FailoverS, pt.StayedPaused, pt.SOTS, pt.LostMessages, pt.HealS)
+		roles[0], roles[1] = roles[1], roles[0]
+		at[0], at[1] = at[1], at[0]
+	}
+	if n := len(rep.PerPartition); n > 0 {
+		rep.Partitions = n
+		var fence, fo []float64
+		for _, pt := range rep.PerPartition {
+			fence, fo = append(fence, pt.FenceS), append(fo, pt.FailoverS)
+			rep.PartHealMax = max(rep.PartHealMax, pt.HealS)
+			if pt.FencedFirst {
+				rep.PartFencedFirst++
+			}
+			if pt.StayedPaused {
+				rep.PartStayedPaused++
+			}
+		}
+		rep.PartFenceP50, rep.PartFailoverP50 = quantile(fence, 0.5), quantile(fo, 0.5)
+	}
 	if cfg.Slow > 0 {
 		if err := slowNode(ctx, p, cp, at[0], at[1], roles, cfg, rep, say); err != nil {
 			return nil, fmt.Errorf("slow node: %w", err)
@@ -188,7 +246,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 			}
 		}
 	}
-	rep.FalseFail = max(retired-cfg.Cuts, 0)
+	rep.FalseFail = max(retired-cfg.Cuts-len(rep.PerPartition), 0)
 	var sot, fo, lost []float64
 	for _, c := range rep.PerCut {
 		sot, fo, lost = append(sot, c.SOTS), append(fo, c.FailoverS), append(lost, c.LostS)
@@ -207,6 +265,48 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		say("Kubernetes alone: service path back after %.1f s (back: %v)", rep.K8sSOT, back)
 	}
 	return rep, nil
+}
+
+// partition partitions the primary's node pn (its standby's on sn) and
+// measures the fence, the failover and the heal.
+func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string) (Partition, error) {
+	primary, standby := roles[0], roles[1]
+	if err := p.WaitPair(ctx, primary, standby, pn.Name, sn.Name); err != nil {
+		return Partition{}, err
+	}
+	old, err := p.PodOf(ctx, primary)
+	if err != nil {
+		return Partition{}, err
+	}
+	at := time.Now()
+	if err := pn.Partition(ctx); err != nil {
+		return Partition{}, err
+	}
+	pt := Partition{Node: pn.Name, PausedS: -1}
+	if err := p.WaitBrokerPaused(ctx, old, time.Minute); err == nil {
+		pt.PausedS = time.Since(at).Seconds()
+	}
+	f, err := p.WaitFailover(ctx, primary, standby, old, at, pn.Name, sn.Name, time.Minute)
+	if err != nil {
+		_ = p.Restore(ctx, pn)
+		return pt, err
+	}
+	pt.LostS, pt.FailoverS, pt.SOTS, pt.LostMessages = f.Lost.Sub(at).Seconds(), f.Retired.Sub(at).Seconds(), f.MaxGap.Seconds(), f.LostMessages
+	pt.StayedPaused, _, _ = p.BrokerPaused(ctx, old)
+	if err := p.Restore(ctx, pn); err != nil {
+		return pt, fmt.Errorf("restore: %w", err)
+	}
+	healed := time.Now()
+	fence, err := p.WaitLine(ctx, pn.Name, "fence", at, pn.Name)
+	if err != nil {
+		return pt, err
+	}
+	pt.FenceS, pt.FencedFirst = fence.Sub(at).Seconds(), fence.Before(f.Lost)
+	if err := p.WaitOnePrimary(ctx, standby, primary, old); err != nil {
+		return pt, err
+	}
+	pt.HealS = time.Since(healed).Seconds()
+	return pt, nil
 }
 
 // quantile is the nearest-rank quantile q of xs (0 if empty).
@@ -312,6 +412,10 @@ func k8sAlone(ctx context.Context, p *Pair, cl *kubenode.Cluster, cfg BenchConfi
 func PrintBench(w io.Writer, r *BenchReport) {
 	for i, c := range r.PerCut {
 		fmt.Fprintf(w, "cut %d %s: lost %.2f s, failover %.2f s, SOT %.3f s, %d messages lost\n", i+1, c.Node, c.LostS, c.FailoverS, c.SOTS, c.LostMessages)
+	}
+	for i, pt := range r.PerPartition {
+		fmt.Fprintf(w, "partition %d %s: fenced %.2f s (before lost: %v), paused %.2f s, lost %.2f s, failover %.2f s, still paused %v, SOT %.3f s, %d messages lost, one primary %.2f s after the heal\n",
+			i+1, pt.Node, pt.FenceS, pt.FencedFirst, pt.PausedS, pt.LostS, pt.FailoverS, pt.StayedPaused, pt.SOTS, pt.LostMessages, pt.HealS)
 	}
 	b, _ := json.Marshal(r)
 	fmt.Fprintln(w, string(b))

@@ -242,4 +242,3 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	}
 	t.Logf("API server away for %v: nothing declared, nobody fenced, no failover", 2*liveness.DefaultTiming.Lost)
 }
-

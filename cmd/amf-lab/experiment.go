@@ -105,7 +105,7 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer) int {
 	if err := experiment.CanRun(); err != nil {
 		fmt.Fprintf(stderr, "amf-lab demo: the availability experiment cannot run here: %v.\n"+
 			"Running what can: the signal benchmark (broker crash → agent, signals vs a kubelet-style poller).\n\n", err)
-		return benchSignal(ctx, []string{"--runs", "3", "--steady", "0s"}, stdout, stderr)
+		return benchSignal(ctx, []string{"--mode", "sidecar", "--runs", "3", "--steady", "0s"}, stdout, stderr)
 	}
 	// Three reactive crashes in a row, so the kubelet's growing back-off is on
 	// screen beside AMF's one cut-over.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,8 +33,11 @@ Usage:
       one AMF run and three reactive runs of the paper's experiment at 1/4 length
       on a real node, compared; where no node can run, says why and runs the
       signal benchmark instead
-  amf-lab bench signal [--runs 5] [--keepalive 5s] [--steady 20s] [--keep]
-      signal-based detection vs a kubelet-style poller, with real processes
+  amf-lab bench signal [--mode sidecar,node] [--runs 5] [--keepalive 5s] [--steady 20s] [--keep]
+      signal-based detection vs a kubelet-style poller, with real processes:
+      the broker killed and OOM-killed, in sidecar mode (amf-sidecar beside it)
+      and node mode (amf-agent --node-mode against a real API server; root,
+      make k8s), one table; sidecar mode also the sidecar crashed and frozen
   amf-lab bench signal --node [--runs 5] [--load-cpu 2,64] [--load-for 60s] [--keep] [-v]
       the same against the real kubelet (root; make deps k8s first): broker
       pods with the sidecar on a real node, crashed, hung and loaded; the
@@ -128,6 +132,7 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs := flag.NewFlagSet("amf-lab bench signal", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	runs := fs.Int("runs", 5, "faults of each kind")
+	modes := fs.String("mode", bench.ModeSidecar+","+bench.ModeNode, "comma-separated, in this order: sidecar (amf-sidecar beside the broker signals the agent), node (amf-agent --node-mode watches the broker's container; root, make k8s)")
 	keepAlive := fs.Duration("keepalive", 5*time.Second, "sidecar → agent MQTT keep-alive (bounds the freeze case)")
 	steady := fs.Duration("steady", 20*time.Second, "how long to measure the sidecar's steady-state CPU and RSS (0: skip)")
 	keep := fs.Bool("keep", false, "keep the run's logs")
@@ -137,6 +142,15 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	verbose := fs.Bool("v", false, "--node: log the node and the control plane to standard error")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	var modeList []string
+	for _, m := range strings.Split(*modes, ",") {
+		m = strings.TrimSpace(m)
+		if m != bench.ModeSidecar && m != bench.ModeNode || slices.Contains(modeList, m) {
+			fmt.Fprintf(stderr, "amf-lab bench signal: --mode %q: want sidecar, node or both, each once (e.g. sidecar,node)\n", *modes)
+			return 2
+		}
+		modeList = append(modeList, m)
 	}
 	bins, dir, done, err := prepare(keep, stderr)
 	if err != nil {
@@ -157,7 +171,12 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return benchNode(ctx, bench.NodeConfig{Runs: *runs, Loads: loads, BinDir: filepath.Dir(bins.Self), WorkDir: dir, Progress: stderr},
 			*verbose, keep, stdout, stderr)
 	}
-	rep, err := bench.RunSignal(ctx, bench.SignalConfig{Runs: *runs, KeepAlive: *keepAlive, Steady: *steady,
+	if slices.Contains(modeList, bench.ModeNode) {
+		// client-go's watches log their cancellation at shutdown through klog.
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
+	}
+	rep, err := bench.RunSignal(ctx, bench.SignalConfig{Modes: modeList, Runs: *runs, KeepAlive: *keepAlive, Steady: *steady,
 		Bin: bins, WorkDir: dir, Progress: stderr})
 	if err != nil {
 		fmt.Fprintf(stderr, "amf-lab bench signal: %v\n", err)

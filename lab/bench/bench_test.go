@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,7 +45,7 @@ func TestSignalBenchDetectsEveryFault(t *testing.T) {
 			}
 			poller := PollerConfig{Period: 300 * time.Millisecond, Timeout: 200 * time.Millisecond, Threshold: 3}
 			keepAlive := time.Second
-			rep, err := RunSignal(t.Context(), SignalConfig{Runs: 1, KeepAlive: keepAlive, Poller: poller, Bin: b, WorkDir: t.TempDir()})
+			rep, err := RunSignal(t.Context(), SignalConfig{Modes: []string{ModeSidecar}, Runs: 1, KeepAlive: keepAlive, Poller: poller, Bin: b, WorkDir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,6 +53,15 @@ func TestSignalBenchDetectsEveryFault(t *testing.T) {
 				if len(c.Samples) != 1 || c.Samples[0] <= 0 {
 					t.Fatalf("%s: samples %v", c.Name, c.Samples)
 				}
+			}
+			// As root the broker has a cgroup of its own and is OOM-killed
+			// too, which the sidecar's OOM notification pushes.
+			if rep.OOMSkipped == "" {
+				if len(rep.OOM.Samples) != 1 || !strings.Contains(rep.OOM.Reasons[0], "OOM kill") {
+					t.Errorf("OOM kill: samples %v, reasons %q; want one, by the OOM notification", rep.OOM.Samples, rep.OOM.Reasons)
+				}
+			} else if os.Geteuid() == 0 {
+				t.Errorf("root, but the OOM case was skipped: %s", rep.OOMSkipped)
 			}
 			// A poller cannot declare death before its threshold of failed periods.
 			if min := poller.Period * time.Duration(poller.Threshold-1); rep.Poller.Samples[0] < min {

@@ -2,34 +2,18 @@ package bench
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 
-	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/proc"
 )
 
@@ -69,15 +53,12 @@ type NodeModeReport struct {
 	OOMMaxMillis float64 `json:"oom_max_ms"`
 }
 
-// benchNode is the Node name the benchmark's pods are bound to; no kubelet
-// runs it: the pods' status is written by the benchmark.
-const benchNode = "bench-node"
-
 // RunNodeMode measures what node mode costs per pod: a real agent binary
 // (amf-agent --node-mode) against a real API server, N pods bound to its
 // node whose broker containers are real cgroups (under a kubelet cgroup
 // root of the benchmark's own, in the kubelet's layout) each holding a real
-// process, sampled every second. The agent runs first with the Deployment
+// process, sampled every second (the node rig, which bench signal's node
+// mode runs on too). The agent runs first with the Deployment
 // not opted in (no pipelines), then the annotation is set (no pod changes)
 // and, once every pod is healthy in the agent's tracker, measured again.
 // Needs root (cgroups) and the control plane (make k8s).
@@ -98,70 +79,17 @@ func RunNodeMode(ctx context.Context, cfg NodeModeConfig) (rep *NodeModeReport, 
 		cfg.OOMKills = 10
 	}
 	cfg.Kills = min(cfg.Kills, cfg.Pods)
-	if os.Geteuid() != 0 {
-		return nil, errors.New("node-mode bench: needs root (it creates cgroups)")
-	}
-	// The controllers that would fight the benchmark's hand-made objects
-	// are off: no ReplicaSet or Deployment controller scaling pods, no pod
-	// GC of pods on a node without a kubelet, no node lifecycle evicting them.
-	cp, err := controlplane.Launch(ctx, cfg.WorkDir, controlplane.Options{NoFakeNodes: true,
-		ControllerManagerFlags: []string{"--controllers=*,-replicaset,-deployment,-podgc,-nodelifecycle"}},
-		func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) })
-	if err != nil {
-		return nil, err
-	}
-	defer cp.Stop()
-
-	root, err := newBenchCgroupRoot()
+	rig, err := startNodeRig(ctx, nodeRigConfig{Pods: cfg.Pods, Start: sleepProc, Bin: cfg.Bin, WorkDir: cfg.WorkDir, Progress: cfg.Progress})
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if rerr := root.remove(); rerr != nil && err == nil {
-			err = rerr
+		if cerr := rig.close(); cerr != nil && err == nil {
+			err = cerr
 		}
 	}()
-	cs := cp.Client()
-	pods, err := createBenchPods(ctx, cs, cfg.Pods)
-	if err != nil {
-		return nil, err
-	}
-	if err := root.addPods(pods); err != nil {
-		return nil, err
-	}
-	if err := markRunning(ctx, cs, pods); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(cfg.Progress, "%d pods on %s, each a real process in a cgroup under %s\n", len(pods), benchNode, root.name)
-
-	httpAddr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	mqttAddr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	// Info level: one line per transition (one per pod here), whose received
-	// time is the tracker's.
-	transitions := make(chan transitionLine, 256)
-	agent, err := proc.Start("amf-agent", filepath.Join(cfg.WorkDir, "agent.log"), func(line string) {
-		if tl, ok := parseTransition(line); ok {
-			select {
-			case transitions <- tl:
-			default: // nobody waits for it
-			}
-		}
-	}, cfg.Bin.Agent,
-		"--listen", mqttAddr, "--http", httpAddr, "--kubeconfig", cp.Kubeconfig, "--node-name", benchNode,
-		"--node-mode", "--kubelet-cgroup-root", "/"+root.name, "--log-level", "info")
-	if err != nil {
-		return nil, err
-	}
-	defer agent.Stop(3 * time.Second)
-	if err := proc.WaitListening(ctx, agent, httpAddr, 20*time.Second); err != nil {
-		return nil, err
-	}
+	agent, pods, root := rig.agent, rig.pods, rig.root
+	httpAddr := rig.httpAddr
 	rep = &NodeModeReport{Pods: len(pods)}
 	measure := func(label string) (cpuPct, rssMiB float64, err error) {
 		fmt.Fprintf(cfg.Progress, "measuring the agent %s for %v\n", label, cfg.Duration)
@@ -187,8 +115,7 @@ func RunNodeMode(ctx context.Context, cfg NodeModeConfig) (rep *NodeModeReport, 
 		return nil, err
 	}
 	optedIn := time.Now()
-	if _, err := cs.AppsV1().Deployments(nodeModeNamespace).Patch(ctx, "broker", types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"`+contract.AnnMode+`":"node"}}}`), metav1.PatchOptions{}); err != nil {
+	if err := rig.optIn(ctx); err != nil {
 		return nil, err
 	}
 	if err := waitHealthy(ctx, "http://"+httpAddr+"/metrics", len(pods), 2*time.Minute); err != nil {
@@ -205,43 +132,20 @@ func RunNodeMode(ctx context.Context, cfg NodeModeConfig) (rep *NodeModeReport, 
 	// Exits, one at a time: the pod's process killed, its unhealthy
 	// transition awaited in the agent's log.
 	await := func(name string) (transitionLine, error) {
-		timeout := time.After(30 * time.Second)
-		for {
-			select {
-			case tl := <-transitions:
-				if tl.Pod == name && tl.To == "unhealthy" {
-					return tl, nil
-				}
-			case <-timeout:
-				return transitionLine{}, fmt.Errorf("node-mode bench: no unhealthy transition of %s within 30 s", name)
-			case <-ctx.Done():
-				return transitionLine{}, ctx.Err()
-			}
-		}
+		return rig.await(ctx, name, 30*time.Second, "unhealthy")
 	}
-	drain := func() {
-		for {
-			select {
-			case <-transitions:
-			default:
-				return
-			}
-		}
-	}
+	drain := rig.drain
 	var lat []time.Duration
 	for _, p := range pods[:cfg.Kills] {
 		drain()
 		killed := time.Now()
-		if err := p.cmd.Process.Kill(); err != nil {
-			return nil, err
-		}
+		p.proc.Kill()
 		tl, err := await(p.pod.Name)
 		if err != nil {
 			return nil, err
 		}
 		lat = append(lat, tl.Received.Sub(killed))
 		fmt.Fprintf(cfg.Progress, "kill %s: unhealthy %.1f ms later (%s)\n", p.pod.Name, millis(lat[len(lat)-1]), tl.Reason)
-		_ = p.cmd.Wait()
 	}
 	rep.Kills = len(lat)
 	rep.ExitP50Millis, rep.ExitP99Millis, rep.ExitMaxMillis = percentiles(lat)
@@ -256,7 +160,7 @@ func RunNodeMode(ctx context.Context, cfg NodeModeConfig) (rep *NodeModeReport, 
 	var oomLat []time.Duration
 	for _, p := range pods[cfg.Kills:min(len(pods), cfg.Kills+cfg.OOMKills)] {
 		drain()
-		hog, err := root.startHog(p, cfg.Bin.Self)
+		hog, err := root.startHog(p, cfg.Bin.Self, 64<<20)
 		if err != nil {
 			return nil, err
 		}
@@ -293,236 +197,6 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func percentiles(ds []time.Duration) (p50, p99, maxMs float64) {
 	ds = slices.Sorted(slices.Values(ds))
 	return millis(ds[len(ds)/2]), millis(ds[min(len(ds)-1, int(math.Ceil(0.99*float64(len(ds))))-1)]), millis(ds[len(ds)-1])
-}
-
-// startHog limits p's container to 64 MiB and starts the load generator in
-// it, allocating past the limit. A shell moves itself into the container's
-// cgroups before it becomes the load generator, so nothing is charged
-// elsewhere first.
-func (r *benchCgroupRoot) startHog(p *nodeModePod, self string) (*exec.Cmd, error) {
-	rel := filepath.Join(r.name, "kubepods", "burstable", "pod"+p.uid, p.containerID)
-	limitFile := "memory.max"
-	if len(r.bases) > 1 {
-		limitFile = "memory.limit_in_bytes"
-	}
-	var memDir string
-	args := []string{"-c", `for f in "$@"; do echo $$ > "$f" || exit 1; done; exec "$0" stress --profile 60s:mem=256Mi`, self}
-	for _, b := range r.bases {
-		if strings.HasSuffix(b, "memory") || len(r.bases) == 1 {
-			memDir = filepath.Join(b, rel)
-		}
-		args = append(args, filepath.Join(b, rel, "cgroup.procs"))
-	}
-	if err := os.WriteFile(filepath.Join(memDir, limitFile), []byte("67108864"), 0o644); err != nil {
-		return nil, fmt.Errorf("node-mode bench: memory limit: %w", err)
-	}
-	cmd := exec.Command("/bin/sh", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("node-mode bench: start the load generator: %w", err)
-	}
-	return cmd, nil
-}
-
-// transitionLine is the part of the agent's "transition" log line the
-// benchmark reads.
-type transitionLine struct {
-	Msg      string    `json:"msg"`
-	Pod      string    `json:"pod"`
-	To       string    `json:"to"`
-	Received time.Time `json:"received"`
-	Reason   string    `json:"reason"`
-}
-
-func parseTransition(line string) (transitionLine, bool) {
-	var tl transitionLine
-	if !strings.Contains(line, `"msg":"transition"`) || json.Unmarshal([]byte(line), &tl) != nil {
-		return tl, false
-	}
-	return tl, tl.Msg == "transition"
-}
-
-const nodeModeNamespace = "bench"
-
-// nodeModePod is one pod, its cgroup and its process.
-type nodeModePod struct {
-	pod              *corev1.Pod
-	uid, containerID string
-	cmd              *exec.Cmd
-}
-
-// benchCgroupRoot is a kubelet cgroup root of the benchmark's own in each
-// v1 controller the readers use (or the v2 hierarchy), with the pods below
-// it as the cgroupfs driver lays them out.
-type benchCgroupRoot struct {
-	name  string   // "amf-bench-<random>"
-	bases []string // the hierarchies' mount points
-	dirs  []string // every directory made, in creation order
-	pods  []*nodeModePod
-}
-
-func newBenchCgroupRoot() (*benchCgroupRoot, error) {
-	var rnd [6]byte
-	if _, err := crand.Read(rnd[:]); err != nil {
-		return nil, err
-	}
-	r := &benchCgroupRoot{name: "amf-bench-" + hex.EncodeToString(rnd[:])}
-	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.limit_in_bytes"); err == nil {
-		for _, c := range []string{"cpuacct", "memory", "blkio"} {
-			r.bases = append(r.bases, filepath.Join("/sys/fs/cgroup", c))
-		}
-	} else if _, err := os.Stat("/sys/fs/cgroup/cgroup.subtree_control"); err == nil {
-		r.bases = []string{"/sys/fs/cgroup"}
-	} else {
-		return nil, errors.New("node-mode bench: no cgroup v1 memory hierarchy nor cgroup v2 at /sys/fs/cgroup")
-	}
-	// A benchmark killed (SIGKILL) cannot remove its cgroups; its processes
-	// died with it (Pdeathsig), so the next run removes the empty trees.
-	for _, b := range r.bases {
-		stale, _ := filepath.Glob(filepath.Join(b, "amf-bench-*"))
-		for _, d := range stale {
-			removeEmptyTree(d)
-		}
-	}
-	return r, nil
-}
-
-// removeEmptyTree removes a cgroup directory and those below it, deepest
-// first; a cgroup that still holds a process stays (rmdir fails).
-func removeEmptyTree(dir string) {
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		if e.IsDir() {
-			removeEmptyTree(filepath.Join(dir, e.Name()))
-		}
-	}
-	_ = syscall.Rmdir(dir)
-}
-
-// mkdir makes rel in every hierarchy; on v2 a directory that is not a leaf
-// hands the controllers the readers need to its children.
-func (r *benchCgroupRoot) mkdir(rel string, leaf bool) error {
-	for _, b := range r.bases {
-		d := filepath.Join(b, rel)
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return fmt.Errorf("node-mode bench: %w", err)
-		}
-		r.dirs = append(r.dirs, d)
-		if len(r.bases) == 1 && !leaf {
-			if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+cpu +io +memory"), 0o644); err != nil {
-				return fmt.Errorf("node-mode bench: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-// addPods makes the pods' cgroups (burstable QoS, named by their UIDs) with
-// one process each.
-func (r *benchCgroupRoot) addPods(pods []*nodeModePod) error {
-	for _, rel := range []string{r.name, filepath.Join(r.name, "kubepods"), filepath.Join(r.name, "kubepods", "burstable")} {
-		if err := r.mkdir(rel, false); err != nil {
-			return err
-		}
-	}
-	for _, p := range pods {
-		var b [32]byte
-		if _, err := crand.Read(b[:]); err != nil {
-			return err
-		}
-		p.containerID = hex.EncodeToString(b[:])
-		podRel := filepath.Join(r.name, "kubepods", "burstable", "pod"+p.uid)
-		if err := r.mkdir(podRel, false); err != nil {
-			return err
-		}
-		if err := r.mkdir(filepath.Join(podRel, p.containerID), true); err != nil {
-			return err
-		}
-		p.cmd = exec.Command("sleep", "infinity")
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.cmd.Start(); err != nil {
-			return fmt.Errorf("node-mode bench: a pod's process: %w", err)
-		}
-		r.pods = append(r.pods, p)
-		for _, b := range r.bases {
-			f := filepath.Join(b, podRel, p.containerID, "cgroup.procs")
-			if err := os.WriteFile(f, []byte(strconv.Itoa(p.cmd.Process.Pid)), 0o644); err != nil {
-				return fmt.Errorf("node-mode bench: %w", err)
-			}
-		}
-	}
-	return nil
-}
-
-// remove ends the processes and removes the cgroups, deepest first.
-func (r *benchCgroupRoot) remove() error {
-	for _, p := range r.pods {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-	}
-	var errs []error
-	for i := len(r.dirs) - 1; i >= 0; i-- {
-		if err := syscall.Rmdir(r.dirs[i]); err != nil && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", r.dirs[i], err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// createBenchPods writes a Deployment (not opted in yet), its ReplicaSet
-// and n pods bound to benchNode.
-func createBenchPods(ctx context.Context, cs kubernetes.Interface, n int) ([]*nodeModePod, error) {
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeModeNamespace}}, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	labels := map[string]string{"app": "broker"}
-	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "mosquitto", Image: "eclipse-mosquitto:2"}}}}
-	d, err := cs.AppsV1().Deployments(nodeModeNamespace).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "broker"},
-		Spec:       appsv1.DeploymentSpec{Replicas: ptr.To(int32(n)), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	rs, err := cs.AppsV1().ReplicaSets(nodeModeNamespace).Create(ctx, &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "broker-bench", Labels: labels,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: ptr.To(true)}}},
-		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To(int32(n)), Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var pods []*nodeModePod
-	for i := range n {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("broker-%d", i), Labels: labels,
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: ptr.To(true)}}},
-			Spec: corev1.PodSpec{NodeName: benchNode, Containers: tmpl.Spec.Containers},
-		}
-		created, err := cs.CoreV1().Pods(nodeModeNamespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			return nil, err
-		}
-		pods = append(pods, &nodeModePod{pod: created, uid: string(created.UID)})
-	}
-	return pods, nil
-}
-
-// markRunning writes each pod's status as its kubelet would: Running, its
-// broker container running with the ID of its cgroup.
-func markRunning(ctx context.Context, cs kubernetes.Interface, pods []*nodeModePod) error {
-	for _, p := range pods {
-		st := p.pod.DeepCopy()
-		st.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
-			Name: "mosquitto", ContainerID: "containerd://" + p.containerID, Ready: true, Image: "eclipse-mosquitto:2",
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}},
-		}}}
-		if _, err := cs.CoreV1().Pods(nodeModeNamespace).UpdateStatus(ctx, st, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // waitHealthy polls the agent's metrics (another process: nothing to

@@ -31,27 +31,98 @@ func Summarise(samples []time.Duration) Summary {
 	return Summary{N: len(s), Min: s[0], Median: rank(0.5), P99: rank(0.99), Max: s[len(s)-1]}
 }
 
-// PrintSignal writes the table and the final JSON line.
+// SignalRow is one row of the signal benchmark's table: a case in a mode.
+type SignalRow struct {
+	Mode string
+	Case Case
+}
+
+// Rows are the report's cases, one per (mode, case), in the order the
+// modes ran: the cases both modes share first, then sidecar mode's own.
+func (r *SignalReport) Rows() []SignalRow {
+	modes := r.Modes
+	if modes == nil {
+		modes = []string{ModeSidecar}
+	}
+	var rows []SignalRow
+	for _, m := range modes {
+		switch {
+		case m == ModeSidecar:
+			rows = append(rows, SignalRow{m, r.BrokerCrash})
+			if r.OOMSkipped == "" {
+				rows = append(rows, SignalRow{m, r.OOM})
+			}
+			rows = append(rows, SignalRow{m, r.Poller}, SignalRow{m, r.SidecarCrash}, SignalRow{m, r.SidecarFreeze})
+		case m == ModeNode && r.Node != nil:
+			rows = append(rows, SignalRow{m, r.Node.BrokerCrash}, SignalRow{m, r.Node.OOM})
+		}
+	}
+	return rows
+}
+
+// SignalLine is the signal benchmark's last line. scm_p99_ms, pcm_p99_ms
+// and ratio are sidecar mode's broker crash against the poller, as before
+// node mode was measured; the rest are per mode, absent for a mode that did
+// not run (and sidecar's OOM where it could not).
+type SignalLine struct {
+	SCM   float64  `json:"scm_p99_ms"`
+	PCM   float64  `json:"pcm_p99_ms"`
+	Ratio float64  `json:"ratio"`
+	Modes []string `json:"modes,omitempty"`
+	Runs  int      `json:"runs,omitempty"`
+
+	SidecarCrashP50 *float64 `json:"sidecar_crash_p50_ms,omitempty"`
+	SidecarCrashP99 *float64 `json:"sidecar_crash_p99_ms,omitempty"`
+	SidecarOOMP50   *float64 `json:"sidecar_oom_p50_ms,omitempty"`
+	SidecarOOMP99   *float64 `json:"sidecar_oom_p99_ms,omitempty"`
+	NodeCrashP50    *float64 `json:"node_crash_p50_ms,omitempty"`
+	NodeCrashP99    *float64 `json:"node_crash_p99_ms,omitempty"`
+	NodeOOMP50      *float64 `json:"node_oom_p50_ms,omitempty"`
+	NodeOOMP99      *float64 `json:"node_oom_p99_ms,omitempty"`
+}
+
+// Line computes the report's last line.
+func (r *SignalReport) Line() SignalLine {
+	scm, pcm := Summarise(r.BrokerCrash.Samples).P99, Summarise(r.Poller.Samples).P99
+	l := SignalLine{SCM: msv(scm), PCM: msv(pcm), Modes: r.Modes, Runs: r.Runs}
+	if scm > 0 {
+		l.Ratio = math.Round(float64(pcm)/float64(scm)*10) / 10
+	}
+	p := func(c Case) (p50, p99 *float64) {
+		if len(c.Samples) == 0 {
+			return nil, nil
+		}
+		s := Summarise(c.Samples)
+		a, b := msv(s.Median), msv(s.P99)
+		return &a, &b
+	}
+	if slices.Contains(r.Modes, ModeSidecar) {
+		l.SidecarCrashP50, l.SidecarCrashP99 = p(r.BrokerCrash)
+		l.SidecarOOMP50, l.SidecarOOMP99 = p(r.OOM)
+	}
+	if r.Node != nil {
+		l.NodeCrashP50, l.NodeCrashP99 = p(r.Node.BrokerCrash)
+		l.NodeOOMP50, l.NodeOOMP99 = p(r.Node.OOM)
+	}
+	return l
+}
+
+// PrintSignal writes the table, one row per (mode, case), and the final
+// JSON line.
 func PrintSignal(w io.Writer, r *SignalReport) error {
 	fmt.Fprintf(w, "\nbroker: %s\n", r.Broker)
-	fmt.Fprintf(w, "%-60s %4s %10s %10s %10s %10s\n", "case (detection latency)", "n", "min", "median", "p99", "max")
-	for _, c := range []Case{r.BrokerCrash, r.Poller, r.SidecarCrash, r.SidecarFreeze} {
-		s := Summarise(c.Samples)
-		fmt.Fprintf(w, "%-60s %4d %10s %10s %10s %10s\n", c.Name, s.N, msf(s.Min), msf(s.Median), msf(s.P99), msf(s.Max))
+	fmt.Fprintf(w, "%-8s %-60s %4s %10s %10s %10s %10s\n", "mode", "case (detection latency)", "n", "min", "median", "p99", "max")
+	for _, row := range r.Rows() {
+		s := Summarise(row.Case.Samples)
+		fmt.Fprintf(w, "%-8s %-60s %4d %10s %10s %10s %10s\n", row.Mode, row.Case.Name, s.N, msf(s.Min), msf(s.Median), msf(s.P99), msf(s.Max))
+	}
+	if r.OOMSkipped != "" {
+		fmt.Fprintf(w, "sidecar mode's OOM kill not measured: %s\n", r.OOMSkipped)
 	}
 	if r.SidecarRSS > 0 {
 		fmt.Fprintf(w, "sidecar steady state: CPU %.2f %% of one core, RSS %.1f MiB\n", 100*r.SidecarCPU, float64(r.SidecarRSS)/(1<<20))
 	}
-	scm, pcm := Summarise(r.BrokerCrash.Samples).P99, Summarise(r.Poller.Samples).P99
-	line := struct {
-		SCM   float64 `json:"scm_p99_ms"`
-		PCM   float64 `json:"pcm_p99_ms"`
-		Ratio float64 `json:"ratio"`
-	}{msv(scm), msv(pcm), 0}
-	if scm > 0 {
-		line.Ratio = math.Round(float64(pcm)/float64(scm)*10) / 10
-	}
-	b, err := json.Marshal(line)
+	b, err := json.Marshal(r.Line())
 	if err != nil {
 		return err
 	}
@@ -109,12 +180,12 @@ func PrintNode(w io.Writer, r *NodeReport) error {
 		lv.PeriodSeconds, lv.TimeoutSeconds, lv.FailureThreshold, strings.Join(LivenessCommand, " "), r.GracePeriod)
 	fmt.Fprintf(w, "%-78s %4s %10s %10s %10s %10s\n", "case (latency from the fault)", "n", "min", "median", "p99", "max")
 	for _, c := range []Case{
-		{"(a) broker crash (SIGKILL) → agent has unhealthy (both pods)", r.CrashSignal.Samples},
-		{"(a) broker crash → kubelet shows it: termination on a pod watch (both pods)", r.CrashStatus.Samples},
-		{"(b) broker hung (SIGSTOP) → agent has unhealthy (both pods)", r.HangSignal.Samples},
-		{"(b) broker hung → kubelet decides: 3rd failed exec liveness probe (its log)", r.HangDecided.Samples},
-		{fmt.Sprintf("(b) broker hung → termination on a pod watch (SIGKILL after %d s grace)", r.GracePeriod), r.HangStatus.Samples},
-		{"(b) broker hung, tcpSocket liveness: hung this long, not detected", r.HangTCPWatch.Samples},
+		{Name: "(a) broker crash (SIGKILL) → agent has unhealthy (both pods)", Samples: r.CrashSignal.Samples},
+		{Name: "(a) broker crash → kubelet shows it: termination on a pod watch (both pods)", Samples: r.CrashStatus.Samples},
+		{Name: "(b) broker hung (SIGSTOP) → agent has unhealthy (both pods)", Samples: r.HangSignal.Samples},
+		{Name: "(b) broker hung → kubelet decides: 3rd failed exec liveness probe (its log)", Samples: r.HangDecided.Samples},
+		{Name: fmt.Sprintf("(b) broker hung → termination on a pod watch (SIGKILL after %d s grace)", r.GracePeriod), Samples: r.HangStatus.Samples},
+		{Name: "(b) broker hung, tcpSocket liveness: hung this long, not detected", Samples: r.HangTCPWatch.Samples},
 	} {
 		s := Summarise(c.Samples)
 		fmt.Fprintf(w, "%-78s %4d %10s %10s %10s %10s\n", c.Name, s.N, msf(s.Min), msf(s.Median), msf(s.P99), msf(s.Max))

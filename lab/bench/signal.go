@@ -1,7 +1,8 @@
 // Package bench holds the lab's benchmarks that need real processes: the
-// signal-based (SCM) versus polling (PCM) detection benchmark, on loopback
-// against a kubelet-style poller (RunSignal) and on a real node against the
-// real kubelet (RunNode), and the agent load benchmark.
+// signal-based (SCM) versus polling (PCM) detection benchmark, in sidecar
+// mode on loopback against a kubelet-style poller and in node mode against
+// a real API server (RunSignal), and on a real node against the real
+// kubelet (RunNode); the agent load benchmark and node mode's footprint.
 package bench
 
 import (
@@ -17,11 +18,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/proc"
 )
 
@@ -66,8 +73,16 @@ type PollerConfig struct {
 // KubeletDefaults are kubelet's probe defaults.
 var KubeletDefaults = PollerConfig{Period: 10 * time.Second, Timeout: time.Second, Threshold: 3}
 
+// The modes RunSignal measures.
+const (
+	ModeSidecar = "sidecar" // amf-sidecar beside the broker signals the agent over MQTT
+	ModeNode    = "node"    // amf-agent --node-mode runs the pipeline itself
+)
+
 // SignalConfig configures the SCM vs PCM benchmark.
 type SignalConfig struct {
+	// Modes to measure, in this order; empty: sidecar, then node.
+	Modes     []string
 	Runs      int
 	KeepAlive time.Duration // sidecar → agent MQTT keep-alive; bounds the freeze case
 	Poller    PollerConfig
@@ -77,35 +92,50 @@ type SignalConfig struct {
 	Progress  io.Writer
 }
 
-// Sample set of one case.
+// Sample set of one case, and the reason the agent gave at each sample.
 type Case struct {
 	Name    string
 	Samples []time.Duration
+	Reasons []string
 }
 
-// SignalReport is what the benchmark measured.
+func (c *Case) add(d time.Duration, reason string) {
+	c.Samples = append(c.Samples, d)
+	c.Reasons = append(c.Reasons, reason)
+}
+
+// SignalReport is what the benchmark measured. The first fields are sidecar
+// mode's; Node is node mode's, nil when it did not run.
 type SignalReport struct {
+	Modes         []string // the modes measured, in order; nil: sidecar only
+	Runs          int
 	BrokerCrash   Case // kill → agent has unhealthy (signals)
 	Poller        Case // kill → poller declares it dead
 	SidecarCrash  Case // kill → agent has gone
 	SidecarFreeze Case // SIGSTOP → agent has gone
-	SidecarCPU    float64
-	SidecarRSS    int64
-	Broker        string
+	// OOM kill in the broker's container → agent has unhealthy (the
+	// sidecar's OOM notification); not measured without a cgroup of its own
+	// (OOMSkipped says why).
+	OOM        Case
+	OOMSkipped string
+	SidecarCPU float64
+	SidecarRSS int64
+	Broker     string
+	Node       *NodeSignalReport
 }
 
-// transition is one line of the agent's JSON log.
-type transition struct {
-	Msg       string    `json:"msg"`
-	Namespace string    `json:"namespace"`
-	Pod       string    `json:"pod"`
-	To        string    `json:"to"`
-	Received  time.Time `json:"received"`
+// NodeSignalReport is node mode's part of the signal benchmark: the same
+// broker in a pod's container cgroup, watched by amf-agent --node-mode.
+type NodeSignalReport struct {
+	BrokerCrash Case // SIGKILL → agent has unhealthy (the pushed exit, pidfd)
+	OOM         Case // OOM kill in the container → agent has unhealthy (the OOM notification)
 }
 
 const (
 	benchNamespace = "lab"
 	benchPod       = "broker-0"
+	// benchMemLimit is every broker container's memory limit, the testbed's.
+	benchMemLimit = 100 << 20
 )
 
 type signalBench struct {
@@ -114,14 +144,23 @@ type signalBench struct {
 	token     string
 	agentAddr string
 	brokerArg string // broker's listen address
-	cgroupDir string // the broker's own memory cgroup, when one could be made
-	events    chan transition
+	// The broker's own container cgroup, in the kubelet's layout (no API
+	// server knows the pod), when one could be made; cgroupDir is its
+	// memory directory, the sidecar's --cgroup-path.
+	root      *benchCgroupRoot
+	pod       *nodeModePod
+	cgroupDir string
+	events    chan transitionLine
 
 	broker, sidecar, agent *proc.Proc
 	expectSidecarExit      bool
 }
 
-// RunSignal runs the benchmark and returns its measurements.
+// RunSignal runs the benchmark in each of cfg.Modes and returns its
+// measurements. In every mode the same broker is SIGKILLed and OOM-killed
+// cfg.Runs times; sidecar mode also times a kubelet-style poller against
+// the same kills, and the sidecar's own crash and freeze. Node mode needs
+// root and the control plane (make k8s).
 func RunSignal(ctx context.Context, cfg SignalConfig) (*SignalReport, error) {
 	if cfg.Runs <= 0 {
 		cfg.Runs = 5
@@ -135,51 +174,182 @@ func RunSignal(ctx context.Context, cfg SignalConfig) (*SignalReport, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	b := &signalBench{cfg: cfg, events: make(chan transition, 1024)}
-	defer b.cleanup()
-	if err := b.start(ctx); err != nil {
-		return nil, err
+	if len(cfg.Modes) == 0 {
+		cfg.Modes = []string{ModeSidecar, ModeNode}
+	}
+	for _, m := range cfg.Modes {
+		if m != ModeSidecar && m != ModeNode {
+			return nil, fmt.Errorf("signal bench: mode %q: want %s or %s", m, ModeSidecar, ModeNode)
+		}
+	}
+	// Node mode's prerequisites, checked before anything runs.
+	if slices.Contains(cfg.Modes, ModeNode) {
+		if os.Geteuid() != 0 {
+			return nil, errors.New("signal bench: node mode needs root (it creates cgroups); --mode sidecar runs without")
+		}
+		if _, err := controlplane.BinDir(); err != nil {
+			return nil, fmt.Errorf("signal bench: node mode needs the control plane (%w): run make k8s, or --mode sidecar", err)
+		}
 	}
 	rep := &SignalReport{
+		Modes:         cfg.Modes,
+		Runs:          cfg.Runs,
 		BrokerCrash:   Case{Name: "broker crash → agent has unhealthy (signal)"},
 		Poller:        Case{Name: fmt.Sprintf("broker crash → poller (every %v, timeout %v, %d failures)", cfg.Poller.Period, cfg.Poller.Timeout, cfg.Poller.Threshold)},
 		SidecarCrash:  Case{Name: "sidecar crash → agent has gone"},
 		SidecarFreeze: Case{Name: fmt.Sprintf("sidecar frozen → agent has gone (keep-alive %v)", cfg.KeepAlive)},
+		OOM:           Case{Name: "OOM kill in the broker container → agent has unhealthy"},
 		Broker:        "mochi",
 	}
 	if cfg.Bin.Mosquitto != "" {
 		rep.Broker = "mosquitto"
 	}
+	for _, m := range cfg.Modes {
+		var err error
+		switch m {
+		case ModeSidecar:
+			err = runSignalSidecar(ctx, cfg, rep)
+		case ModeNode:
+			rep.Node = &NodeSignalReport{
+				BrokerCrash: Case{Name: "broker crash → agent has unhealthy (pushed exit)"},
+				OOM:         Case{Name: "OOM kill in the broker container → agent has unhealthy"},
+			}
+			err = runSignalNode(ctx, cfg, rep.Node)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s mode: %w", m, err)
+		}
+	}
+	return rep, nil
+}
 
+// runSignalSidecar is sidecar mode: a broker, an amf-sidecar and an
+// amf-agent on loopback.
+func runSignalSidecar(ctx context.Context, cfg SignalConfig, rep *SignalReport) error {
+	cfg.WorkDir = filepath.Join(cfg.WorkDir, ModeSidecar)
+	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return err
+	}
+	b := &signalBench{cfg: cfg, events: make(chan transitionLine, 1024)}
+	defer b.cleanup()
+	if err := b.start(ctx); err != nil {
+		return err
+	}
 	if err := b.steadyState(ctx, rep); err != nil {
-		return nil, err
+		return err
 	}
 	for i := 0; i < cfg.Runs; i++ {
-		scm, pcm, err := b.brokerCrash(ctx)
+		scm, pcm, reason, err := b.brokerCrash(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("broker crash run %d: %w", i+1, err)
+			return fmt.Errorf("broker crash run %d: %w", i+1, err)
 		}
-		rep.BrokerCrash.Samples = append(rep.BrokerCrash.Samples, scm)
-		rep.Poller.Samples = append(rep.Poller.Samples, pcm)
-		fmt.Fprintf(cfg.Progress, "broker crash %d/%d: signal %v, poller %v\n", i+1, cfg.Runs, ms(scm), ms(pcm))
+		rep.BrokerCrash.add(scm, reason)
+		rep.Poller.add(pcm, "")
+		fmt.Fprintf(cfg.Progress, "sidecar mode: broker crash %d/%d: signal %v (%s), poller %v\n", i+1, cfg.Runs, ms(scm), reason, ms(pcm))
+	}
+	if b.root == nil {
+		rep.OOMSkipped = "the broker has no cgroup of its own (not root, or no cgroup hierarchy)"
+	}
+	for i := 0; i < cfg.Runs && b.root != nil; i++ {
+		d, reason, err := b.root.timeOOMKill(ctx, b.pod, cfg.Bin.Self, func() (time.Time, string, error) {
+			t, err := b.awaitState(ctx, 30*time.Second, "unhealthy")
+			return t.Received, t.Reason, err
+		})
+		if err != nil {
+			return fmt.Errorf("OOM kill run %d: %w", i+1, err)
+		}
+		rep.OOM.add(d, reason)
+		fmt.Fprintf(cfg.Progress, "sidecar mode: OOM kill %d/%d: unhealthy %v from the kill (%s)\n", i+1, cfg.Runs, ms(d), reason)
+		if _, err := b.awaitState(ctx, 30*time.Second, "healthy", "anomalous"); err != nil {
+			return fmt.Errorf("after OOM kill run %d: %w", i+1, err)
+		}
 	}
 	for i := 0; i < cfg.Runs; i++ {
 		d, err := b.sidecarFault(ctx, syscall.SIGKILL)
 		if err != nil {
-			return nil, fmt.Errorf("sidecar crash run %d: %w", i+1, err)
+			return fmt.Errorf("sidecar crash run %d: %w", i+1, err)
 		}
-		rep.SidecarCrash.Samples = append(rep.SidecarCrash.Samples, d)
-		fmt.Fprintf(cfg.Progress, "sidecar crash %d/%d: %v\n", i+1, cfg.Runs, ms(d))
+		rep.SidecarCrash.add(d, "")
+		fmt.Fprintf(cfg.Progress, "sidecar mode: sidecar crash %d/%d: %v\n", i+1, cfg.Runs, ms(d))
 	}
 	for i := 0; i < cfg.Runs; i++ {
 		d, err := b.sidecarFault(ctx, syscall.SIGSTOP)
 		if err != nil {
-			return nil, fmt.Errorf("sidecar freeze run %d: %w", i+1, err)
+			return fmt.Errorf("sidecar freeze run %d: %w", i+1, err)
 		}
-		rep.SidecarFreeze.Samples = append(rep.SidecarFreeze.Samples, d)
-		fmt.Fprintf(cfg.Progress, "sidecar freeze %d/%d: %v\n", i+1, cfg.Runs, ms(d))
+		rep.SidecarFreeze.add(d, "")
+		fmt.Fprintf(cfg.Progress, "sidecar mode: sidecar freeze %d/%d: %v\n", i+1, cfg.Runs, ms(d))
 	}
-	return rep, nil
+	return nil
+}
+
+// runSignalNode is node mode: the same broker as the process of a pod's
+// container, on the node rig (a real API server, amf-agent --node-mode);
+// a killed broker's container is restarted as the kubelet would.
+func runSignalNode(ctx context.Context, cfg SignalConfig, rep *NodeSignalReport) (err error) {
+	dir := filepath.Join(cfg.WorkDir, ModeNode)
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		return err
+	}
+	start := func(*nodeModePod) (*proc.Proc, error) { return startBrokerProc(cfg.Bin, dir, addr) }
+	rig, err := startNodeRig(ctx, nodeRigConfig{Pods: 1, Start: start, MemLimit: benchMemLimit, Bin: cfg.Bin, WorkDir: dir, Progress: cfg.Progress})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := rig.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	p := rig.pods[0]
+	name := p.pod.Name
+	if err := proc.WaitListening(ctx, p.proc, addr, 10*time.Second); err != nil {
+		return err
+	}
+	if err := rig.optIn(ctx); err != nil {
+		return err
+	}
+	if _, err := rig.await(ctx, name, 30*time.Second, "healthy", "anomalous"); err != nil {
+		return err
+	}
+	for i := 0; i < cfg.Runs; i++ {
+		rig.drain()
+		killed := time.Now()
+		p.proc.Kill()
+		tl, err := rig.await(ctx, name, 30*time.Second, "unhealthy")
+		if err != nil {
+			return fmt.Errorf("broker crash run %d: %w", i+1, err)
+		}
+		d := tl.Received.Sub(killed)
+		rep.BrokerCrash.add(d, tl.Reason)
+		fmt.Fprintf(cfg.Progress, "node mode: broker crash %d/%d: unhealthy %v later (%s)\n", i+1, cfg.Runs, ms(d), tl.Reason)
+		if err := rig.restart(ctx, p); err != nil {
+			return err
+		}
+		if err := proc.WaitListening(ctx, p.proc, addr, 10*time.Second); err != nil {
+			return err
+		}
+		if _, err := rig.await(ctx, name, 30*time.Second, "healthy", "anomalous"); err != nil {
+			return fmt.Errorf("after broker crash run %d: %w", i+1, err)
+		}
+	}
+	for i := 0; i < cfg.Runs; i++ {
+		rig.drain()
+		d, reason, err := rig.root.timeOOMKill(ctx, p, cfg.Bin.Self, func() (time.Time, string, error) {
+			tl, err := rig.await(ctx, name, 30*time.Second, "unhealthy")
+			return tl.Received, tl.Reason, err
+		})
+		if err != nil {
+			return fmt.Errorf("OOM kill run %d: %w", i+1, err)
+		}
+		rep.OOM.add(d, reason)
+		fmt.Fprintf(cfg.Progress, "node mode: OOM kill %d/%d: unhealthy %v from the kill (%s)\n", i+1, cfg.Runs, ms(d), reason)
+		if _, err := rig.await(ctx, name, 30*time.Second, "healthy", "anomalous"); err != nil {
+			return fmt.Errorf("after OOM kill run %d: %w", i+1, err)
+		}
+	}
+	return nil
 }
 
 func (b *signalBench) start(ctx context.Context) error {
@@ -212,7 +382,7 @@ func (b *signalBench) start(ctx context.Context) error {
 	if b.brokerArg, err = proc.FreeAddr(); err != nil {
 		return err
 	}
-	b.cgroupDir = makeBrokerCgroup(b.cfg.WorkDir)
+	b.makeCgroup()
 	if err := b.startBroker(ctx); err != nil {
 		return err
 	}
@@ -224,7 +394,7 @@ func (b *signalBench) start(ctx context.Context) error {
 }
 
 func (b *signalBench) onAgentLine(line string) {
-	var t transition
+	var t transitionLine
 	if json.Unmarshal([]byte(line), &t) != nil || t.Msg != "transition" || t.Pod != benchPod {
 		return
 	}
@@ -235,7 +405,7 @@ func (b *signalBench) onAgentLine(line string) {
 }
 
 // awaitState waits for the agent to log a transition of the pod into one of states.
-func (b *signalBench) awaitState(ctx context.Context, timeout time.Duration, states ...string) (transition, error) {
+func (b *signalBench) awaitState(ctx context.Context, timeout time.Duration, states ...string) (transitionLine, error) {
 	deadline := time.After(timeout)
 	for {
 		select {
@@ -246,13 +416,13 @@ func (b *signalBench) awaitState(ctx context.Context, timeout time.Duration, sta
 				}
 			}
 		case <-b.agent.Done():
-			return transition{}, fmt.Errorf("amf-agent exited: %v (log %s)", b.agent.Err(), filepath.Join(b.cfg.WorkDir, "agent.log"))
+			return transitionLine{}, fmt.Errorf("amf-agent exited: %v (log %s)", b.agent.Err(), filepath.Join(b.cfg.WorkDir, "agent.log"))
 		case <-b.sidecarDone():
-			return transition{}, fmt.Errorf("amf-sidecar exited: %v (log %s)", b.sidecar.Err(), filepath.Join(b.cfg.WorkDir, "sidecar.log"))
+			return transitionLine{}, fmt.Errorf("amf-sidecar exited: %v (log %s)", b.sidecar.Err(), filepath.Join(b.cfg.WorkDir, "sidecar.log"))
 		case <-ctx.Done():
-			return transition{}, ctx.Err()
+			return transitionLine{}, ctx.Err()
 		case <-deadline:
-			return transition{}, fmt.Errorf("agent saw no %v within %v (logs in %s)", states, timeout, b.cfg.WorkDir)
+			return transitionLine{}, fmt.Errorf("agent saw no %v within %v (logs in %s)", states, timeout, b.cfg.WorkDir)
 		}
 	}
 }
@@ -277,28 +447,72 @@ func (b *signalBench) drain() {
 	}
 }
 
-func (b *signalBench) startBroker(ctx context.Context) error {
-	var err error
-	logPath := filepath.Join(b.cfg.WorkDir, "broker.log")
-	if b.cfg.Bin.Mosquitto != "" {
-		host, port, _ := net.SplitHostPort(b.brokerArg)
-		conf := filepath.Join(b.cfg.WorkDir, "mosquitto.conf")
+// makeCgroup gives the broker a container cgroup of its own with the
+// testbed's memory limit, so that broker restarts keep the sidecar's target;
+// where none can be made (not root) the sidecar samples the lab process
+// instead and the OOM case is not measured.
+func (b *signalBench) makeCgroup() {
+	if os.Geteuid() != 0 {
+		return
+	}
+	root, err := newBenchCgroupRoot()
+	if err != nil {
+		fmt.Fprintf(b.cfg.Progress, "sidecar mode: no cgroup for the broker (%v): the sidecar samples the lab process\n", err)
+		return
+	}
+	root.memLimit = benchMemLimit
+	var uid [16]byte
+	_, _ = crand.Read(uid[:])
+	id := hex.EncodeToString(uid[:])
+	b.root = root
+	b.pod = &nodeModePod{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: benchPod, Namespace: benchNamespace, UID: types.UID(id)}}, uid: id}
+}
+
+// startBrokerProc starts the broker (Mosquitto, or a mochi broker by
+// amf-lab) listening on addr, its log in dir.
+func startBrokerProc(bin Binaries, dir, addr string) (*proc.Proc, error) {
+	logPath := filepath.Join(dir, "broker.log")
+	if bin.Mosquitto != "" {
+		host, port, _ := net.SplitHostPort(addr)
+		conf := filepath.Join(dir, "mosquitto.conf")
 		text := fmt.Sprintf("listener %s %s\nallow_anonymous true\npersistence false\n", port, host)
+		if os.Geteuid() == 0 {
+			// Mosquitto started as root changes to its own user, and a
+			// change of credentials clears the parent-death signal: a
+			// benchmark killed would leave it running. It stays root.
+			text += "user root\n"
+		}
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return nil, err
+		}
+		return proc.Start("mosquitto", logPath, nil, bin.Mosquitto, "-c", conf)
+	}
+	return proc.Start("mochi broker", logPath, nil, bin.Self, "broker", "--listen", addr)
+}
+
+func (b *signalBench) startBroker(ctx context.Context) error {
+	start := func(*nodeModePod) (*proc.Proc, error) { return startBrokerProc(b.cfg.Bin, b.cfg.WorkDir, b.brokerArg) }
+	var err error
+	switch {
+	case b.root == nil:
+		b.broker, err = start(nil)
+	case b.cgroupDir == "":
+		// The first start makes the container's cgroup.
+		if err = b.root.addContainer(b.pod, start); err != nil {
 			return err
 		}
-		b.broker, err = proc.Start("mosquitto", logPath, nil, b.cfg.Bin.Mosquitto, "-c", conf)
-	} else {
-		b.broker, err = proc.Start("mochi broker", logPath, nil, b.cfg.Bin.Self, "broker", "--listen", b.brokerArg)
+		b.broker = b.pod.proc
+		b.cgroupDir, _ = b.root.memoryDir(b.pod)
+	default:
+		// A restart: the same container cgroup, as the sidecar's target
+		// is fixed (--cgroup-path).
+		if b.broker, err = start(nil); err == nil {
+			b.pod.proc = b.broker
+			err = b.root.moveInto(b.pod, b.broker.PID())
+		}
 	}
 	if err != nil {
 		return err
-	}
-	if b.cgroupDir != "" {
-		// Its own cgroup, as a container runtime would give it.
-		if err := addToCgroup(b.cgroupDir, b.broker.PID()); err != nil {
-			return err
-		}
 	}
 	return proc.WaitListening(ctx, b.broker, b.brokerArg, 10*time.Second)
 }
@@ -349,7 +563,7 @@ func (b *signalBench) steadyState(ctx context.Context, rep *SignalReport) error 
 }
 
 // brokerCrash kills the broker and measures both detectors against the same kill.
-func (b *signalBench) brokerCrash(ctx context.Context) (scm, pcm time.Duration, err error) {
+func (b *signalBench) brokerCrash(ctx context.Context) (scm, pcm time.Duration, reason string, err error) {
 	// The poller runs at its own phase, as kubelet's probes do relative to a crash.
 	poll := newPoller(b.cfg.Poller, b.brokerArg)
 	pctx, stop := context.WithCancel(ctx)
@@ -358,12 +572,12 @@ func (b *signalBench) brokerCrash(ctx context.Context) (scm, pcm time.Duration, 
 	wg.Go(func() { poll.run(pctx) })
 	defer wg.Wait()
 	if err := poll.awaitHealthyProbe(ctx); err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	// Crash at a random phase of the poller's period, as real crashes do.
 	select {
 	case <-ctx.Done():
-		return 0, 0, ctx.Err()
+		return 0, 0, "", ctx.Err()
 	case <-time.After(rand.N(b.cfg.Poller.Period)):
 	}
 
@@ -373,23 +587,23 @@ func (b *signalBench) brokerCrash(ctx context.Context) (scm, pcm time.Duration, 
 	b.broker.Kill()
 	t, err := b.awaitState(ctx, 30*time.Second, "unhealthy")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	scm = t.Received.Sub(killed)
 	pcm, err = poll.awaitDead(ctx, b.cfg.Poller.Period*time.Duration(b.cfg.Poller.Threshold+2))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	stop()
 
 	b.drain()
 	if err := b.startBroker(ctx); err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	if _, err := b.awaitState(ctx, 30*time.Second, "healthy", "anomalous"); err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
-	return scm, pcm, nil
+	return scm, pcm, t.Reason, nil
 }
 
 // sidecarFault kills or freezes the sidecar and measures until the agent has gone.
@@ -429,8 +643,10 @@ func (b *signalBench) cleanup() {
 			p.Stop(3 * time.Second)
 		}
 	}
-	if b.cgroupDir != "" {
-		removeBrokerCgroup(b.cgroupDir)
+	if b.root != nil {
+		if err := b.root.remove(); err != nil {
+			fmt.Fprintf(b.cfg.Progress, "sidecar mode: %v\n", err)
+		}
 	}
 }
 

@@ -98,8 +98,14 @@ func (p *Proc) Stop(grace time.Duration) {
 	}
 }
 
-// Kill sends SIGKILL to the process group and waits for the exit.
+// Kill sends SIGKILL to the process group and waits for the exit; a
+// process already reaped is not signalled (its ID may be another's now).
 func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
 	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
 	<-p.done
 }

@@ -80,6 +80,23 @@ type target struct {
 	oom    <-chan cgroup.OOMEvent
 	exit   <-chan time.Time
 	cancel context.CancelFunc
+	// memDir and kills: its memory cgroup and oom_kill counter when opened,
+	// so an exit can be told an OOM kill without the notification.
+	memDir string
+	kills  uint64
+}
+
+// exitReason says why the broker's process ended: an OOM kill if the
+// cgroup's oom_kill counter moved since it was opened (the exit may be
+// seen before the OOM notification, or there is none: cgroup v1 on the
+// read-only mount of the node-mode overlay).
+func (t *target) exitReason() string {
+	if t.memDir != "" {
+		if n, err := cgroup.OOMKills(t.memDir); err == nil && n > t.kills {
+			return fmt.Sprintf("OOM kill in the broker container (%d so far): its process exited", n)
+		}
+	}
+	return "broker container " + short(t.id) + ": its process exited"
 }
 
 func (t *target) close() {
@@ -254,7 +271,7 @@ func (r *podRun) loop(ctx context.Context) {
 				cur.exit = nil
 				continue
 			}
-			send(pipe.Gone("broker container " + short(cur.id) + ": its process exited"))
+			send(pipe.Gone(cur.exitReason()))
 			drop()
 		}
 	}
@@ -318,6 +335,9 @@ func (r *podRun) open(ctx context.Context, id string, dead []string) (*target, e
 		}
 	}
 	if w, ok := src.(cgroup.Watched); ok {
+		if n, err := cgroup.OOMKills(w.MemoryDir()); err == nil {
+			t.memDir, t.kills = w.MemoryDir(), n
+		}
 		oom, err := cgroup.WatchOOM(wctx, w.MemoryDir())
 		if err != nil {
 			r.log.Warn("no OOM notification for the broker; an OOM kill is seen when its process exits or at the next sample", slog.String("error", err.Error()))

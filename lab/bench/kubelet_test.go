@@ -88,8 +88,13 @@ func TestNodeBenchSignalsBeforeTheKubelet(t *testing.T) {
 				t.Errorf("hang signalled after %v, the kubelet decided after %v: the agent should be first", s, decided)
 			}
 		}
-		if grace := time.Duration(rep.GracePeriod) * time.Second; ended < decided+grace {
-			t.Errorf("hung broker ended %v after the hang, before decision %v + grace %v", ended, decided, grace)
+		// The decision's time is the kubelet's log line of the last failed
+		// probe, written about when it starts the kill, not strictly before
+		// (once 32 ms after, in CI); a second of slack still tells a grace
+		// period waited from an end at once.
+		const logSlack = time.Second
+		if grace := time.Duration(rep.GracePeriod) * time.Second; ended < decided+grace-logSlack {
+			t.Errorf("hung broker ended %v after the hang, before decision %v + grace %v (less %v for the log line's timing)", ended, decided, grace, logSlack)
 		}
 	}
 	// A tcpSocket probe connects to a stopped broker: it sees no hang.

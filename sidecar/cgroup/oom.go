@@ -88,6 +88,20 @@ func WatchOOM(ctx context.Context, dir string) (<-chan OOMEvent, error) {
 	return ch, nil
 }
 
+// OOMKills reads the oom_kill counter of the memory cgroup at dir (v2:
+// memory.events, v1: memory.oom_control): a plain read, which works where
+// WatchOOM cannot (v1 on a read-only mount), to tell an OOM-killed process
+// from one that exited otherwise once its exit is known.
+func OOMKills(dir string) (uint64, error) {
+	var f fileReader
+	for _, name := range []string{"memory.events", "memory.oom_control"} {
+		if p := filepath.Join(dir, name); exists(p) {
+			return readKills(&f, p)
+		}
+	}
+	return 0, fmt.Errorf("read OOM kills in %s: neither memory.events nor memory.oom_control is there", dir)
+}
+
 // oomKillWait bounds how long a v1 watch reads oom_kill again after a
 // signal, waiting for the kill that follows it.
 const oomKillWait = 100 * time.Millisecond

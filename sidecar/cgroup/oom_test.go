@@ -63,6 +63,34 @@ func TestWatchOOMSeesARealOOMKill(t *testing.T) {
 	}
 }
 
+// TestOOMKillsTellsAnOOMKilledExitWithoutAWatch: the counter read after a
+// child's exit says whether the OOM killer ended it, with no watch set up
+// (as node mode on a read-only cgroup v1 mount, which refuses one).
+func TestOOMKillsTellsAnOOMKilledExitWithoutAWatch(t *testing.T) {
+	c := newRealCgroup(t)
+	c.limit(t)
+	before, err := OOMKills(c.dirs[ctrlMemory])
+	if err != nil {
+		t.Fatal(err)
+	}
+	hog := startChild(t, c, roleHog)
+	select {
+	case <-hog.done:
+	case <-time.After(childTimeout):
+		t.Fatal("the hog still runs")
+	}
+	after, err := OOMKills(c.dirs[ctrlMemory])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != 0 || after != 1 {
+		t.Errorf("oom_kill %d before and %d after the hog's exit, want 0 and 1", before, after)
+	}
+	if _, err := OOMKills(t.TempDir()); err == nil {
+		t.Error("a directory without a memory cgroup's files was read")
+	}
+}
+
 // The channel closes when the context ends, or (v1 only: v2 does not signal
 // a removal) when the cgroup is removed.
 func TestWatchOOMEndsOnRealCgroup(t *testing.T) {

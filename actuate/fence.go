@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -81,12 +82,7 @@ func (a *Actuator) Lift(ctx context.Context) (unsettled int) {
 		pods = append(pods, p)
 	}
 	a.fc.mu.Unlock()
-	slices.SortFunc(pods, func(x, y fencedPod) int {
-		if x.dep.String() < y.dep.String() {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(pods, func(x, y fencedPod) int { return strings.Compare(x.dep.String(), y.dep.String()) })
 	for _, p := range pods {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		d, err := a.cluster.Deployment(rctx, p.dep.ns, p.dep.name)
@@ -183,12 +179,5 @@ func (a *Actuator) command(p fencedPod, fence bool, why string) {
 		a.log.Error("command to a sidecar not sent", slog.String("pod", p.dep.ns+"/"+p.pod), slog.Bool("fence", fence), slog.String("error", err.Error()))
 		return
 	}
-	a.m.fence.WithLabelValues(commandLabel(fence)).Inc()
-}
-
-func commandLabel(fence bool) string {
-	if fence {
-		return "fence"
-	}
-	return "lift"
+	a.m.fence.WithLabelValues(c.Name()).Inc()
 }

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/amf-edge/amf/signal"
 )
 
 // metrics are the actuator's Prometheus metrics, registered on the
@@ -47,8 +49,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Commands sent to the sidecars of this node's guarded primaries: fence (pause the broker, cut off from the API server and every guard) and lift (resume it, still the primary).",
 		}, []string{"command"}),
 	}
-	m.fence.WithLabelValues("fence")
-	m.fence.WithLabelValues("lift")
+	m.fence.WithLabelValues(signal.CommandFence)
+	m.fence.WithLabelValues(signal.CommandLift)
 	if reg != nil {
 		reg.MustRegister(m.actions, m.events, m.stepTime, m.steps, m.stages, m.fence)
 	}

@@ -333,16 +333,9 @@ func (a *Agent) Command(c signal.Command) error {
 	if err := a.server.Publish(signal.CommandTopic(c.Namespace, c.Pod), b, true, 1); err != nil {
 		return fmt.Errorf("agent: publish the command to %s/%s: %w", c.Namespace, c.Pod, err)
 	}
-	a.m.commands.WithLabelValues(commandName(c)).Inc()
+	a.m.commands.WithLabelValues(c.Name()).Inc()
 	a.log.Info("command", slog.String("pod", c.Namespace+"/"+c.Pod), slog.Bool("fence", c.Fence), slog.String("reason", c.Reason))
 	return nil
-}
-
-func commandName(c signal.Command) string {
-	if c.Fence {
-		return "fence"
-	}
-	return "unfence"
 }
 
 // Run listens and serves until ctx ends.

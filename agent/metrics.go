@@ -103,7 +103,7 @@ func newMetrics() *metrics {
 		}),
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "amf_agent_commands_total",
-			Help: "Commands published to sidecars, by command (fence, unfence).",
+			Help: "Commands published to sidecars, by command (fence, lift).",
 		}, []string{"command"}),
 	}
 	m.reg.MustRegister(m.connAccepted, m.connRefused, m.aclDenied, m.malformed, m.messages,
@@ -134,7 +134,7 @@ func newMetrics() *metrics {
 	for _, k := range []string{"clean", "unclean", "superseded"} {
 		m.disconnects.WithLabelValues(k)
 	}
-	for _, c := range []string{"fence", "unfence"} {
+	for _, c := range []string{signal.CommandFence, signal.CommandLift} {
 		m.commands.WithLabelValues(c)
 	}
 	return m

@@ -1,11 +1,9 @@
 package signal
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 )
@@ -25,6 +23,20 @@ type Command struct {
 	Fence     bool      `json:"fence"` // true: pause the broker; false: resume it
 	Time      time.Time `json:"time"`  // when the agent decided, on the agent's clock
 	Reason    string    `json:"reason,omitempty"`
+}
+
+// The commands by name, as metrics and logs spell them (Command.Name).
+const (
+	CommandFence = "fence" // pause the broker
+	CommandLift  = "lift"  // resume it
+)
+
+// Name is the command's name: CommandFence or CommandLift.
+func (c Command) Name() string {
+	if c.Fence {
+		return CommandFence
+	}
+	return CommandLift
 }
 
 // MaxCommandBytes bounds a command payload: a command carries two names, a
@@ -91,13 +103,8 @@ func DecodeCommand(topic string, payload []byte) (Command, error) {
 		Time      *time.Time `json:"time"`
 		Reason    string     `json:"reason"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
+	if err := decodeStrict(payload, &raw); err != nil {
 		return Command{}, fmt.Errorf("%w: %v", ErrCommand, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Command{}, fmt.Errorf("%w: trailing data after the JSON object", ErrCommand)
 	}
 	if raw.Version == nil || raw.Namespace == nil || raw.Pod == nil || raw.Fence == nil || raw.Time == nil {
 		return Command{}, fmt.Errorf("%w: v, namespace, pod, fence and time are required", ErrCommand)

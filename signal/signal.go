@@ -242,13 +242,8 @@ func Decode(topic string, payload []byte) (Message, error) {
 		Reason      string     `json:"reason"`
 		Explanation string     `json:"explanation"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&raw); err != nil {
+	if err := decodeStrict(payload, &raw); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Message{}, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalid)
 	}
 	for _, f := range []struct {
 		name    string
@@ -273,6 +268,20 @@ func Decode(topic string, payload []byte) (Message, error) {
 		return Message{}, fmt.Errorf("%w: topic %s/%s, payload %s/%s", ErrIdentity, ns, pod, m.Namespace, m.Pod)
 	}
 	return m, nil
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields and
+// anything after the object: the contract's decoding of every payload.
+func decodeStrict(payload []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
 }
 
 func isDNSLabel(s string, max int) bool {

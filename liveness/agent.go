@@ -131,18 +131,19 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 	guardAddrs := map[string]string{}
 	var fenceGuards []string // the guards the fencer checks, under mu
 	failing := false
-	// The fence carried out: fenced from the fence until Lift has settled
-	// every fenced primary; liftDue once a renewal succeeded after it;
-	// lifting while a Lift runs.
-	fenced, liftDue, lifting := false, false, false
-	fences := 0 // a fence during a Lift is not settled by it
+	// The fence carried out: fences counts them, settled is the count the
+	// last successful Lift settled (a fence during a Lift is not); liftDue
+	// once a renewal succeeded after an unsettled fence; lifting while a
+	// Lift runs.
+	fences, settled := 0, 0
+	liftDue, lifting := false, false
 	hb := &Heartbeat{Client: l.client, Namespace: l.namespace, Node: l.node, Timing: t, ProbeAddr: l.advertise,
 		OnRenew: func(sent time.Time) {
 			mu.Lock()
 			if fencer != nil {
 				fencer.Renewed(sent)
 			}
-			if fenced {
+			if fences > settled {
 				liftDue = true
 			}
 			was := failing
@@ -190,7 +191,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 					l.log.Error("fence", slog.String("node", l.node), slog.Any("guards", silent), slog.Duration("cut_off_for", t.Fence), slog.String("why", why))
 					act.Fence(ctx, why, silent)
 					mu.Lock()
-					fenced, liftDue = true, false
+					liftDue = false
 					fences++
 					mu.Unlock()
 				}
@@ -212,12 +213,12 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 						}
 						mu.Lock()
 						lifting = false
-						settled := n == 0 && gen == fences
-						if settled {
-							fenced, liftDue = false, false
+						done := n == 0 && gen == fences
+						if done {
+							settled, liftDue = gen, false
 						}
 						mu.Unlock()
-						if settled {
+						if done {
 							l.log.Info("fence settled", slog.String("node", l.node))
 						}
 					}()

@@ -15,11 +15,12 @@
 //     they stop too, and nothing is declared on stale data; once they come
 //     back, every guarded node gets a full Lost again (its renewals failed
 //     too while the API server was away).
-//   - Fencer, on the node that may be cut off: its agent fences (retires its
-//     own primaries locally) once for Timing.Fence it has neither renewed its
-//     Lease nor reached any of its guards. Timing.Lost exceeds Timing.Fence by
-//     a margin (Validate), so a cut-off node has fenced before any guard
-//     declares it lost: the failover waits for the fence.
+//   - Fencer, on the node that may be cut off: its agent fences (retires
+//     locally) the primaries of a guard once for Timing.Fence it has neither
+//     renewed its Lease nor had that guard vouch for it (a guard vouches while
+//     it sees the node: Sights, Timing.Vouch). Timing.Lost exceeds
+//     Timing.Fence by a margin (Validate), so a cut-off node has fenced
+//     before any guard declares it lost: the failover waits for the fence.
 //
 // Times compared are always on one machine's clock: a guard compares the
 // arrivals of events at itself, a fencer the send times of its own requests.
@@ -28,7 +29,6 @@
 package liveness
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -176,18 +176,17 @@ func (g *Guard) Lost(now time.Time) []string {
 	return lost
 }
 
-// Fencer decides, on an agent, when to fence its own primaries: all of
-// them (Check), or those of each guard that has stopped vouching for it
-// (Silent), since each guard takes over only the primaries whose standby
-// runs on its node.
+// Fencer decides, on an agent, when to fence its own primaries: those of
+// each guard that has stopped vouching for it (Silent), since each guard
+// takes over only the primaries whose standby runs on its node.
 type Fencer struct {
 	t       Timing
 	renewed time.Time // send time of the latest renewal that succeeded
 	// reached is, by guard, the send time of the latest probe it answered
-	// vouching for this agent ("" for ReachedGuard, any guard); since is
-	// when Silent first asked about a guard (a full Fence from then).
+	// vouching for this agent; since is when Silent first asked about a
+	// guard (a full Fence from then).
 	reached, since map[string]time.Time
-	fenced         map[string]bool // fenced since the latest renewal ("" by Check)
+	fenced         map[string]bool // guards fenced for since the latest renewal
 }
 
 // NewFencer returns a fencer whose clock starts at now (a fresh agent has a
@@ -196,7 +195,7 @@ func NewFencer(t Timing, now time.Time) (*Fencer, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
-	return &Fencer{t: t, renewed: now, reached: map[string]time.Time{"": now}, since: map[string]time.Time{}, fenced: map[string]bool{}}, nil
+	return &Fencer{t: t, renewed: now, reached: map[string]time.Time{}, since: map[string]time.Time{}, fenced: map[string]bool{}}, nil
 }
 
 // Renewed records a renewal sent at sent that succeeded.
@@ -207,19 +206,12 @@ func (f *Fencer) Renewed(sent time.Time) {
 	clear(f.fenced)
 }
 
-// ReachedGuard records a probe sent at sent that one of the agent's guards
-// answered, vouching for it.
-func (f *Fencer) ReachedGuard(sent time.Time) { f.Vouched("", sent) }
-
 // Vouched records a probe sent at sent that guard answered vouching for
 // this agent: the guard sees it (its heartbeats or its answers), so will
 // not declare its node lost yet.
 func (f *Fencer) Vouched(guard string, sent time.Time) {
 	if sent.After(f.reached[guard]) {
 		f.reached[guard] = sent
-	}
-	if guard != "" && sent.After(f.reached[""]) {
-		f.reached[""] = sent
 	}
 }
 
@@ -234,8 +226,8 @@ func (f *Fencer) Silent(now time.Time, guards []string) []string {
 			f.since[g] = now
 		}
 		last := f.reached[g]
-		if s := f.since[g]; s.After(last) {
-			last = s
+		if f.since[g].After(last) {
+			last = f.since[g]
 		}
 		if !f.fenced[g] && now.Sub(f.renewed) >= f.t.Fence && now.Sub(last) >= f.t.Fence {
 			f.fenced[g] = true
@@ -243,23 +235,6 @@ func (f *Fencer) Silent(now time.Time, guards []string) []string {
 		}
 	}
 	return out
-}
-
-// ErrFence says the agent must fence its primaries now.
-var ErrFence = errors.New("liveness: cut off from the API server and every guard: fence the primaries")
-
-// Check returns ErrFence once, at the first now at which for Timing.Fence
-// neither a renewal nor any guard's vouching answer has come; nil
-// otherwise. After a successful renewal it can fence again.
-func (f *Fencer) Check(now time.Time) error {
-	if f.fenced[""] {
-		return nil
-	}
-	if now.Sub(f.renewed) >= f.t.Fence && now.Sub(f.reached[""]) >= f.t.Fence {
-		f.fenced[""] = true
-		return ErrFence
-	}
-	return nil
 }
 
 // Vouch is how long a guard vouches for a guarded node's agent after it

@@ -10,7 +10,6 @@ package nodeloss
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -141,7 +140,7 @@ func RunAgent(ctx context.Context, cfg Config) error {
 				pcancel()
 				if ok {
 					fmu.Lock()
-					fencer.ReachedGuard(sent)
+					fencer.Vouched(a, sent)
 					fmu.Unlock()
 				}
 				select {
@@ -164,9 +163,9 @@ func RunAgent(ctx context.Context, cfg Config) error {
 				return
 			case now := <-tick.C:
 				fmu.Lock()
-				err := fencer.Check(now)
+				silent := fencer.Silent(now, cfg.GuardedBy)
 				fmu.Unlock()
-				if errors.Is(err, liveness.ErrFence) {
+				if len(silent) > 0 {
 					say(Line{Event: "fence", At: now})
 				}
 			}

@@ -184,7 +184,7 @@ func termIn(status []byte) bool {
 }
 
 // Stopped says whether process pid is in the stopped state (T), from its
-// /proc/<pid>/stat: for tests and for the sidecar's status.
+// /proc/<pid>/stat: what a paused process looks like from outside (the lab checks the fence by it).
 func Stopped(proc string, pid int) (bool, error) {
 	if proc == "" {
 		proc = "/proc"

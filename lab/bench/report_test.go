@@ -48,13 +48,7 @@ func TestPrintSignalEndsWithTheJSONLine(t *testing.T) {
 }
 
 func TestPrintSignalHasARowPerModeAndCaseAndPerModeJSON(t *testing.T) {
-	d := func(ms ...float64) []time.Duration {
-		var out []time.Duration
-		for _, m := range ms {
-			out = append(out, time.Duration(m*float64(time.Millisecond)))
-		}
-		return out
-	}
+	d := msDurations
 	both := &SignalReport{Modes: []string{ModeSidecar, ModeNode}, Runs: 2,
 		BrokerCrash: Case{Name: "crash", Samples: d(2, 4)}, Poller: Case{Name: "poller", Samples: d(20000, 28000)},
 		SidecarCrash: Case{Name: "sidecar crash", Samples: d(1, 3)}, SidecarFreeze: Case{Name: "freeze", Samples: d(7000, 7000)},
@@ -114,13 +108,7 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 func TestPrintNodeEndsWithTheJSONLineOfEveryCase(t *testing.T) {
-	d := func(ms ...float64) []time.Duration {
-		var out []time.Duration
-		for _, m := range ms {
-			out = append(out, time.Duration(m*float64(time.Millisecond)))
-		}
-		return out
-	}
+	d := msDurations
 	r := &NodeReport{
 		CrashSignal: Case{Samples: d(2, 5)}, CrashStatus: Case{Samples: d(400, 1000)},
 		HangSignal: Case{Samples: d(1500, 2500)}, HangDecided: Case{Samples: d(25000)}, HangStatus: Case{Samples: d(55000)},
@@ -140,4 +128,13 @@ func TestPrintNodeEndsWithTheJSONLineOfEveryCase(t *testing.T) {
 	if got != want {
 		t.Fatalf("JSON line %+v\nwant      %+v", got, want)
 	}
+}
+
+// msDurations are durations of so many milliseconds each.
+func msDurations(ms ...float64) []time.Duration {
+	var out []time.Duration
+	for _, m := range ms {
+		out = append(out, time.Duration(m*float64(time.Millisecond)))
+	}
+	return out
 }

@@ -393,3 +393,24 @@ func (p *Pair) WaitBrokerPaused(ctx context.Context, pod string, timeout time.Du
 		return ok, saw
 	})
 }
+
+// Acted says whether an agent's line is a node-loss action: a guarded node
+// declared lost, a fence, or a primary retired. What a slow node, a dead
+// kubelet or an API server away must not bring.
+func Acted(l testbed.AgentLine) bool {
+	return l.Msg == "guarded node lost" || l.Msg == "fence" || (l.Msg == "decision" && l.Action == "RetirePrimary")
+}
+
+// ActedSince returns every node-loss action (Acted) the agents logged after
+// since, with the node of the agent.
+func (p *Pair) ActedSince(since time.Time) map[string][]testbed.AgentLine {
+	out := map[string][]testbed.AgentLine{}
+	for n, ag := range p.Agents {
+		for _, l := range ag.Lines() {
+			if l.Time.After(since) && Acted(l) {
+				out[n] = append(out[n], l)
+			}
+		}
+	}
+	return out
+}

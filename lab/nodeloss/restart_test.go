@@ -19,7 +19,6 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/kubenode"
-	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/lab/nodeloss"
 	"github.com/amf-edge/amf/lab/testbed"
 )
@@ -39,27 +38,7 @@ import (
 func TestStandbysAgentKilledMidFailoverFinishesItAfterItsRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	repo, err := testbed.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, cl := kubenodetest.StartCluster(t, 3, kubenodetest.Options{})
-	p, err := nodeloss.StartPair(ctx, nodeloss.PairConfig{ControlPlane: cp, Cluster: cl, Repo: repo, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Stop)
-	t.Cleanup(func() {
-		if t.Failed() {
-			for n, ag := range p.Agents {
-				for _, l := range ag.Lines() {
-					if l.Msg != "signal" && l.Msg != "transition" {
-						t.Logf("agent on %s: %+v", n, l)
-					}
-				}
-			}
-		}
-	})
+	_, cl, p := startPair(ctx, t)
 	nA, nB := cl.Nodes[0], cl.Nodes[1]
 	a, b := testbed.PrimaryName, testbed.StandbyName
 	if err := p.WaitPair(ctx, a, b, nA.Name, nB.Name); err != nil {

@@ -42,6 +42,9 @@ type fencedPod struct {
 	dep   podKey // the primary Deployment
 	pod   string
 	guard string // the node of its standby, whose agent guards it
+	// nodeMode: the agent runs its pipeline itself; no sidecar to pause
+	// its broker, so its fence is only reported.
+	nodeMode bool
 }
 
 // setHere records the guarded primaries on this node (syncNodes).
@@ -61,6 +64,11 @@ func (a *Actuator) Fence(_ context.Context, why string, guards []string) {
 	n := 0
 	for _, p := range a.fc.here {
 		if !slices.Contains(guards, p.guard) {
+			continue
+		}
+		if p.nodeMode {
+			a.log.Error("fence only reported: in node mode no sidecar can pause the broker", slog.String("pod", p.dep.ns+"/"+p.pod))
+			n++
 			continue
 		}
 		a.command(p, true, why)
@@ -118,7 +126,7 @@ func (a *Actuator) liftOnArrival(ctx context.Context, here []fencedPod) {
 		return
 	}
 	for _, p := range here {
-		if a.fc.checked[p.dep] == p.pod {
+		if p.nodeMode || a.fc.checked[p.dep] == p.pod {
 			continue
 		}
 		if a.liftIfServing(ctx, p.dep, p.pod) {

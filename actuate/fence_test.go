@@ -40,27 +40,36 @@ func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing
 		apiDown  bool                 // the first Lift cannot read the primary
 		fenced   bool                 // a fence command is sent
 		lifted   bool                 // a lift command is sent
+		nodeMode bool                 // the primary is in node mode: no sidecar to command
 	}{
-		{"nothing happened meanwhile: paused, then resumed", "node-b", nil, false, true, true},
-		{"the API server still unreachable at the first lift: kept, resumed at the next", "node-b", nil, true, true, true},
+		{"nothing happened meanwhile: paused, then resumed", "node-b", nil, false, true, true, false},
+		{"the API server still unreachable at the first lift: kept, resumed at the next", "node-b", nil, true, true, true, false},
 		{"the guard retired the primary: kept paused for the kubelet to stop", "node-b", func(f *fakeCluster) {
 			*f.depLocked(ns, "primary").Spec.Replicas = 0
-		}, false, true, false},
+		}, false, true, false, false},
 		{"the guard recorded a failover: kept paused", "node-b", func(f *fakeCluster) {
 			d := f.depLocked(ns, "primary")
 			d.Annotations = maps.Clone(d.Annotations)
 			d.Annotations[contract.AnnRecord] = `{"phase":"Retiring","standby":"standby"}`
-		}, false, true, false},
+		}, false, true, false, false},
 		{"the roles were exchanged: kept paused", "node-b", func(f *fakeCluster) {
 			d := f.depLocked(ns, "primary")
 			d.Annotations = maps.Clone(d.Annotations)
 			delete(d.Annotations, contract.AnnStandby)
-		}, false, true, false},
-		{"the standby on the same node: nobody guards it, nothing to fence", "node-a", nil, false, false, false},
+		}, false, true, false, false},
+		{"the standby on the same node: nobody guards it, nothing to fence", "node-a", nil, false, false, false, false},
+		{"node mode: no sidecar to pause the broker, the fence only reported", "node-b", nil, false, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeCluster()
 			pp, _ := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnStandbyNode: tc.standby})
+			if tc.nodeMode {
+				f.mu.Lock()
+				d := f.depLocked(ns, "primary")
+				d.Annotations = maps.Clone(d.Annotations)
+				d.Annotations[contract.AnnMode] = string(contract.ModeNode)
+				f.mu.Unlock()
+			}
 			var cmds commands
 			g := &guardRig{}
 			cfg := Config{Node: "node-a", Instance: "node-a", Command: cmds.send, OnGuards: func(gs Guards) {
@@ -92,6 +101,11 @@ func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing
 				t.Fatalf("fenced for a guard that does not guard it: %+v", got)
 			}
 			g.act.Fence(context.Background(), "cut off", []string{"node-b"})
+			if tc.nodeMode {
+				g.logs.wait(t, "the fence reported", func(l map[string]any) bool {
+					return l["msg"] == "fence only reported: in node mode no sidecar can pause the broker"
+				})
+			}
 			got := cmds.all()[base:]
 			if fenced := len(got) == 1 && got[0].Fence && got[0].Pod == pp && got[0].Namespace == ns; fenced != tc.fenced || (!tc.fenced && len(got) > 0) {
 				t.Fatalf("after the fence, commands %+v; want a fence of %s: %v", got, pp, tc.fenced)

@@ -232,7 +232,7 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 			a.writeNode(ctx, sk, contract.AnnPrimaryNode, w.standbyAnn)
 			if n := w.standbyAnn[contract.AnnStandbyNode]; n != "" && n != a.nl.self {
 				g.GuardedBy = append(g.GuardedBy, n)
-				here = append(here, fencedPod{dep: w.key, pod: pod, guard: n})
+				here = append(here, fencedPod{dep: w.key, pod: pod, guard: n, nodeMode: w.annotations[contract.AnnMode] == string(contract.ModeNode)})
 			}
 		}
 		if _, here := a.nl.local[sk]; here {

@@ -109,7 +109,7 @@ func BenchmarkConfirmedAnomalyToPrimaryRetired(b *testing.B) {
 // bound to actuate.Rules(), with its requests observed by wire.
 type rig struct {
 	ctx     context.Context
-	admin   kubernetes.Interface
+	admin   *kube
 	wire    *wire
 	signals chan signal.Observation
 }
@@ -122,12 +122,12 @@ func startRig(b *testing.B) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &rig{ctx: ctx, admin: cp.Client(), wire: &wire{}, signals: make(chan signal.Observation)}
+	r := &rig{ctx: ctx, admin: &kube{Interface: cp.Client(), cp: cp, ns: "amf-actuate"}, wire: &wire{}, signals: make(chan signal.Observation)}
 	mustCreate(b, func() error {
-		_, err := r.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
+		_, err := r.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.admin.ns}}, metav1.CreateOptions{})
 		return err
 	})
-	cfg := agentConfig(ctx, b, cp, actuate.Rules())
+	cfg := agentConfig(ctx, b, r.admin, actuate.Rules())
 	r.wire.install(cfg)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -171,7 +171,7 @@ func (r *rig) pair(b *testing.B, i int, hold string) (primary, standby, pod stri
 func (r *rig) send(tb testing.TB, pod string, st signal.State) {
 	tb.Helper()
 	select {
-	case r.signals <- observation(testNS, pod, st, 0.93, false):
+	case r.signals <- observation(r.admin.ns, pod, st, 0.93, false):
 	case <-r.ctx.Done():
 		tb.Fatalf("signal for %s not taken: %v", pod, r.ctx.Err())
 	}

@@ -18,13 +18,14 @@ import (
 // series counts the n signals (the count is written at the first repeat, then
 // at most every 10 s, and when the actuator stops), not n objects.
 func TestRepeatedWarningIsOneEventSeries(t *testing.T) {
-	ctx, _, cp, admin := startCluster(t, 90*time.Second)
-	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
+	t.Parallel()
+	ctx, _, admin := startCluster(t, 90*time.Second)
+	agentClient := agentClientset(ctx, t, admin, actuate.Rules())
 	mustCreate(t, func() error {
 		return createDeployment(ctx, admin, "broker-c", 1, map[string]string{contract.AnnStandby: "broker-d", contract.AnnRedundancy: "warm"})
 	})
 	pod := onlyPod(ctx, t, admin, "broker-c")
-	send, done := runActuator(ctx, t, agentClient, false)
+	send, done := runActuator(ctx, t, agentClient, admin.ns, false)
 	defer done()
 	const n, more = 20, 5
 	for range n {
@@ -48,7 +49,7 @@ func TestRepeatedWarningIsOneEventSeries(t *testing.T) {
 	send("no-such-pod", signal.Healthy)
 	done() // the count not written yet is written as the actuator stops
 	countInvalid := func() (int, int32) {
-		list, err := admin.EventsV1().Events(testNS).List(context.Background(), metav1.ListOptions{})
+		list, err := admin.EventsV1().Events(admin.ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

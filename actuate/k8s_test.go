@@ -34,10 +34,8 @@ import (
 	"github.com/amf-edge/amf/signal"
 )
 
-const (
-	testNS  = "amf-actuate"
-	agentSA = "amf-agent"
-)
+// agentSA is the agent's ServiceAccount, in each test's namespace.
+const agentSA = "amf-agent"
 
 // TestSwitchoverAndFailover runs the actuator, as a ServiceAccount bound to
 // exactly actuate.Rules(), against a real API server, controller manager,
@@ -47,8 +45,9 @@ const (
 // action), and the readiness-gate condition. A watcher records every change of
 // the Ready replicas and checks primary + standby never drop to 0.
 func TestSwitchoverAndFailover(t *testing.T) {
-	ctx, cancel, cp, admin := startCluster(t, 90*time.Second)
-	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
+	t.Parallel()
+	ctx, cancel, admin := startCluster(t, 90*time.Second)
+	agentClient := agentClientset(ctx, t, admin, actuate.Rules())
 	checkRBAC(ctx, t, admin)
 
 	// Primary a (its pods declare the amf.io/healthy readiness gate), cold
@@ -85,7 +84,7 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	send := func(pod string, st signal.State, transition bool) {
 		t.Helper()
 		select {
-		case signals <- observation(testNS, pod, st, 0.93, transition):
+		case signals <- observation(admin.ns, pod, st, 0.93, transition):
 		case <-ctx.Done():
 			t.Fatalf("signal for %s not taken: %v", pod, ctx.Err())
 		}
@@ -220,8 +219,8 @@ func checkHistograms(t *testing.T, g prometheus.Gatherer, name, label string, wa
 // standby and waits for it (Confirm), and retires the second primary and
 // exchanges the roles, never bringing a pair's Ready replicas to 0.
 func TestResumeAfterRestart(t *testing.T) {
-	ctx, cancel, cp, admin := startCluster(t, 90*time.Second)
-	agentClient := agentClientset(ctx, t, cp, actuate.RulesWithResume())
+	ctx, cancel, admin := startCluster(t, 90*time.Second)
+	agentClient := agentClientset(ctx, t, admin, actuate.RulesWithResume())
 	recJSON := func(r actuate.Record) string {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -287,14 +286,15 @@ func TestResumeAfterRestart(t *testing.T) {
 // abort delay; a standby that cannot become Ready (unschedulable) gives a
 // Warning Event at the ready timeout, is scaled back, and the primary stays.
 func TestAbortAndStandbyNeverReady(t *testing.T) {
-	ctx, cancel, cp, admin := startCluster(t, 90*time.Second)
-	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
+	t.Parallel()
+	ctx, cancel, admin := startCluster(t, 90*time.Second)
+	agentClient := agentClientset(ctx, t, admin, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
 		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{contract.AnnStandby: "broker-b", contract.AnnAbortDelay: "1s"})
 	})
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-never", 0, nil) })
-	if _, err := admin.AppsV1().Deployments(testNS).Patch(ctx, "broker-never", "application/merge-patch+json",
+	if _, err := admin.AppsV1().Deployments(admin.ns).Patch(ctx, "broker-never", "application/merge-patch+json",
 		[]byte(`{"spec":{"template":{"spec":{"nodeSelector":{"amf.io/no-such-node":"x"}}}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 	signals, runDone := startActuator(ctx, t, agentClient)
 	send := func(pod string, st signal.State) {
 		select {
-		case signals <- observation(testNS, pod, st, 0.9, false):
+		case signals <- observation(admin.ns, pod, st, 0.9, false):
 		case <-ctx.Done():
 			t.Fatalf("signal not taken: %v", ctx.Err())
 		}
@@ -347,8 +347,9 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 // standby was scaled up and starts it again: the actuator's standby watch
 // resumes, the record reaches Confirm and the switchover completes.
 func TestAPIServerRestartDuringSwitchover(t *testing.T) {
-	ctx, cancel, cp, admin := startCluster(t, 90*time.Second)
-	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
+	t.Parallel()
+	ctx, cancel, admin := startOwnCluster(t, 90*time.Second)
+	agentClient := agentClientset(ctx, t, admin, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
 		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{contract.AnnStandby: "broker-b", contract.AnnHold: "1s"})
@@ -357,7 +358,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 	signals, runDone := startActuator(ctx, t, agentClient)
 	send := func(st signal.State) {
 		select {
-		case signals <- observation(testNS, podA, st, 0.9, false):
+		case signals <- observation(admin.ns, podA, st, 0.9, false):
 		case <-ctx.Done():
 			t.Fatalf("signal not taken: %v", ctx.Err())
 		}
@@ -367,7 +368,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 	}
 	waitDeployment(ctx, t, admin, "broker-b", "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
 	t0 := time.Now()
-	if err := cp.RestartAPIServer(ctx); err != nil {
+	if err := admin.cp.RestartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("API server restarted in %v", time.Since(t0).Round(time.Millisecond))
@@ -386,41 +387,43 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 	}
 }
 
-// agentClientset returns a clientset of a ServiceAccount bound to exactly
-// actuate.Rules() by a ClusterRoleBinding.
-func agentClientset(ctx context.Context, t testing.TB, cp *controlplane.ControlPlane, rules []rbacv1.PolicyRule) kubernetes.Interface {
+// agentClientset returns a clientset of the ServiceAccount amf-agent of the
+// test's namespace, bound to exactly rules by a ClusterRoleBinding (named
+// after the namespace: the tests share the control plane).
+func agentClientset(ctx context.Context, t testing.TB, admin *kube, rules []rbacv1.PolicyRule) kubernetes.Interface {
 	t.Helper()
-	admin := cp.Client()
-	mustCreate(t, func() error {
-		_, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "amf-agent-actuate"}, Rules: rules}, metav1.CreateOptions{})
-		return err
-	})
-	mustCreate(t, func() error {
-		_, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "amf-agent-actuate"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "amf-agent-actuate"},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: testNS, Name: agentSA}},
-		}, metav1.CreateOptions{})
-		return err
-	})
-	cfg, err := cp.ServiceAccountConfig(ctx, testNS, agentSA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubernetes.NewForConfig(agentConfig(ctx, t, admin, rules))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cs
 }
 
-// agentConfig binds a ServiceAccount to exactly rules, like agentClientset,
-// and returns its client configuration (with the agent binary's QPS and
-// burst), for tests that wrap its transport.
-func agentConfig(ctx context.Context, t testing.TB, cp *controlplane.ControlPlane, rules []rbacv1.PolicyRule) *rest.Config {
+// agentConfig binds the agent's ServiceAccount to exactly rules, like
+// agentClientset, and returns its client configuration (with the agent
+// binary's QPS and burst), for tests that wrap its transport.
+func agentConfig(ctx context.Context, t testing.TB, admin *kube, rules []rbacv1.PolicyRule) *rest.Config {
 	t.Helper()
-	agentClientset(ctx, t, cp, rules)
-	cfg, err := cp.ServiceAccountConfig(ctx, testNS, agentSA)
+	role := "amf-agent-actuate-" + admin.ns
+	mustCreate(t, func() error {
+		_, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: rules}, metav1.CreateOptions{})
+		return err
+	})
+	mustCreate(t, func() error {
+		_, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: admin.ns, Name: agentSA}},
+		}, metav1.CreateOptions{})
+		return err
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = admin.RbacV1().ClusterRoleBindings().Delete(ctx, role, metav1.DeleteOptions{})
+		_ = admin.RbacV1().ClusterRoles().Delete(ctx, role, metav1.DeleteOptions{})
+	})
+	cfg, err := admin.cp.ServiceAccountConfig(ctx, admin.ns, agentSA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,9 +433,9 @@ func agentConfig(ctx context.Context, t testing.TB, cp *controlplane.ControlPlan
 
 // checkRBAC asks the API server (SubjectAccessReview) what the agent's
 // identity may do: its job, and nothing of the dangerous rest.
-func checkRBAC(ctx context.Context, t testing.TB, admin kubernetes.Interface) {
+func checkRBAC(ctx context.Context, t testing.TB, admin *kube) {
 	t.Helper()
-	user := "system:serviceaccount:" + testNS + ":" + agentSA
+	user := "system:serviceaccount:" + admin.ns + ":" + agentSA
 	tests := []struct {
 		group, resource, sub, verb string
 		want                       bool
@@ -456,8 +459,8 @@ func checkRBAC(ctx context.Context, t testing.TB, admin kubernetes.Interface) {
 	for _, tt := range tests {
 		sar, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               user,
-			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + testNS, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: testNS, Group: tt.group, Resource: tt.resource, Subresource: tt.sub, Verb: tt.verb},
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + admin.ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: admin.ns, Group: tt.group, Resource: tt.resource, Subresource: tt.sub, Verb: tt.verb},
 		}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -468,14 +471,14 @@ func checkRBAC(ctx context.Context, t testing.TB, admin kubernetes.Interface) {
 	}
 }
 
-func createDeployment(ctx context.Context, cs kubernetes.Interface, name string, replicas int32, ann map[string]string) error {
+func createDeployment(ctx context.Context, k *kube, name string, replicas int32, ann map[string]string) error {
 	labels := map[string]string{"app": name}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "mosquitto", Image: "eclipse-mosquitto:2"}}}
 	if name == "broker-a" {
 		spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.ConditionHealthy}}
 	}
-	_, err := cs.AppsV1().Deployments(testNS).Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, Annotations: ann},
+	_, err := k.AppsV1().Deployments(k.ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns, Annotations: ann},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -485,10 +488,48 @@ func createDeployment(ctx context.Context, cs kubernetes.Interface, name string,
 	return err
 }
 
-// startCluster starts a control plane with one kwok node and the test namespace,
-// and returns a context bounded by timeout (cancel it to stop what runs under
-// it), the control plane and the admin client.
-func startCluster(t *testing.T, timeout time.Duration) (context.Context, context.CancelFunc, *controlplane.ControlPlane, kubernetes.Interface) {
+// plane is the control plane the package's real-API tests share: started
+// by the first of them, stopped by TestMain after the last (with -count=N,
+// after the last run), so that a test costs its own work, not a start.
+var plane = &controlplane.Shared{Options: controlplane.Options{Nodes: 1}}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	plane.Stop(code != 0)
+	os.Exit(code)
+}
+
+// kube is one test's admin client, the control plane it is on, and the
+// test's namespace, where everything of the test lives.
+type kube struct {
+	kubernetes.Interface
+	cp *controlplane.ControlPlane
+	ns string
+}
+
+// startCluster gives the test a namespace of its own (and a kwok node) on
+// the shared control plane, and returns a context bounded by timeout
+// (cancel it to stop what runs under it) and the test's admin client.
+//
+// A test whose agents act only on the signals of its own pods calls
+// t.Parallel first: nothing it does reaches another namespace. A test whose
+// agent resumes at start (ResumeOnStart, actuate.RulesWithResume) lists the
+// Deployments of every namespace and would take up the switchovers of the
+// tests beside it, so it runs alone, before the parallel ones.
+func startCluster(t *testing.T, timeout time.Duration) (context.Context, context.CancelFunc, *kube) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	cp := plane.Get(ctx, t)
+	return ctx, cancel, &kube{Interface: cp.Client(), cp: cp, ns: plane.Namespace(ctx, t, "amf-actuate")}
+}
+
+// startOwnCluster is startCluster on a control plane of the test's own, for
+// a test that stops or restarts its components.
+func startOwnCluster(t *testing.T, timeout time.Duration) (context.Context, context.CancelFunc, *kube) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a Kubernetes control plane")
@@ -499,12 +540,12 @@ func startCluster(t *testing.T, timeout time.Duration) (context.Context, context
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := cp.Client()
+	k := &kube{Interface: cp.Client(), cp: cp, ns: "amf-actuate"}
 	mustCreate(t, func() error {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}, metav1.CreateOptions{})
+		_, err := k.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.ns}}, metav1.CreateOptions{})
 		return err
 	})
-	return ctx, cancel, cp, admin
+	return ctx, cancel, k
 }
 
 // startActuator runs an actuator on client, logging to the test, until ctx ends;
@@ -548,55 +589,55 @@ func until[T runtime.Object](ctx context.Context, t testing.TB, lw cache.ListerW
 	return last
 }
 
-func waitDeployment(ctx context.Context, t testing.TB, cs kubernetes.Interface, name, what string, cond func(*appsv1.Deployment) bool) *appsv1.Deployment {
+func waitDeployment(ctx context.Context, t testing.TB, k *kube, name, what string, cond func(*appsv1.Deployment) bool) *appsv1.Deployment {
 	t.Helper()
-	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", testNS, fields.OneTermEqualSelector("metadata.name", name))
+	lw := cache.NewListWatchFromClient(k.AppsV1().RESTClient(), "deployments", k.ns, fields.OneTermEqualSelector("metadata.name", name))
 	return until(ctx, t, lw, &appsv1.Deployment{}, name+" "+what, func(d *appsv1.Deployment) bool {
 		return d.Status.ObservedGeneration >= d.Generation && cond(d)
 	})
 }
 
-func waitPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, name, what string, cond func(*corev1.Pod) bool) {
+func waitPod(ctx context.Context, t testing.TB, k *kube, name, what string, cond func(*corev1.Pod) bool) {
 	t.Helper()
-	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", testNS, fields.OneTermEqualSelector("metadata.name", name))
+	lw := cache.NewListWatchFromClient(k.CoreV1().RESTClient(), "pods", k.ns, fields.OneTermEqualSelector("metadata.name", name))
 	until(ctx, t, lw, &corev1.Pod{}, name+" "+what, cond)
 }
 
-func waitEvent(ctx context.Context, t testing.TB, cs kubernetes.Interface, regarding, reason string) {
+func waitEvent(ctx context.Context, t testing.TB, k *kube, regarding, reason string) {
 	t.Helper()
-	waitEventWith(ctx, t, cs, regarding, reason, "", func(*eventsv1.Event) bool { return true })
+	waitEventWith(ctx, t, k, regarding, reason, "", func(*eventsv1.Event) bool { return true })
 }
 
 // waitEventWith waits for an agent's Event regarding a Deployment, with
 // reason, that satisfies cond (described by what).
-func waitEventWith(ctx context.Context, t testing.TB, cs kubernetes.Interface, regarding, reason, what string, cond func(*eventsv1.Event) bool) *eventsv1.Event {
+func waitEventWith(ctx context.Context, t testing.TB, k *kube, regarding, reason, what string, cond func(*eventsv1.Event) bool) *eventsv1.Event {
 	t.Helper()
-	lw := cache.NewListWatchFromClient(cs.EventsV1().RESTClient(), "events", testNS, fields.Everything())
+	lw := cache.NewListWatchFromClient(k.EventsV1().RESTClient(), "events", k.ns, fields.Everything())
 	return until(ctx, t, lw, &eventsv1.Event{}, fmt.Sprintf("event %s on %s %s", reason, regarding, what), func(e *eventsv1.Event) bool {
 		return e.Regarding.Name == regarding && e.Reason == reason && e.ReportingController == actuate.Controller && cond(e)
 	})
 }
 
-func onlyPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, app string) string {
+func onlyPod(ctx context.Context, t testing.TB, k *kube, app string) string {
 	t.Helper()
-	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", testNS, func(o *metav1.ListOptions) { o.LabelSelector = "app=" + app })
+	lw := cache.NewFilteredListWatchFromClient(k.CoreV1().RESTClient(), "pods", k.ns, func(o *metav1.ListOptions) { o.LabelSelector = "app=" + app })
 	p := until(ctx, t, lw, &corev1.Pod{}, "a running pod of "+app, func(p *corev1.Pod) bool {
 		return p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
 	})
 	return p.Name
 }
 
-func getDeployment(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string) *appsv1.Deployment {
+func getDeployment(ctx context.Context, t testing.TB, k *kube, name string) *appsv1.Deployment {
 	t.Helper()
-	d, err := cs.AppsV1().Deployments(testNS).Get(ctx, name, metav1.GetOptions{})
+	d, err := k.AppsV1().Deployments(k.ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-func replicasOf(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string) int32 {
-	return *getDeployment(ctx, t, cs, name).Spec.Replicas
+func replicasOf(ctx context.Context, t testing.TB, k *kube, name string) int32 {
+	return *getDeployment(ctx, t, k, name).Spec.Replicas
 }
 
 func recordOf(d *appsv1.Deployment) actuate.Record {
@@ -605,8 +646,8 @@ func recordOf(d *appsv1.Deployment) actuate.Record {
 	return r
 }
 
-func record(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string) actuate.Record {
-	return recordOf(getDeployment(ctx, t, cs, name))
+func record(ctx context.Context, t testing.TB, k *kube, name string) actuate.Record {
+	return recordOf(getDeployment(ctx, t, k, name))
 }
 
 func condition(p *corev1.Pod, typ corev1.PodConditionType) corev1.ConditionStatus {
@@ -632,12 +673,12 @@ type readyEntry struct {
 	a, b int32
 }
 
-func (l *readyLog) watch(ctx context.Context, t testing.TB, cs kubernetes.Interface) {
+func (l *readyLog) watch(ctx context.Context, t testing.TB, k *kube) {
 	if l.a == "" {
 		l.a, l.b = "broker-a", "broker-b"
 	}
 	cur := map[string]int32{}
-	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", testNS, fields.Everything())
+	lw := cache.NewListWatchFromClient(k.AppsV1().RESTClient(), "deployments", k.ns, fields.Everything())
 	_, _ = watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
 		d, ok := ev.Object.(*appsv1.Deployment)
 		if !ok || (d.Name != l.a && d.Name != l.b) {

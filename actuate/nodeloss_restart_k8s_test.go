@@ -39,8 +39,8 @@ import (
 // the old primary, signalling, starts nothing. A watcher checks the pair's
 // Ready replicas never drop to 0.
 func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *testing.T) {
-	ctx, _, cp, admin := startCluster(t, 300*time.Second)
-	cfg := agentConfig(ctx, t, cp, actuate.RulesWithResume())
+	ctx, _, admin := startCluster(t, 300*time.Second)
+	cfg := agentConfig(ctx, t, admin, actuate.RulesWithResume())
 	var w wire
 	w.install(cfg)
 	agentClient, err := kubernetes.NewForConfig(cfg)
@@ -111,7 +111,7 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 			} else {
 				stopped = w.expect(tt.stopAt(pr), stop1)
 			}
-			g1 := runGuard(ctx1, t, agentClient, "node-b", false)
+			g1 := runGuard(ctx1, t, agentClient, admin.ns, "node-b", false)
 			g1.send(podS, signal.Healthy)
 			g1.awaitGuard(ctx, t, "node-a")
 			waitDeployment(ctx, t, admin, pr.s, "its node recorded by its agent", func(d *appsv1.Deployment) bool {
@@ -127,7 +127,7 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 			firstExchanged := slices.ContainsFunc(w.sentSoFar(), rolePatch(pr.p, "standby"))
 
 			// The fresh agent of node-b.
-			g2 := runGuard(ctx, t, agentClient, "node-b", tt.resume)
+			g2 := runGuard(ctx, t, agentClient, admin.ns, "node-b", tt.resume)
 			defer g2.done()
 			g2.send(podS, signal.Healthy)
 			if tt.stopAt == nil {
@@ -176,7 +176,7 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 			if i := slices.IndexFunc(sent, scaleTo(pr.p, 1)); i >= 0 && slices.ContainsFunc(sent[i:], scaleTo(pr.p, 0)) {
 				t.Errorf("the old primary retired again after it came back")
 			}
-			if slices.ContainsFunc(sent, func(r wireReq) bool { return r.method == http.MethodPut && r.path == deploymentPath(pr.s, "scale") }) {
+			if slices.ContainsFunc(sent, func(r wireReq) bool { return r.method == http.MethodPut && isDeploymentPath(r.path, pr.s, "scale") }) {
 				t.Errorf("the hot standby was scaled")
 			}
 			switch n := count(rolePatch(pr.s, "primary")); {
@@ -185,7 +185,7 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 			case n > 2:
 				t.Errorf("the new primary written %d times", n)
 			}
-			evs, err := admin.EventsV1().Events(testNS).List(ctx, metav1.ListOptions{})
+			evs, err := admin.EventsV1().Events(admin.ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +213,7 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 func rolePatch(name, role string) func(wireReq) bool {
 	want := []byte(`"` + contract.AnnRole + `":"` + role + `"`)
 	return func(r wireReq) bool {
-		return r.method == http.MethodPatch && r.path == deploymentPath(name, "") && r.status < 300 && bytes.Contains(r.body, want)
+		return r.method == http.MethodPatch && isDeploymentPath(r.path, name, "") && r.status < 300 && bytes.Contains(r.body, want)
 	}
 }
 
@@ -228,7 +228,7 @@ type guardAgent struct {
 	seen chan struct{} // a value when the Guards changed
 }
 
-func runGuard(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, resume bool) *guardAgent {
+func runGuard(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, node string, resume bool) *guardAgent {
 	t.Helper()
 	g := &guardAgent{seen: make(chan struct{}, 1)}
 	act, err := actuate.New(actuate.Config{Client: cs, Node: node, Instance: node, ResumeOnStart: resume,
@@ -252,7 +252,7 @@ func runGuard(ctx context.Context, t *testing.T, cs kubernetes.Interface, node s
 	go func() { runDone <- act.Run(ctx, signals) }()
 	g.send = func(pod string, st signal.State) bool {
 		select {
-		case signals <- observation(testNS, pod, st, 0.1, true):
+		case signals <- observation(ns, pod, st, 0.1, true):
 			return true
 		case <-ctx.Done():
 			return false

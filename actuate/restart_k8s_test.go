@@ -33,8 +33,8 @@ import (
 // after the abort delay. For each, a watcher records every change of the
 // Ready replicas of primary + standby and checks the sum never drops to 0.
 func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
-	ctx, _, cp, admin := startCluster(t, 240*time.Second)
-	cfg := agentConfig(ctx, t, cp, actuate.RulesWithResume())
+	ctx, _, admin := startCluster(t, 240*time.Second)
+	cfg := agentConfig(ctx, t, admin, actuate.RulesWithResume())
 	var w wire
 	w.install(cfg)
 	agentClient, err := kubernetes.NewForConfig(cfg)
@@ -163,7 +163,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			}
 			ctx1, stop1 := context.WithCancel(ctx)
 			stopped := w.expect(tt.stopAt(pr), stop1)
-			send1, done1 := runActuator(ctx1, t, agentClient, false)
+			send1, done1 := runActuator(ctx1, t, agentClient, admin.ns, false)
 			tt.drive(ctx1, t, pr, func(st signal.State) bool { return send1(pr.pod, st) })
 			awaitWire(ctx, t, stopped, "the step the agent is stopped at")
 			done1()
@@ -173,7 +173,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			}
 
 			// A fresh agent resumes from the record and the replicas.
-			send2, done2 := runActuator(ctx, t, agentClient, true)
+			send2, done2 := runActuator(ctx, t, agentClient, admin.ns, true)
 			defer done2()
 			send := func(st signal.State) bool { return send2(pr.pod, st) }
 			switch {
@@ -228,8 +228,9 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 // standby is the primary, protected again. Found on a real node, with the
 // agent's container killed at that moment (lab/faults).
 func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *testing.T) {
-	ctx, _, cp, admin := startCluster(t, 120*time.Second)
-	cfg := agentConfig(ctx, t, cp, actuate.Rules())
+	t.Parallel()
+	ctx, _, admin := startCluster(t, 120*time.Second)
+	cfg := agentConfig(ctx, t, admin, actuate.Rules())
 	var w wire
 	w.install(cfg)
 	agentClient, err := kubernetes.NewForConfig(cfg)
@@ -252,7 +253,7 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 
 	ctx1, stop1 := context.WithCancel(ctx)
 	stopped := w.expect(scaleTo(p, 0), stop1)
-	send1, done1 := runActuator(ctx1, t, agentClient, false)
+	send1, done1 := runActuator(ctx1, t, agentClient, admin.ns, false)
 	for range 3 {
 		send1(pod, signal.Anomalous)
 	}
@@ -267,7 +268,7 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 	}
 	waitDeployment(ctx, t, admin, p, "without a pod", func(d *appsv1.Deployment) bool { return d.Status.Replicas == 0 })
 
-	send2, done2 := runActuator(ctx, t, agentClient, false)
+	send2, done2 := runActuator(ctx, t, agentClient, admin.ns, false)
 	defer done2()
 	send2(onlyPod(ctx, t, admin, s), signal.Healthy)
 	waitDeployment(ctx, t, admin, s, "the new primary", func(d *appsv1.Deployment) bool {
@@ -286,7 +287,7 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 // runActuator runs an Actuator until ctx ends or done is called (which waits
 // for Run to return). send hands it a sample and reports false once it
 // stopped.
-func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, resume bool) (send func(pod string, st signal.State) bool, done func()) {
+func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, resume bool) (send func(pod string, st signal.State) bool, done func()) {
 	t.Helper()
 	act, err := actuate.New(actuate.Config{Client: cs, ResumeOnStart: resume, Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
 	if err != nil {
@@ -298,7 +299,7 @@ func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, res
 	go func() { runDone <- act.Run(ctx, signals) }()
 	send = func(pod string, st signal.State) bool {
 		select {
-		case signals <- observation(testNS, pod, st, 0.93, false):
+		case signals <- observation(ns, pod, st, 0.93, false):
 			return true
 		case <-ctx.Done():
 			return false
@@ -327,14 +328,15 @@ func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, res
 // flap guard then refuses the switchover (Warning Event), and the standby is
 // scaled back after the abort delay.
 func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
-	ctx, _, cp, admin := startCluster(t, 60*time.Second)
-	agentClient := agentClientset(ctx, t, cp, actuate.Rules())
+	t.Parallel()
+	ctx, _, admin := startCluster(t, 60*time.Second)
+	agentClient := agentClientset(ctx, t, admin, actuate.Rules())
 	mustCreate(t, func() error { return createDeployment(ctx, admin, "broker-b", 0, nil) })
 	mustCreate(t, func() error {
 		return createDeployment(ctx, admin, "broker-a", 1, map[string]string{contract.AnnStandby: "broker-b", contract.AnnAbortDelay: "2s"})
 	})
 	pod := onlyPod(ctx, t, admin, "broker-a")
-	send, done := runActuator(ctx, t, agentClient, false)
+	send, done := runActuator(ctx, t, agentClient, admin.ns, false)
 	defer done()
 
 	send(pod, signal.Anomalous) // loads broker-a: its Idle record is written
@@ -348,7 +350,7 @@ func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.AppsV1().Deployments(testNS).Patch(ctx, "broker-a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := admin.AppsV1().Deployments(admin.ns).Patch(ctx, "broker-a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	send(pod, signal.Anomalous)

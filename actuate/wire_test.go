@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -199,21 +200,27 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// deploymentPath is the API path of a Deployment of the test namespace (and,
-// with sub, of its subresource).
-func deploymentPath(name, sub string) string {
-	p := "/apis/apps/v1/namespaces/" + testNS + "/deployments/" + name
-	if sub != "" {
-		p += "/" + sub
+// isDeploymentPath says whether path is the API path of Deployment name
+// (and, with sub, of its subresource). Any namespace: a wire carries one
+// test's agent, and that agent acts in the test's namespace only.
+func isDeploymentPath(path, name, sub string) bool {
+	rest, ok := strings.CutPrefix(path, "/apis/apps/v1/namespaces/")
+	if !ok {
+		return false
 	}
-	return p
+	_, rest, ok = strings.Cut(rest, "/")
+	want := "deployments/" + name
+	if sub != "" {
+		want += "/" + sub
+	}
+	return ok && rest == want
 }
 
 // scaleTo matches the update of name's scale subresource to replicas.
 func scaleTo(name string, replicas int32) func(wireReq) bool {
 	return func(r wireReq) bool {
 		s, ok := r.obj.(*autoscalingv1.Scale)
-		return ok && r.method == http.MethodPut && r.path == deploymentPath(name, "scale") && s.Spec.Replicas == replicas && r.status < 300
+		return ok && r.method == http.MethodPut && isDeploymentPath(r.path, name, "scale") && s.Spec.Replicas == replicas && r.status < 300
 	}
 }
 
@@ -237,7 +244,7 @@ func recordPhase(name string, phase string) func(wireReq) bool {
 func recordWrite(name string, phase string) func(wireReq) bool {
 	want := []byte(`\"phase\":\"` + phase + `\"`)
 	return func(r wireReq) bool {
-		return r.method == http.MethodPatch && r.path == deploymentPath(name, "") && bytes.Contains(r.body, want)
+		return r.method == http.MethodPatch && isDeploymentPath(r.path, name, "") && bytes.Contains(r.body, want)
 	}
 }
 
@@ -245,7 +252,7 @@ func recordWrite(name string, phase string) func(wireReq) bool {
 // JSON patch of writeRecord's one-round-trip path) from phase from to to.
 func recordMove(name string, from, to string) func(wireReq) bool {
 	return func(r wireReq) bool {
-		if r.method != http.MethodPatch || r.path != deploymentPath(name, "") || r.status >= 300 {
+		if r.method != http.MethodPatch || !isDeploymentPath(r.path, name, "") || r.status >= 300 {
 			return false
 		}
 		var ops []struct{ Op, Value string }

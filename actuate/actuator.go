@@ -104,8 +104,9 @@ type workload struct {
 	invalid error // why the policy was rejected: warned about at every signal (one Event series)
 	gate    *Gate
 	written string // the record JSON as last read or written (the CAS value)
-	// unsaved: the Gate moved on without its record (a scale-up went out and
-	// the record write failed); the next step writes it, whatever it changes.
+	// unsaved: the Gate moved on without its record (the API refused it:
+	// the step's actions wait in retry, or a scale-up went out beside it);
+	// the next step or the retry at retryAt writes it, whichever is first.
 	unsaved bool
 	uid     string
 	// annotations of the primary when loaded: the policy copied by a role exchange.
@@ -116,8 +117,9 @@ type workload struct {
 	// AnnStandbyNode).
 	standbyAnn map[string]string
 	gen        uint64 // distinguishes loads of the same Deployment
-	// retry holds the actions left by a failed one, to try again at retryAt
-	// while the Gate is still in retryPhase.
+	// retry holds the actions left by a failed one, or those of a step
+	// whose record was refused, to try again at retryAt while the Gate is
+	// still in retryPhase.
 	retry      []Action
 	retryAt    time.Time
 	retryPhase Phase
@@ -236,12 +238,8 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 				a.failLostNodes(ctx)
 			}
 			for _, w := range a.workloads {
-				if len(w.retry) > 0 && !w.retryAt.After(now) {
-					acts := w.retry
-					w.retry = nil
-					if w.gate.Rec.Phase == w.retryPhase {
-						a.do(ctx, w, acts)
-					}
+				if (len(w.retry) > 0 || w.unsaved) && !w.retryAt.After(now) {
+					a.retry(ctx, w)
 				}
 				if !w.managed || a.workloads[w.key] != w {
 					continue // unmanaged, or retired by the retry above
@@ -324,7 +322,7 @@ func (a *Actuator) deadline(w *workload) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	d, ok := w.gate.Deadline()
-	if len(w.retry) > 0 && (!ok || w.retryAt.Before(d)) {
+	if (len(w.retry) > 0 || w.unsaved) && (!ok || w.retryAt.Before(d)) {
 		return w.retryAt, true
 	}
 	return d, ok
@@ -651,18 +649,59 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 			// the step had to do is its Events (a scale-up never shares a
 			// step with a retirement or a scale-down: writeorder_test
 			// checks).
-			w.unsaved = true
+			w.unsaved, w.retryAt = true, a.now().Add(retryDelay)
 			a.do(ctx, w, acts)
 			return
 		}
-		// The API is unreachable: forget this step, so the next input
-		// (anomalous samples keep coming) takes it again.
-		w.gate.Rec = old
+		// The API is unreachable. Nothing of the step is done before its
+		// record is written (the write order), but the step is kept: the
+		// Gate as decided, the record and the actions tried again after
+		// retryDelay, or with the next input if it comes first. Forgetting
+		// the step would wait for an input that may never come: a
+		// standby's readiness is seen once, a crashed primary sends
+		// nothing more. A stop before the write leaves the cluster as it
+		// was, with the old record, which a restart takes up.
+		// A step without actions keeps those of an earlier refused step:
+		// they still wait for this record.
+		w.unsaved, w.retryAt = true, a.now().Add(retryDelay)
+		if len(acts) > 0 {
+			w.retry, w.retryPhase = acts, w.gate.Rec.Phase
+		}
 		return
+	}
+	if w.unsaved && len(acts) == 0 && w.retryPhase == w.gate.Rec.Phase {
+		// The record of a refused step is written now: its actions follow
+		// it at once, not at the retry.
+		acts = w.retry
 	}
 	w.unsaved = false
 	a.do(ctx, w, acts)
 	a.m.steps.WithLabelValues(string(entered)).Observe(a.now().Sub(t0).Seconds())
+}
+
+// retry takes up what the API refused: the record first if the Gate moved
+// on without it (a refused step, or a scale-up whose record failed), then
+// the actions left, if the Gate is still in the phase they belong to.
+func (a *Actuator) retry(ctx context.Context, w *workload) {
+	acts := w.retry
+	w.retry = nil
+	if w.gate.Rec.Phase != w.retryPhase {
+		acts = nil // superseded by a later step
+	}
+	if w.unsaved {
+		if err := a.writeRecord(ctx, w); err != nil {
+			a.log.Error("switchover record not written", slog.String("deployment", w.key.String()),
+				slog.String("phase", string(w.gate.Rec.Phase)), slog.Bool("retry", true), slog.String("error", err.Error()))
+			if errors.Is(err, ErrRecordMoved) {
+				a.reload(ctx, w)
+				return
+			}
+			w.retry, w.retryAt, w.retryPhase = acts, a.now().Add(retryDelay), w.gate.Rec.Phase
+			return
+		}
+		w.unsaved = false
+	}
+	a.do(ctx, w, acts)
 }
 
 // reload re-reads w from the server after its record was changed by someone

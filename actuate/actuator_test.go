@@ -236,30 +236,85 @@ func TestRecordMovedByAnotherAgentIsFollowedNotOverwritten(t *testing.T) {
 	}
 }
 
-func TestUnreachableAPIForgetsTheStepAndTakesItWithTheNextSample(t *testing.T) {
-	f := newFakeCluster()
-	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
-	r.send(signal.Healthy)
-	f.await(t, "record initialised", func() bool { return r.record("primary").Phase == PhaseIdle })
+// TestRefusedStepIsTakenOnceTheAPIIsBackWithoutAnotherInput: a step whose
+// record the API refuses is kept, not forgotten, and nothing of it is done
+// before its record is written; once the API is back the record and the
+// actions follow without another input. A standby's readiness is seen once
+// and a crashed primary sends nothing more, so waiting for the next input
+// would wait for good.
+func TestRefusedStepIsTakenOnceTheAPIIsBackWithoutAnotherInput(t *testing.T) {
 	down := errors.New("connection refused")
-	f.mu.Lock()
-	f.fail["scale"], f.fail["record"] = down, down
-	f.mu.Unlock()
-	for range 3 {
-		r.send(signal.Anomalous)
+	for _, tc := range []struct {
+		name    string
+		manual  bool                      // the standby Ready only by setReady
+		refuse  []string                  // the fake's operations refused during the step
+		before  func(*rig)                // brings the pair to the step (the API up)
+		step    func(*rig)                // the one input whose step is refused
+		was     Phase                     // the record while refused
+		outcome func(*rig) (string, bool) // what must follow once the API is back
+	}{
+		{name: "the decision (record and scale-up refused)", refuse: []string{"record", "scale"},
+			step: func(r *rig) {
+				for range 3 {
+					r.send(signal.Anomalous)
+				}
+			},
+			was: PhaseIdle,
+			outcome: func(r *rig) (string, bool) {
+				return "standby scaled up, decision recorded", r.replicas("standby") == 1 && r.record("primary").Active()
+			}},
+		{name: "the standby's readiness (record refused)", manual: true, refuse: []string{"record"},
+			before: func(r *rig) {
+				for range 3 {
+					r.send(signal.Anomalous)
+				}
+				r.f.await(r.t, "standby scaled up", func() bool { return r.replicas("standby") == 1 && r.record("primary").Phase == PhaseWaitReady })
+			},
+			step: func(r *rig) { r.f.setReady(ns, "standby", 1) },
+			was:  PhaseWaitReady,
+			outcome: func(r *rig) (string, bool) {
+				return "record Confirm", r.record("primary").Phase == PhaseConfirm
+			}},
+		{name: "a crash (record and scale-up refused)", refuse: []string{"record", "scale"},
+			step: func(r *rig) { r.send(signal.Gone) },
+			was:  PhaseIdle,
+			outcome: func(r *rig) (string, bool) {
+				return "failed over", r.replicas("primary") == 0 && r.replicas("standby") == 1 &&
+					r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			f.autoReady = !tc.manual
+			r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
+			r.send(signal.Healthy)
+			f.await(t, "record initialised", func() bool { return r.record("primary").Phase == PhaseIdle })
+			if tc.before != nil {
+				tc.before(r)
+			}
+			f.mu.Lock()
+			standby := r.replicas("standby")
+			for _, op := range tc.refuse {
+				f.fail[op] = down
+			}
+			f.mu.Unlock()
+			tc.step(r)
+			r.logs.wait(t, "record write refused", func(l map[string]any) bool { return l["msg"] == "switchover record not written" })
+			f.mu.Lock()
+			if ph := r.record("primary").Phase; ph != tc.was {
+				t.Errorf("record %v while the API refuses it, want %v", ph, tc.was)
+			}
+			if n := r.replicas("standby"); n != standby {
+				t.Errorf("standby scaled %d → %d before its record was written", standby, n)
+			}
+			for _, op := range tc.refuse {
+				delete(f.fail, op)
+			}
+			f.mu.Unlock()
+			what, _ := tc.outcome(r)
+			f.await(t, what+", with no input since", func() bool { _, ok := tc.outcome(r); return ok })
+		})
 	}
-	r.logs.wait(t, "record write failed", func(l map[string]any) bool { return l["msg"] == "switchover record not written" })
-	f.mu.Lock()
-	delete(f.fail, "scale")
-	delete(f.fail, "record")
-	if r.record("primary").Phase != PhaseIdle {
-		t.Errorf("record %v after failed writes, want Idle", r.record("primary").Phase)
-	}
-	f.mu.Unlock()
-	r.send(signal.Anomalous)
-	f.await(t, "decided with the next sample", func() bool {
-		return r.replicas("standby") == 1 && r.record("primary").Active()
-	})
 }
 
 func TestInterruptedRetirementResumesOnTheStandbysSignal(t *testing.T) {

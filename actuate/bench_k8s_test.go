@@ -3,7 +3,6 @@ package actuate_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -133,7 +132,7 @@ func startRig(b *testing.B) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	act, err := actuate.New(actuate.Config{Client: cs, Logger: slog.New(slog.NewJSONHandler(testWriter{b}, nil))})
+	act, err := actuate.New(actuate.Config{Client: cs, Logger: testLogger(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package actuate_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -71,7 +72,7 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	act, err := actuate.New(actuate.Config{
 		Client:     agentClient,
-		Logger:     slog.New(slog.NewJSONHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Logger:     testLogger(t),
 		Instance:   "node-test",
 		Registerer: reg,
 	})
@@ -251,7 +252,7 @@ func TestResumeAfterRestart(t *testing.T) {
 	}
 
 	act, err := actuate.New(actuate.Config{Client: agentClient, ResumeOnStart: true,
-		Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
+		Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +553,7 @@ func startOwnCluster(t *testing.T, timeout time.Duration) (context.Context, cont
 // it returns the channel to send signals on and Run's result.
 func startActuator(ctx context.Context, t *testing.T, client kubernetes.Interface) (chan signal.Observation, chan error) {
 	t.Helper()
-	act, err := actuate.New(actuate.Config{Client: client, Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
+	act, err := actuate.New(actuate.Config{Client: client, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,13 +742,37 @@ func (l *readyLog) invariant(t testing.TB) ([]string, bool) {
 	return trace, true
 }
 
-type testWriter struct{ t testing.TB }
+// testLogger is the logger of an actuator under test. Its lines are kept and
+// printed when the test fails, so a failure says what the agent did; with
+// AMF_ACTUATE_LOG=1 they are printed as they come.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testWriter{t: t, live: os.Getenv("AMF_ACTUATE_LOG") != ""}
+	t.Cleanup(func() {
+		if !t.Failed() || w.live {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		t.Logf("the actuator's log:\n%s", w.buf.Bytes())
+	})
+	return slog.New(slog.NewJSONHandler(w, nil))
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
-	if os.Getenv("AMF_ACTUATE_LOG") != "" {
+type testWriter struct {
+	t    testing.TB
+	live bool
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	if w.live {
 		w.t.Logf("%s", p)
+		return len(p), nil
 	}
-	return len(p), nil
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
 }
 
 // observation is what the agent's tracker hands the actuator for one signal

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -232,7 +231,7 @@ func runGuard(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, no
 	t.Helper()
 	g := &guardAgent{seen: make(chan struct{}, 1)}
 	act, err := actuate.New(actuate.Config{Client: cs, Node: node, Instance: node, ResumeOnStart: resume,
-		Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil)),
+		Logger: testLogger(t),
 		OnGuards: func(gs actuate.Guards) {
 			g.mu.Lock()
 			g.last = gs

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"maps"
 	"testing"
 	"time"
@@ -289,7 +288,7 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 // stopped.
 func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, resume bool) (send func(pod string, st signal.State) bool, done func()) {
 	t.Helper()
-	act, err := actuate.New(actuate.Config{Client: cs, ResumeOnStart: resume, Logger: slog.New(slog.NewJSONHandler(testWriter{t}, nil))})
+	act, err := actuate.New(actuate.Config{Client: cs, ResumeOnStart: resume, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,6 +119,9 @@ func Start(ctx context.Context, tb TB, opts Options) (*ControlPlane, error) {
 		}
 		opts.BinDir = bin
 	}
+	// The folder first: cleanups run last-in first-out, so its removal
+	// comes after the logs are printed.
+	dir := tb.TempDir()
 	var cp *ControlPlane
 	tb.Cleanup(func() {
 		if cp == nil {
@@ -130,7 +133,7 @@ func Start(ctx context.Context, tb TB, opts Options) (*ControlPlane, error) {
 		cp.Stop()
 	})
 	var err error
-	cp, err = Launch(ctx, tb.TempDir(), opts, tb.Logf)
+	cp, err = Launch(ctx, dir, opts, tb.Logf)
 	return cp, err
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/amf-edge/amf/lab/corpus"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
+	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 // CorpusConfig configures Corpus.
@@ -72,8 +74,16 @@ type CorpusRun struct {
 	Failure     *time.Time `json:"failure,omitempty"`
 	FailureKind string     `json:"failure_kind,omitempty"`
 	Samples     int        `json:"samples"`
-	Error       string     `json:"error,omitempty"`
+	// MaxSampleGap is the longest time between two samples (seconds; the
+	// sampler asks every 1 s). Well over 1 s means the machine was short of
+	// CPU, and then so was the broker: its CPU features are distorted.
+	MaxSampleGap float64 `json:"max_sample_gap_s"`
+	Error        string  `json:"error,omitempty"`
 }
+
+// contendedGap is the sample gap over which a run is reported as recorded
+// on a machine short of CPU.
+const contendedGap = 2 * time.Second
 
 // CorpusHeader is the corpus CSV's header: the replay format's raw columns
 // (amf-sidecar replay recomputes features with any windows from them), then
@@ -184,7 +194,11 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 				out[i] = r
 				w.write(rows)
 				mu.Unlock()
-				env.progress("corpus %d/%d %s: lead-in %v, %d samples, failure %s %s", i+1, len(plan), r.ID, plan[i].LeadIn, r.Samples, r.FailureKind, r.Error)
+				contended := ""
+				if r.MaxSampleGap > contendedGap.Seconds() {
+					contended = fmt.Sprintf(" (samples %.1f s apart: the machine was short of CPU, this run's CPU is distorted)", r.MaxSampleGap)
+				}
+				env.progress("corpus %d/%d %s: lead-in %v, %d samples%s, failure %s %s", i+1, len(plan), r.ID, plan[i].LeadIn, r.Samples, contended, r.FailureKind, r.Error)
 			}
 		})
 	}
@@ -482,6 +496,20 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	}
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
+	// The kill's time: the kubelet reports the container's end in whole
+	// seconds (the API's FinishedAt), the cgroup's OOM watch to the
+	// millisecond, before the kubelet has noticed.
+	ooms, err := cgroup.WatchOOM(sctx, filepath.Join(memoryRoot, cg))
+	if err != nil {
+		return res, nil, err
+	}
+	var firstOOM atomic.Pointer[time.Time]
+	go func() {
+		for ev := range ooms {
+			t := ev.Time
+			firstOOM.CompareAndSwap(nil, &t)
+		}
+	}()
 	sampler := exec.CommandContext(sctx, e.cfg.Bin.Sidecar, "sample", "--pid", strconv.Itoa(pid), "--interval", "1s")
 	stdout, err := sampler.StdoutPipe()
 	if err != nil {
@@ -526,6 +554,10 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 		res.Failure, res.FailureKind = &t, "oom-killed"
 		if ev.Type == kubenode.EventExited {
 			res.FailureKind = "exited: " + ev.Reason
+		} else if at := firstOOM.Load(); at != nil && at.Sub(t).Abs() < time.Second {
+			// The same kill, to the millisecond (FinishedAt is truncated to
+			// the second; the process ends a moment after the kill).
+			res.Failure = at
 		}
 		err = sleep(ctx, 3*time.Second) // the samples up to the kill
 	case <-time.After(run.Profile.Duration() + 10*time.Second):
@@ -540,11 +572,14 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	}
 	<-done
 	_ = sampler.Wait()
-	for _, s := range samples {
+	for i, s := range samples {
 		if res.Failure != nil && s.Time.After(*res.Failure) {
 			break
 		}
 		rows = append(rows, s.row(run, res, horizon))
+		if i > 0 {
+			res.MaxSampleGap = max(res.MaxSampleGap, math.Round(s.Time.Sub(samples[i-1].Time).Seconds()*1000)/1000)
+		}
 	}
 	res.Samples = len(rows)
 	return res, rows, err
@@ -570,15 +605,18 @@ func (e *env) injectProfile(ctx context.Context, ns, pod, name, profile string) 
 	return onset, nil
 }
 
+// memoryRoot is the v1 memory hierarchy the node's container cgroups are in.
+const memoryRoot = "/sys/fs/cgroup/memory"
+
 // firstPID is a process of a v1 container cgroup (its memory hierarchy).
-func firstPID(cgroup string) (int, error) {
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", cgroup, "cgroup.procs"))
+func firstPID(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(memoryRoot, dir, "cgroup.procs"))
 	if err != nil {
 		return 0, err
 	}
 	f := strings.Fields(string(b))
 	if len(f) == 0 {
-		return 0, fmt.Errorf("no process in %s", cgroup)
+		return 0, fmt.Errorf("no process in %s", dir)
 	}
 	return strconv.Atoi(f[0])
 }

@@ -89,11 +89,6 @@ func (l *LeadIn) Set(s string) error {
 // IsZero says there is no lead-in.
 func (l LeadIn) IsZero() bool { return l.Max == 0 }
 
-// Mean is the lead-in a run gets on average.
-func (l LeadIn) Mean() time.Duration {
-	return l.Min + (l.Max-l.Min).Truncate(time.Second)/2
-}
-
 // Draw is the lead-in of run r: Min when fixed, else Min plus a whole number
 // of seconds drawn uniformly from r's seed, at most Max.
 func (l LeadIn) Draw(r Run) time.Duration {

@@ -73,6 +73,9 @@ type Run struct {
 	// timed from the onset (the profile's start); the profile's idle phases
 	// cover them, so the profile's length is the run's.
 	Traffic Traffic
+	// LeadIn is the quiet broker added before the planned baseline
+	// (WithLeadIn); Profile includes it.
+	LeadIn time.Duration
 }
 
 // Scale multiplies every phase's and burst's duration and every burst's start
@@ -88,32 +91,6 @@ func (r Run) Scale(f float64) (Run, error) {
 		for i, b := range r.Traffic {
 			b.Start = time.Duration(float64(b.Start) * f)
 			b.Duration = time.Duration(float64(b.Duration) * f)
-			t[i] = b
-		}
-		r.Traffic = t
-	}
-	return r, nil
-}
-
-// LeadIn lengthens the run's quiet baseline by d (timing the traffic bursts
-// after it as before), so the sidecar's windows are full when the profile's
-// load begins, as on a broker that has been up for a while. The profile
-// otherwise stays the one its seed planned.
-func (r Run) LeadIn(d time.Duration) (Run, error) {
-	if d < 0 {
-		return Run{}, fmt.Errorf("corpus: lead-in %v is negative", d)
-	}
-	if d == 0 {
-		return r, nil
-	}
-	if len(r.Profile.Phases) == 0 || r.Profile.Phases[0] != (stress.Phase{Duration: r.Profile.Phases[0].Duration}) {
-		return Run{}, fmt.Errorf("corpus: run %s does not start with a quiet baseline to lengthen", r.ID)
-	}
-	r.Profile.Phases = append([]stress.Phase{{Duration: r.Profile.Phases[0].Duration + d}}, r.Profile.Phases[1:]...)
-	if r.Traffic != nil {
-		t := make(Traffic, len(r.Traffic))
-		for i, b := range r.Traffic {
-			b.Start += d
 			t[i] = b
 		}
 		r.Traffic = t

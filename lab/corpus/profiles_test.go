@@ -157,7 +157,7 @@ func TestLeadInLengthensOnlyTheBaseline(t *testing.T) {
 	}
 	const d = 10 * time.Minute
 	for _, r := range runs {
-		l, err := r.LeadIn(d)
+		l, err := r.WithLeadIn(d)
 		if err != nil {
 			t.Fatalf("%s: %v", r.ID, err)
 		}
@@ -176,6 +176,9 @@ func TestLeadInLengthensOnlyTheBaseline(t *testing.T) {
 			}
 		}
 		checkTraffic(t, l)
+		if l.LeadIn != d {
+			t.Errorf("%s: records a lead-in of %v, want %v", r.ID, l.LeadIn, d)
+		}
 		if r.Profile.Phases[0].Duration == l.Profile.Phases[0].Duration {
 			t.Errorf("%s: the planned run was changed in place", r.ID)
 		}
@@ -187,15 +190,15 @@ func TestLeadInRefusesWhatItCannotLengthen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs[0].LeadIn(-time.Second); err == nil {
+	if _, err := runs[0].WithLeadIn(-time.Second); err == nil {
 		t.Error("a negative lead-in was accepted")
 	}
 	loaded := runs[0]
 	loaded.Profile.Phases = loaded.Profile.Phases[1:] // starts with the load
-	if _, err := loaded.LeadIn(time.Minute); err == nil {
+	if _, err := loaded.WithLeadIn(time.Minute); err == nil {
 		t.Error("a profile without a quiet baseline was lengthened")
 	}
-	if same, err := runs[0].LeadIn(0); err != nil || same.Profile.String() != runs[0].Profile.String() {
+	if same, err := runs[0].WithLeadIn(0); err != nil || same.Profile.String() != runs[0].Profile.String() {
 		t.Errorf("lead-in 0 changed the run: %v %v", same.Profile, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/amf-edge/amf/lab/corpus"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
+	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 // CorpusConfig configures Corpus.
@@ -38,9 +40,10 @@ type CorpusConfig struct {
 	// Scale multiplies every phase's and burst's duration (default 1; ramp
 	// rates are kept, so a shortened ramp may stop short of its target).
 	Scale float64
-	// LeadIn lengthens every run's quiet baseline (corpus.Run.LeadIn), so the
-	// feature windows are full when the load begins. Applied after Scale.
-	LeadIn time.Duration
+	// LeadIn lengthens every run's quiet baseline (corpus.LeadIn: fixed, or
+	// drawn per run from a range), so the feature windows have an age when
+	// the load begins. Applied after Scale.
+	LeadIn corpus.LeadIn
 	// Append adds the runs to the corpus already in Out instead of writing a
 	// new one; it refuses runs Out already has, another header, seed or lead-in.
 	Append bool
@@ -55,10 +58,13 @@ type CorpusRun struct {
 	Failing bool   `json:"failing_family"`
 	Seed    uint64 `json:"seed"`
 	Profile string `json:"profile"`
-	// LeadIn is how much the planned baseline was lengthened (empty: none);
-	// Profile includes it.
-	LeadIn string    `json:"lead_in,omitempty"`
-	Onset  time.Time `json:"onset"`
+	// LeadIn is how much the planned baseline was lengthened (empty: no
+	// --lead-in); Profile includes it. LeadInSpec is the --lead-in it was
+	// drawn from ("0s-10m0s"; corpora recorded before ranges have only
+	// LeadIn, their fixed spec).
+	LeadIn     string    `json:"lead_in,omitempty"`
+	LeadInSpec string    `json:"lead_in_spec,omitempty"`
+	Onset      time.Time `json:"onset"`
 	// Traffic is the planned MQTT bursts (corpus.Traffic's form), Bursts
 	// what they did.
 	Traffic string        `json:"traffic,omitempty"`
@@ -68,8 +74,16 @@ type CorpusRun struct {
 	Failure     *time.Time `json:"failure,omitempty"`
 	FailureKind string     `json:"failure_kind,omitempty"`
 	Samples     int        `json:"samples"`
-	Error       string     `json:"error,omitempty"`
+	// MaxSampleGap is the longest time between two samples (seconds; the
+	// sampler asks every 1 s). Well over 1 s means the machine was short of
+	// CPU, and then so was the broker: its CPU features are distorted.
+	MaxSampleGap float64 `json:"max_sample_gap_s"`
+	Error        string  `json:"error,omitempty"`
 }
+
+// contendedGap is the sample gap over which a run is reported as recorded
+// on a machine short of CPU.
+const contendedGap = 2 * time.Second
 
 // CorpusHeader is the corpus CSV's header: the replay format's raw columns
 // (amf-sidecar replay recomputes features with any windows from them), then
@@ -106,21 +120,9 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	if cc.Horizon <= 0 {
 		cc.Horizon = 120 * time.Second
 	}
-	plan, err := corpus.Plan(cc.Seed, cc.PerFamily, cc.Families...)
+	plan, err := cc.Plan()
 	if err != nil {
 		return nil, err
-	}
-	if cc.Scale > 0 && cc.Scale != 1 {
-		for i := range plan {
-			if plan[i], err = plan[i].Scale(cc.Scale); err != nil {
-				return nil, err
-			}
-		}
-	}
-	for i := range plan {
-		if plan[i], err = plan[i].LeadIn(cc.LeadIn); err != nil {
-			return nil, err
-		}
 	}
 	cfg := cc.Base
 	cfg.Modes = []Mode{Reactive}
@@ -181,8 +183,8 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 		wg.Go(func() {
 			for i := range jobs {
 				r, rows, err := env.corpusRun(ctx, plan[i], cc.Horizon)
-				if cc.LeadIn > 0 {
-					r.LeadIn = cc.LeadIn.String()
+				if !cc.LeadIn.IsZero() {
+					r.LeadIn, r.LeadInSpec = plan[i].LeadIn.String(), cc.LeadIn.String()
 				}
 				mu.Lock()
 				if err != nil {
@@ -192,7 +194,11 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 				out[i] = r
 				w.write(rows)
 				mu.Unlock()
-				env.progress("corpus %d/%d %s: %d samples, failure %s %s", i+1, len(plan), r.ID, r.Samples, r.FailureKind, r.Error)
+				contended := ""
+				if r.MaxSampleGap > contendedGap.Seconds() {
+					contended = fmt.Sprintf(" (samples %.1f s apart: the machine was short of CPU, this run's CPU is distorted)", r.MaxSampleGap)
+				}
+				env.progress("corpus %d/%d %s: lead-in %v, %d samples%s, failure %s %s", i+1, len(plan), r.ID, plan[i].LeadIn, r.Samples, contended, r.FailureKind, r.Error)
 			}
 		})
 	}
@@ -216,6 +222,26 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 		return out, fmt.Errorf("corpus: interrupted, nothing appended (the new rows are in %s): %w", rowsPath, err)
 	}
 	return out, appendCorpus(cfg.Out, cc.Seed, cc.LeadIn, rowsPath, out)
+}
+
+// Plan is the runs Corpus records: the seeded plan, scaled, each run with
+// its lead-in (what --list prints).
+func (cc CorpusConfig) Plan() ([]corpus.Run, error) {
+	plan, err := corpus.Plan(cc.Seed, max(cc.PerFamily, 1), cc.Families...)
+	if err != nil {
+		return nil, err
+	}
+	for i := range plan {
+		if cc.Scale > 0 && cc.Scale != 1 {
+			if plan[i], err = plan[i].Scale(cc.Scale); err != nil {
+				return nil, err
+			}
+		}
+		if plan[i], err = cc.LeadIn.Apply(plan[i]); err != nil {
+			return nil, err
+		}
+	}
+	return plan, nil
 }
 
 // rowsFile is a gzip-compressed CSV of corpus rows being written.
@@ -306,19 +332,18 @@ func readCorpus(dir string) ([]CorpusRun, error) {
 
 // checkAppend returns the runs of the corpus in dir if plan can be added to
 // it: same header, none of the plan's run IDs there yet, and the corpus's
-// runs planned from the same seed with the same lead-in (else the result is
-// no corpus one invocation would make).
-func checkAppend(dir string, seed uint64, leadIn time.Duration, plan []corpus.Run) ([]CorpusRun, error) {
+// runs planned from the same seed with the same --lead-in, each with the
+// lead-in this build draws for it (else the result is no corpus one
+// invocation would make).
+func checkAppend(dir string, seed uint64, leadIn corpus.LeadIn, plan []corpus.Run) ([]CorpusRun, error) {
 	have, err := readCorpus(dir)
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range have {
-		var was time.Duration
-		if r.LeadIn != "" {
-			if was, err = time.ParseDuration(r.LeadIn); err != nil {
-				return nil, fmt.Errorf("corpus: %s in %s: lead_in: %w", r.ID, dir, err)
-			}
+		was, err := recordedSpec(r)
+		if err != nil {
+			return nil, fmt.Errorf("corpus: %s in %s: %w", r.ID, dir, err)
 		}
 		if was != leadIn {
 			return nil, fmt.Errorf("corpus: %s in %s was recorded with --lead-in %v, not %v: windows would be filled differently across runs", r.ID, dir, was, leadIn)
@@ -343,12 +368,38 @@ func checkAppend(dir string, seed uint64, leadIn time.Duration, plan []corpus.Ru
 			continue // a family this build does not plan: nothing to compare
 		}
 		for _, r := range again {
-			if h, ok := byID[r.ID]; ok && h.Seed != r.Seed {
+			h, ok := byID[r.ID]
+			if !ok {
+				continue
+			}
+			if h.Seed != r.Seed {
 				return nil, fmt.Errorf("corpus: %s in %s was planned with another --seed than %d", r.ID, dir, seed)
+			}
+			if h.LeadIn == "" {
+				continue
+			}
+			if got, err := time.ParseDuration(h.LeadIn); err != nil {
+				return nil, fmt.Errorf("corpus: %s in %s: lead_in %q: %w", r.ID, dir, h.LeadIn, err)
+			} else if want := leadIn.Draw(r); got != want {
+				return nil, fmt.Errorf("corpus: %s in %s has a lead-in of %v where this build draws %v from --lead-in %v: record a new corpus with this build", r.ID, dir, got, want, leadIn)
 			}
 		}
 	}
 	return have, nil
+}
+
+// recordedSpec is the --lead-in a recorded run was drawn from: its spec, or
+// for a corpus recorded before ranges its fixed lead-in, or none.
+func recordedSpec(r CorpusRun) (corpus.LeadIn, error) {
+	spec := cmp.Or(r.LeadInSpec, r.LeadIn)
+	if spec == "" {
+		return corpus.LeadIn{}, nil
+	}
+	l, err := corpus.ParseLeadIn(spec)
+	if err != nil {
+		return corpus.LeadIn{}, fmt.Errorf("runs.json's lead-in: %w", err)
+	}
+	return l, nil
 }
 
 // appendCorpus adds the runs and the rows in part (a gzip member without
@@ -356,7 +407,7 @@ func checkAppend(dir string, seed uint64, leadIn time.Duration, plan []corpus.Ru
 // have changed during a long recording), then removes part. runs.json is
 // replaced only once the rows are in, so a failure leaves at worst rows no
 // run lists, never a listed run without rows.
-func appendCorpus(dir string, seed uint64, leadIn time.Duration, part string, runs []CorpusRun) error {
+func appendCorpus(dir string, seed uint64, leadIn corpus.LeadIn, part string, runs []CorpusRun) error {
 	plan := make([]corpus.Run, len(runs))
 	for i, r := range runs {
 		plan[i] = corpus.Run{ID: r.ID, Family: r.Family, Seed: r.Seed}
@@ -445,6 +496,20 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	}
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
+	// The kill's time: the kubelet reports the container's end in whole
+	// seconds (the API's FinishedAt), the cgroup's OOM watch to the
+	// millisecond, before the kubelet has noticed.
+	ooms, err := cgroup.WatchOOM(sctx, filepath.Join(memoryRoot, cg))
+	if err != nil {
+		return res, nil, err
+	}
+	var firstOOM atomic.Pointer[time.Time]
+	go func() {
+		for ev := range ooms {
+			t := ev.Time
+			firstOOM.CompareAndSwap(nil, &t)
+		}
+	}()
 	sampler := exec.CommandContext(sctx, e.cfg.Bin.Sidecar, "sample", "--pid", strconv.Itoa(pid), "--interval", "1s")
 	stdout, err := sampler.StdoutPipe()
 	if err != nil {
@@ -489,6 +554,10 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 		res.Failure, res.FailureKind = &t, "oom-killed"
 		if ev.Type == kubenode.EventExited {
 			res.FailureKind = "exited: " + ev.Reason
+		} else if at := firstOOM.Load(); at != nil && at.Sub(t).Abs() < time.Second {
+			// The same kill, to the millisecond (FinishedAt is truncated to
+			// the second; the process ends a moment after the kill).
+			res.Failure = at
 		}
 		err = sleep(ctx, 3*time.Second) // the samples up to the kill
 	case <-time.After(run.Profile.Duration() + 10*time.Second):
@@ -503,11 +572,14 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	}
 	<-done
 	_ = sampler.Wait()
-	for _, s := range samples {
+	for i, s := range samples {
 		if res.Failure != nil && s.Time.After(*res.Failure) {
 			break
 		}
 		rows = append(rows, s.row(run, res, horizon))
+		if i > 0 {
+			res.MaxSampleGap = max(res.MaxSampleGap, math.Round(s.Time.Sub(samples[i-1].Time).Seconds()*1000)/1000)
+		}
 	}
 	res.Samples = len(rows)
 	return res, rows, err
@@ -533,15 +605,18 @@ func (e *env) injectProfile(ctx context.Context, ns, pod, name, profile string) 
 	return onset, nil
 }
 
+// memoryRoot is the v1 memory hierarchy the node's container cgroups are in.
+const memoryRoot = "/sys/fs/cgroup/memory"
+
 // firstPID is a process of a v1 container cgroup (its memory hierarchy).
-func firstPID(cgroup string) (int, error) {
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", cgroup, "cgroup.procs"))
+func firstPID(dir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(memoryRoot, dir, "cgroup.procs"))
 	if err != nil {
 		return 0, err
 	}
 	f := strings.Fields(string(b))
 	if len(f) == 0 {
-		return 0, fmt.Errorf("no process in %s", cgroup)
+		return 0, fmt.Errorf("no process in %s", dir)
 	}
 	return strconv.Atoi(f[0])
 }

@@ -86,7 +86,7 @@ func TestAppendCorpus(t *testing.T) {
 		header []string    // the existing corpus's; nil: no corpus there
 		have   []CorpusRun // the existing corpus's runs
 		add    []CorpusRun
-		leadIn time.Duration // of the added runs
+		leadIn corpus.LeadIn // of the added runs
 		// refused names what the error must say; empty: the append succeeds.
 		refused string
 	}{
@@ -100,10 +100,34 @@ func TestAppendCorpus(t *testing.T) {
 			add: []CorpusRun{planned(t, 1, "traffic-burst-1")}, refused: "header"},
 		{name: "refuses a corpus planned from another seed", header: CorpusHeader, have: []CorpusRun{planned(t, 2, "mem-ramp-1")},
 			add: []CorpusRun{planned(t, 1, "traffic-burst-1")}, refused: "another --seed"},
-		{name: "adds runs recorded with the corpus's lead-in", header: CorpusHeader, have: withLeadIn(old, "10m0s"), leadIn: 10 * time.Minute,
-			add: withLeadIn([]CorpusRun{planned(t, 1, "traffic-burst-1")}, "10m0s")},
-		{name: "refuses runs with another lead-in than the corpus's", header: CorpusHeader, have: old, leadIn: 10 * time.Minute,
-			add: withLeadIn([]CorpusRun{planned(t, 1, "traffic-burst-1")}, "10m0s"), refused: "--lead-in 0s, not 10m0s"},
+		{name: "adds runs recorded with the corpus's lead-in (recorded before ranges: no spec)", header: CorpusHeader,
+			have: withLeadIn(old, "10m0s"), leadIn: fixed10m,
+			add: withDrawn(t, []CorpusRun{planned(t, 1, "traffic-burst-1")}, fixed10m)},
+		{name: "refuses runs with another lead-in than the corpus's", header: CorpusHeader, have: old, leadIn: fixed10m,
+			add: withDrawn(t, []CorpusRun{planned(t, 1, "traffic-burst-1")}, fixed10m), refused: "--lead-in 0s, not 10m0s"},
+		{name: "adds runs drawn from the corpus's lead-in range", header: CorpusHeader,
+			have: withDrawn(t, old, upTo10m), leadIn: upTo10m,
+			add: withDrawn(t, []CorpusRun{planned(t, 1, "traffic-burst-1"), planned(t, 1, "mem-ramp-2")}, upTo10m)},
+		{name: "refuses runs drawn from another range", header: CorpusHeader,
+			have: withDrawn(t, old, upTo10m), leadIn: corpus.LeadIn{Max: 5 * time.Minute},
+			add:     withDrawn(t, []CorpusRun{planned(t, 1, "traffic-burst-1")}, corpus.LeadIn{Max: 5 * time.Minute}),
+			refused: "was recorded with --lead-in 0s-10m0s, not 0s-5m0s"},
+		{name: "refuses a fixed lead-in beside a range with it as its end", header: CorpusHeader,
+			have: withDrawn(t, old, upTo10m), leadIn: fixed10m,
+			add:     withDrawn(t, []CorpusRun{planned(t, 1, "traffic-burst-1")}, fixed10m),
+			refused: "was recorded with --lead-in 0s-10m0s, not 10m0s"},
+		{name: "refuses a corpus whose runs drew other lead-ins than this build draws", header: CorpusHeader,
+			have: func() []CorpusRun {
+				h := withDrawn(t, old, upTo10m)
+				h[1].LeadIn = "10m0s" // idle-1: a range's end, not its draw
+				return h
+			}(), leadIn: upTo10m,
+			add:     withDrawn(t, []CorpusRun{planned(t, 1, "traffic-burst-1")}, upTo10m),
+			refused: "has a lead-in of 10m0s where this build draws"},
+		{name: "refuses a corpus whose runs.json has a lead-in it cannot read", header: CorpusHeader,
+			have: withLeadIn(old, "ten minutes"), leadIn: fixed10m,
+			add:     withDrawn(t, []CorpusRun{planned(t, 1, "traffic-burst-1")}, fixed10m),
+			refused: "runs.json's lead-in"},
 		{name: "refuses a folder without a corpus",
 			add: []CorpusRun{planned(t, 1, "traffic-burst-1")}, refused: "no corpus to append to"},
 	} {
@@ -206,11 +230,64 @@ func TestPublishBurstKeepsItsRate(t *testing.T) {
 	}
 }
 
-// withLeadIn returns runs as recorded with --lead-in d.
+var (
+	fixed10m = corpus.LeadIn{Min: 10 * time.Minute, Max: 10 * time.Minute}
+	upTo10m  = corpus.LeadIn{Max: 10 * time.Minute}
+)
+
+// withDrawn returns runs (of seed 1's plan) as Corpus records them with
+// --lead-in l: each with the lead-in drawn for it, and the spec.
+func withDrawn(t *testing.T, runs []CorpusRun, l corpus.LeadIn) []CorpusRun {
+	t.Helper()
+	plan, err := corpus.Plan(1, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]corpus.Run{}
+	for _, r := range plan {
+		byID[r.ID] = r
+	}
+	out := slices.Clone(runs)
+	for i, r := range out {
+		p, ok := byID[r.ID]
+		if !ok || p.Seed != r.Seed {
+			t.Fatalf("%s is not a run of seed 1's plan", r.ID)
+		}
+		out[i].LeadIn, out[i].LeadInSpec = l.Draw(p).String(), l.String()
+	}
+	return out
+}
+
+// withLeadIn returns runs as recorded with --lead-in d before ranges: the
+// lead-in, no spec.
 func withLeadIn(runs []CorpusRun, d string) []CorpusRun {
 	out := slices.Clone(runs)
 	for i := range out {
 		out[i].LeadIn = d
 	}
 	return out
+}
+
+func TestCorpusPlanScalesTheProfileNotTheLeadIn(t *testing.T) {
+	base, err := corpus.Plan(1, 2, "idle", "traffic-burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := CorpusConfig{Seed: 1, PerFamily: 2, Families: []string{"traffic-burst", "idle"}, Scale: 0.5, LeadIn: upTo10m}
+	plan, err := cc.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != len(base) {
+		t.Fatalf("%d runs, want %d", len(plan), len(base))
+	}
+	for i, r := range plan {
+		b := base[i]
+		if r.ID != b.ID || r.LeadIn != upTo10m.Draw(b) {
+			t.Fatalf("run %d: %s with lead-in %v, want %s with %v", i, r.ID, r.LeadIn, b.ID, upTo10m.Draw(b))
+		}
+		if got, want := r.Profile.Duration(), b.Profile.Duration()/2+r.LeadIn; got != want {
+			t.Errorf("%s: %v long, want half of %v plus the lead-in %v", r.ID, got, b.Profile.Duration(), r.LeadIn)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/lab/bench"
+	"github.com/amf-edge/amf/lab/corpus"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/lab/testbed"
@@ -152,13 +153,29 @@ func TestCorpusRecordsTheFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out := t.TempDir()
-	runs, err := Corpus(ctx, CorpusConfig{Seed: 3, Families: []string{"spike"}, Scale: 0.3, Parallel: 1,
-		Base: Config{Out: out, Repo: repo, Bin: bins, Progress: testWriter{t}}})
+	cc := CorpusConfig{Seed: 3, Families: []string{"spike"}, Scale: 0.3, Parallel: 1, LeadIn: corpus.LeadIn{Max: 20 * time.Second},
+		Base: Config{Out: out, Repo: repo, Bin: bins, Progress: testWriter{t}}}
+	plan, err := cc.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := Corpus(ctx, cc)
 	if err != nil {
 		t.Fatalf("corpus: %v", err)
 	}
 	if len(runs) != 1 || runs[0].Failure == nil || runs[0].FailureKind != "oom-killed" {
 		t.Fatalf("runs = %+v, want one run ending in an OOM kill", runs)
+	}
+	if g := runs[0].MaxSampleGap; g < 0.5 {
+		t.Errorf("largest gap between samples %v s, want the sampler's 1 s or more", g)
+	}
+	// The kill's time comes from the cgroup's OOM watch, not the kubelet's
+	// FinishedAt, which the API truncates to the second.
+	if f := runs[0].Failure; f.Nanosecond() == 0 {
+		t.Errorf("failure at %v: whole seconds, want the OOM watch's time", f)
+	}
+	if r := runs[0]; r.LeadIn != plan[0].LeadIn.String() || r.LeadInSpec != "0s-20s" || r.Profile != plan[0].Profile.String() {
+		t.Errorf("run recorded lead-in %q of %q, profile %s; want the planned %v of 0s-20s, %s", r.LeadIn, r.LeadInSpec, r.Profile, plan[0].LeadIn, plan[0].Profile)
 	}
 	f, err := os.Open(filepath.Join(out, "corpus.csv.gz"))
 	if err != nil {
@@ -187,5 +204,13 @@ func TestCorpusRecordsTheFailure(t *testing.T) {
 	}
 	if first := rows[0]; first[10] != "1" && first[10] != "0" {
 		t.Errorf("label %q", first[10])
+	}
+	// The pod has a network namespace of its own on the real node: its
+	// counter is the broker's own traffic (the E2E probe's messages, bridged),
+	// which grows during the run.
+	n0, err0 := strconv.ParseFloat(rows[0][6], 64)
+	n1, err1 := strconv.ParseFloat(last[6], 64)
+	if err0 != nil || err1 != nil || n1 <= n0 {
+		t.Errorf("network_bytes_total %q at the first sample, %q at the last; want a counter that grows", rows[0][6], last[6])
 	}
 }

@@ -519,11 +519,7 @@ type kube struct {
 // tests beside it, so it runs alone, before the parallel ones.
 func startCluster(t *testing.T, timeout time.Duration) (context.Context, context.CancelFunc, *kube) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	t.Cleanup(cancel)
+	ctx, cancel := clusterContext(t, timeout)
 	cp := plane.Get(ctx, t)
 	return ctx, cancel, &kube{Interface: cp.Client(), cp: cp, ns: plane.Namespace(ctx, t, "amf-actuate")}
 }
@@ -532,11 +528,7 @@ func startCluster(t *testing.T, timeout time.Duration) (context.Context, context
 // a test that stops or restarts its components.
 func startOwnCluster(t *testing.T, timeout time.Duration) (context.Context, context.CancelFunc, *kube) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	t.Cleanup(cancel)
+	ctx, cancel := clusterContext(t, timeout)
 	cp, err := controlplane.Start(ctx, t, controlplane.Options{Nodes: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -547,6 +539,18 @@ func startOwnCluster(t *testing.T, timeout time.Duration) (context.Context, cont
 		return err
 	})
 	return ctx, cancel, k
+}
+
+// clusterContext skips a real-API test under -short, and returns its
+// context, bounded by timeout and cancelled when the test ends.
+func clusterContext(t *testing.T, timeout time.Duration) (context.Context, context.CancelFunc) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a Kubernetes control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return ctx, cancel
 }
 
 // startActuator runs an actuator on client, logging to the test, until ctx ends;

@@ -107,17 +107,7 @@ type TB interface {
 func Start(ctx context.Context, tb TB, opts Options) (*ControlPlane, error) {
 	tb.Helper()
 	if opts.BinDir == "" {
-		bin, err := BinDir()
-		if err == nil {
-			err = checkBinDir(bin)
-		}
-		if err != nil {
-			if os.Getenv(EnvRequire) == "1" {
-				tb.Fatalf("Kubernetes control plane not built (%v) and %s=1: run make k8s", err, EnvRequire)
-			}
-			tb.Skipf("Kubernetes control plane not built (%v): run make k8s", err)
-		}
-		opts.BinDir = bin
+		opts.BinDir = binDirOrSkip(tb)
 	}
 	// The folder first: cleanups run last-in first-out, so its removal
 	// comes after the logs are printed.
@@ -135,6 +125,23 @@ func Start(ctx context.Context, tb TB, opts Options) (*ControlPlane, error) {
 	var err error
 	cp, err = Launch(ctx, dir, opts, tb.Logf)
 	return cp, err
+}
+
+// binDirOrSkip is the binaries' folder; when they are missing it skips tb,
+// or fails it with AMF_REQUIRE_K8S=1.
+func binDirOrSkip(tb TB) string {
+	tb.Helper()
+	bin, err := BinDir()
+	if err == nil {
+		err = checkBinDir(bin)
+	}
+	if err != nil {
+		if os.Getenv(EnvRequire) == "1" {
+			tb.Fatalf("Kubernetes control plane not built (%v) and %s=1: run make k8s", err, EnvRequire)
+		}
+		tb.Skipf("Kubernetes control plane not built (%v): run make k8s", err)
+	}
+	return bin
 }
 
 // Launch is Start for programs (the lab's experiment runner): the components run

@@ -42,16 +42,7 @@ type Shared struct {
 func (s *Shared) Get(ctx context.Context, tb TB) *ControlPlane {
 	tb.Helper()
 	if s.Options.BinDir == "" {
-		bin, err := BinDir()
-		if err == nil {
-			err = checkBinDir(bin)
-		}
-		if err != nil {
-			if os.Getenv(EnvRequire) == "1" {
-				tb.Fatalf("Kubernetes control plane not built (%v) and %s=1: run make k8s", err, EnvRequire)
-			}
-			tb.Skipf("Kubernetes control plane not built (%v): run make k8s", err)
-		}
+		binDirOrSkip(tb)
 	}
 	s.once.Do(func() {
 		if s.dir, s.err = os.MkdirTemp("", "amf-controlplane-"); s.err != nil {

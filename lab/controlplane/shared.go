@@ -50,7 +50,9 @@ func (s *Shared) Get(ctx context.Context, tb TB) *ControlPlane {
 		}
 		// The components outlive the test that started them: they log to
 		// stderr, not to that test's log.
-		s.cp, s.err = Launch(ctx, s.dir, s.Options, func(format string, args ...any) {
+		// Not bounded by the asking test's deadline: the start serves
+		// every test (Options.StartTimeout bounds it).
+		s.cp, s.err = Launch(context.WithoutCancel(ctx), s.dir, s.Options, func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, format+"\n", args...)
 		})
 		if s.err != nil {

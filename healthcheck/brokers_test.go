@@ -19,6 +19,8 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/amf-edge/amf/lab/proc"
 )
 
 // testBroker is a real broker a test can crash and bring back.
@@ -55,7 +57,7 @@ func startMosquitto(t testing.TB) *mosquittoBroker {
 	bin := mosquittoPath(t)
 	port := freePort(t)
 	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	cfg := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\nlog_type warning\n", port)
+	cfg := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\nlog_type warning\n", port) + proc.MosquittoStaysUser()
 	if err := os.WriteFile(conf, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +77,7 @@ func (m *mosquittoBroker) start(t testing.TB) {
 	t.Helper()
 	m.cmd = exec.Command(m.bin, "-c", m.conf)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // a killed test leaves no broker
 	if err := m.cmd.Start(); err != nil {
 		t.Fatalf("start mosquitto: %v", err)
 	}

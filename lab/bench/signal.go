@@ -475,13 +475,7 @@ func startBrokerProc(bin Binaries, dir, addr string) (*proc.Proc, error) {
 	if bin.Mosquitto != "" {
 		host, port, _ := net.SplitHostPort(addr)
 		conf := filepath.Join(dir, "mosquitto.conf")
-		text := fmt.Sprintf("listener %s %s\nallow_anonymous true\npersistence false\n", port, host)
-		if os.Geteuid() == 0 {
-			// Mosquitto started as root changes to its own user, and a
-			// change of credentials clears the parent-death signal: a
-			// benchmark killed would leave it running. It stays root.
-			text += "user root\n"
-		}
+		text := fmt.Sprintf("listener %s %s\nallow_anonymous true\npersistence false\n", port, host) + proc.MosquittoStaysUser()
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			return nil, err
 		}

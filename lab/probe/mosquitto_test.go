@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/amf-edge/amf/lab/proc"
 )
 
 // The tests in this file run the paper's service path with real Mosquitto
@@ -65,7 +67,7 @@ func newMosquitto(t *testing.T, name, extra string) *mosquitto {
 	_, port, _ := net.SplitHostPort(m.addr)
 	// user root: run as is, so the broker can read its configuration in the
 	// test's private temporary folder.
-	text := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nuser root\nlog_dest stderr\nlog_type error\nlog_type warning\nlog_type notice\n%s", port, extra)
+	text := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\nlog_type error\nlog_type warning\nlog_type notice\n%s%s", port, proc.MosquittoStaysUser(), extra)
 	if err := os.WriteFile(m.conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func (m *mosquitto) start() {
 	}
 	m.cmd = exec.Command(mosquittoBin(m.t), "-c", m.conf)
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := m.cmd.Start(); err != nil {
 		logf.Close()
 		m.t.Fatalf("start %s: %v", m.name, err)

@@ -169,3 +169,16 @@ func (p *Proc) Done() <-chan struct{} { return p.done }
 
 // Err is the process's exit error; valid once Done is closed.
 func (p *Proc) Err() error { return p.err }
+
+// MosquittoStaysUser is the configuration line that lets a Mosquitto broker
+// die with the process that started it (Pdeathsig): started as root, Mosquitto
+// changes to its own user, and a change of credentials clears the
+// parent-death signal, so a killed test or lab run would leave it running. As
+// root it is told to stay root; as anyone else it changes nothing and the line
+// is empty.
+func MosquittoStaysUser() string {
+	if os.Geteuid() == 0 {
+		return "user root\n"
+	}
+	return ""
+}

@@ -60,7 +60,7 @@ func StartMosquittoAt(ctx context.Context, dir, name, bin string, site Site) (*B
 		addr = site.IP + ":" + port
 	}
 	conf := filepath.Join(dir, name+".conf")
-	if err := os.WriteFile(conf, []byte(listener(addr)+"allow_anonymous true\npersistence false\nlog_dest stdout\nconnection_messages true\n"), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(listener(addr)+"allow_anonymous true\npersistence false\nlog_dest stdout\nconnection_messages true\n"+proc.MosquittoStaysUser()), 0o644); err != nil {
 		return nil, err
 	}
 	argv := []string{bin, "-c", conf}

@@ -309,7 +309,7 @@ func checkChildStats(t *testing.T, c *realCgroup, ch *child, s Stats) {
 	}
 	switch {
 	case !c.ioAccounts:
-		t.Logf("block I/O is not accounted here (v1 blkio shows none even in the root, or the temp folder is on tmpfs); disk = %v", s.DiskBytes)
+		t.Logf("block I/O is not accounted here (v1 blkio does not list the temp folder's disk even in the root, or the folder is on tmpfs); disk = %v", s.DiskBytes)
 	case !ch.direct && !c.v2:
 		// v1 charges only direct I/O to the writer; v2 charges writeback too.
 		t.Logf("the child could not use O_DIRECT in its temp dir; disk = %v", s.DiskBytes)

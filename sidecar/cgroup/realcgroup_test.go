@@ -58,8 +58,9 @@ type realCgroup struct {
 	dirs map[string]string
 	// ioAccounts says whether block I/O done in the cgroup shows in its
 	// statistics here: v1 kernels with blk-cgroup statistics off (some VMs)
-	// show only "Total 0", even in the root; and a temporary folder on
-	// tmpfs does no block I/O at all.
+	// show only "Total 0", even in the root, and others list only devices
+	// that a throttle limit was once set on; the temp folder's disk must be
+	// listed. A temporary folder on tmpfs does no block I/O at all.
 	ioAccounts bool
 	cpuLimited bool // a CPU limit (cpuLimit) is set on it
 }
@@ -126,8 +127,8 @@ func newRealCgroup(tb testing.TB) *realCgroup {
 		}
 		if root, err := l.v1[ctrlBlkio].dir("/"); err == nil {
 			if b, err := os.ReadFile(filepath.Join(root, blkioFiles[0])); err == nil {
-				_, n, err := parseBlkio(b)
-				c.ioAccounts = err == nil && n > 0
+				_, _, err := parseBlkio(b)
+				c.ioAccounts = err == nil && listsDevice(b, diskOf(os.TempDir()))
 			}
 		}
 	} else {
@@ -274,6 +275,45 @@ func v1CPUHierarchy() (hierarchy, bool) {
 		}
 	}
 	return hierarchy{}, false
+}
+
+// diskOf is the MAJ:MIN of the disk that holds dir's filesystem (a
+// partition's whole disk, as blkio lists it), or "" when dir is on none.
+func diskOf(dir string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return ""
+	}
+	major := (st.Dev>>8)&0xfff | (st.Dev>>32)&^uint64(0xfff)
+	minor := st.Dev&0xff | (st.Dev>>12)&^uint64(0xff)
+	dev := fmt.Sprintf("%d:%d", major, minor)
+	if major == 0 {
+		return ""
+	}
+	sys := filepath.Join("/sys/dev/block", dev)
+	if _, err := os.Stat(filepath.Join(sys, "partition")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(sys, "..", "dev")); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return dev
+}
+
+// listsDevice says whether blkio statistics b have lines for device dev:
+// v1 blk-throttle lists only the devices it was set up for, and on some
+// kernels that is none until a limit is set on one, so a root listing
+// another device (a loop device someone once limited) says nothing of the
+// temp folder's disk.
+func listsDevice(b []byte, dev string) bool {
+	if dev == "" {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, dev+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 // onBlockDevice reports whether dir is on a filesystem backed by a block

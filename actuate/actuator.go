@@ -641,29 +641,26 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 			a.reload(ctx, w)
 			return
 		}
+		// The step is kept, not forgotten: the Gate as decided, its record
+		// tried again after retryDelay, or with the next input if that
+		// comes first. Forgetting it would wait for an input that may
+		// never come: a standby's readiness is seen once, a crashed
+		// primary sends nothing more. A stop before the write leaves the
+		// old record, which a restart takes up.
+		w.unsaved, w.retryAt = true, a.now().Add(retryDelay)
 		if scaledUp {
-			// The standby is up and forgetting the step would not take
-			// that back: keep the Gate where it is, as the cluster is, and
-			// write the record with the next step. A stop before then
-			// leaves an orphaned standby, which a restart adopts. What else
-			// the step had to do is its Events (a scale-up never shares a
-			// step with a retirement or a scale-down: writeorder_test
-			// checks).
-			w.unsaved, w.retryAt = true, a.now().Add(retryDelay)
+			// The standby is up already, as the cluster is; what else the
+			// step had to do is its Events (a scale-up never shares a step
+			// with a retirement or a scale-down: writeorder_test checks).
+			// A stop before the record leaves an orphaned standby, which a
+			// restart adopts.
 			a.do(ctx, w, acts)
 			return
 		}
-		// The API is unreachable. Nothing of the step is done before its
-		// record is written (the write order), but the step is kept: the
-		// Gate as decided, the record and the actions tried again after
-		// retryDelay, or with the next input if it comes first. Forgetting
-		// the step would wait for an input that may never come: a
-		// standby's readiness is seen once, a crashed primary sends
-		// nothing more. A stop before the write leaves the cluster as it
-		// was, with the old record, which a restart takes up.
-		// A step without actions keeps those of an earlier refused step:
-		// they still wait for this record.
-		w.unsaved, w.retryAt = true, a.now().Add(retryDelay)
+		// Nothing else of the step is done before its record is written
+		// (the write order): its actions wait in retry. A step without
+		// actions keeps those of an earlier refused step, which still wait
+		// for this record.
 		if len(acts) > 0 {
 			w.retry, w.retryPhase = acts, w.gate.Rec.Phase
 		}

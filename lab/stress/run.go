@@ -1,8 +1,7 @@
 package stress
 
 import (
-	"golang.org/x/sys/unix"
-
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Status is what Run is doing.
@@ -138,7 +139,8 @@ func InMemoryFile() Option {
 type memory struct {
 	regions [][]byte
 	held    int64
-	fd      int // the memory file; -1: anonymous mappings
+	fd      int    // the memory file; -1: anonymous mappings
+	buf     []byte // what the memory file's pages are written from, made once
 }
 
 func (m *memory) close() {
@@ -157,10 +159,13 @@ func (m *memory) setFile(ctx context.Context, want int64) error {
 		m.held = want
 		return nil
 	}
-	buf := make([]byte, mmapUnit)
-	for i := range buf {
-		buf[i] = 1
+	if m.held == want {
+		return nil // the steady case, every tick: no work, no allocation
 	}
+	if m.buf == nil {
+		m.buf = bytes.Repeat([]byte{1}, mmapUnit)
+	}
+	buf := m.buf
 	for m.held < want {
 		if err := ctx.Err(); err != nil {
 			return err

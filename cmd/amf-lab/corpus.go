@@ -22,7 +22,8 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	seed := fs.Uint64("seed", 1, "seed of the plan: the same seed, runs and families give the same profiles")
 	runs := fs.Int("runs", 1, "runs per family")
 	families := fs.String("families", "", "comma-separated families (default all): "+familyNames())
-	parallel := fs.Int("parallel", 2, "runs at once (one broker container each)")
+	parallel := fs.Int("parallel", 2, "runs loading the machine at once (one broker container each)")
+	pods := fs.Int("pods", 0, "brokers at once (default 4 × --parallel): the others are in their quiet lead-ins, each started so that its load begins as a --parallel slot comes free")
 	horizon := fs.Duration("horizon", 120*time.Second, "label a sample 1 when the failure comes within this")
 	out := fs.String("out", "", "output folder: corpus.csv.gz, runs.json (required)")
 	list := fs.Bool("list", false, "print the plan and exit")
@@ -42,7 +43,14 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "amf-lab corpus: --scale %g: want a factor above 0 (0.5 halves every phase)\n", *scale)
 		return 2
 	}
-	cc := experiment.CorpusConfig{Seed: *seed, PerFamily: *runs, Families: only, Parallel: *parallel, Horizon: *horizon,
+	if *parallel <= 0 || *pods < 0 {
+		fmt.Fprintf(stderr, "amf-lab corpus: --parallel %d, --pods %d: want at least 1 run at once (--pods 0: 4 × --parallel)\n", *parallel, *pods)
+		return 2
+	}
+	if *pods == 0 {
+		*pods = 4 * *parallel
+	}
+	cc := experiment.CorpusConfig{Seed: *seed, PerFamily: *runs, Families: only, Parallel: *parallel, Pods: *pods, Horizon: *horizon,
 		Scale: *scale, LeadIn: leadIn, Append: *appendRuns}
 	if *list {
 		plan, err := cc.Plan()
@@ -50,7 +58,7 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintf(stderr, "amf-lab corpus: %v\n", err)
 			return 2
 		}
-		printPlan(stdout, plan)
+		printPlan(stdout, plan, *parallel, *pods)
 		return 0
 	}
 	if *out == "" || fs.NArg() > 0 {
@@ -82,10 +90,11 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // printPlan writes one line per run (id, planned length with the lead-in,
-// lead-in, profile, traffic) and a last line with the totals, from which the
-// recording's machine time follows: a run lasts its planned length (a failing
-// one ends at its kill, sooner) plus the pod's start and 10 s.
-func printPlan(w io.Writer, plan []corpus.Run) {
+// lead-in, profile, traffic), a line with the totals, and one with the
+// recording's time on parallel slots and pods brokers if every run lasts
+// its planned length (a failing one ends at its kill, sooner) plus the
+// pod's start.
+func printPlan(w io.Writer, plan []corpus.Run, parallel, pods int) {
 	var total, lead time.Duration
 	for _, r := range plan {
 		fmt.Fprintf(w, "%s\t%v\tlead-in %v\t%s", r.ID, r.Profile.Duration(), r.LeadIn, r.Profile)
@@ -99,8 +108,15 @@ func printPlan(w io.Writer, plan []corpus.Run) {
 	if len(plan) > 0 {
 		fmt.Fprintf(w, "# %d runs, %v planned in all: %v of profiles, %v of lead-ins (mean %v a run)\n",
 			len(plan), total, total-lead, lead, (lead / time.Duration(len(plan))).Round(time.Second))
+		fmt.Fprintf(w, "# recording: about %v with --parallel %d --pods %d (a run's load is timed to begin as a slot comes free; %v with --pods %d, one after the other on each slot)\n",
+			corpus.Estimate(plan, parallel, pods, podStart).Round(time.Minute), parallel, pods,
+			corpus.Estimate(plan, parallel, parallel, podStart).Round(time.Minute), parallel)
 	}
 }
+
+// podStart is a broker Deployment's usual time to Ready on the lab node,
+// for printPlan's estimate.
+const podStart = 15 * time.Second
 
 func familyNames() string {
 	var n []string

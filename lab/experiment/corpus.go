@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,7 +33,13 @@ type CorpusConfig struct {
 	Seed      uint64
 	PerFamily int      // runs per family (default 1)
 	Families  []string // default: every family of package corpus
-	Parallel  int      // runs at once (default 2; each is one broker container)
+	// Parallel is how many runs may load the machine at once (default 2; each
+	// is one broker container under its profile's load).
+	Parallel int
+	// Pods is how many brokers may run at once (default 4 × Parallel): the
+	// runs beyond Parallel are in their quiet lead-ins, timed (corpus.Schedule)
+	// so that each one's load begins as a slot comes free.
+	Pods int
 	// Horizon labels a sample 1 when the failure comes within it (default 120 s).
 	Horizon time.Duration
 	// Scale multiplies every phase's and burst's duration (default 1; ramp
@@ -117,6 +122,9 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 	if cc.Parallel <= 0 {
 		cc.Parallel = 2
 	}
+	if cc.Pods <= 0 {
+		cc.Pods = 4 * cc.Parallel
+	}
 	if cc.Horizon <= 0 {
 		cc.Horizon = 120 * time.Second
 	}
@@ -173,43 +181,30 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 		}
 	}()
 
-	var (
-		mu   sync.Mutex
-		out  = make([]CorpusRun, len(plan))
-		jobs = make(chan int)
-		wg   sync.WaitGroup
-	)
-	for range cc.Parallel {
-		wg.Go(func() {
-			for i := range jobs {
-				r, rows, err := env.corpusRun(ctx, plan[i], cc.Horizon)
-				if !cc.LeadIn.IsZero() {
-					r.LeadIn, r.LeadInSpec = plan[i].LeadIn.String(), cc.LeadIn.String()
-				}
-				mu.Lock()
-				if err != nil {
-					r.Error = err.Error()
-					failed, env.keepState = true, true
-				}
-				out[i] = r
-				w.write(rows)
-				mu.Unlock()
-				contended := ""
-				if r.MaxSampleGap > contendedGap.Seconds() {
-					contended = fmt.Sprintf(" (samples %.1f s apart: the machine was short of CPU, this run's CPU is distorted)", r.MaxSampleGap)
-				}
-				env.progress("corpus %d/%d %s: lead-in %v, %d samples%s, failure %s %s", i+1, len(plan), r.ID, plan[i].LeadIn, r.Samples, contended, r.FailureKind, r.Error)
-			}
-		})
-	}
-	for i := range plan {
-		select {
-		case jobs <- i:
-		case <-ctx.Done():
+	out := make([]CorpusRun, len(plan))
+	record := func(i int, r CorpusRun, rows [][]string, err error) {
+		if !cc.LeadIn.IsZero() {
+			r.LeadIn, r.LeadInSpec = plan[i].LeadIn.String(), cc.LeadIn.String()
 		}
+		if err != nil {
+			r.Error = err.Error()
+			failed, env.keepState = true, true
+		}
+		out[i] = r
+		w.write(rows)
+		contended := ""
+		if r.MaxSampleGap > contendedGap.Seconds() {
+			contended = fmt.Sprintf(" (samples %.1f s apart: the machine was short of CPU, this run's CPU is distorted)", r.MaxSampleGap)
+		}
+		env.progress("corpus %d/%d %s: lead-in %v, %d samples%s, failure %s %s", i+1, len(plan), r.ID, plan[i].LeadIn, r.Samples, contended, r.FailureKind, r.Error)
 	}
-	close(jobs)
-	wg.Wait()
+	env.progress("corpus: %d runs, %d loading and %d brokers at once: about %v if every run lasts as planned",
+		len(plan), cc.Parallel, cc.Pods, corpus.Estimate(plan, cc.Parallel, cc.Pods, setupAllowance).Round(time.Minute))
+	runCorpusSchedule(ctx, corpus.NewSchedule(plan, cc.Parallel, cc.Pods, setupAllowance),
+		func(ctx context.Context, i int, onset func(time.Time)) func() {
+			r, rows, err := env.corpusRun(ctx, plan[i], cc.Horizon, onset)
+			return func() { record(i, r, rows, err) }
+		})
 	if err := w.close(); err != nil {
 		return out, err
 	}
@@ -222,6 +217,70 @@ func Corpus(ctx context.Context, cc CorpusConfig) ([]CorpusRun, error) {
 		return out, fmt.Errorf("corpus: interrupted, nothing appended (the new rows are in %s): %w", rowsPath, err)
 	}
 	return out, appendCorpus(cfg.Out, cc.Seed, cc.LeadIn, rowsPath, out)
+}
+
+// setupAllowance is how long a run's broker may take to come Ready, for the
+// schedule, until the run's onset says how long it took.
+const setupAllowance = 30 * time.Second
+
+// runCorpusSchedule starts each run when the schedule says, in a goroutine
+// of its own, tells the schedule each one's onset and end, and returns when
+// every started run has ended; once ctx is done it starts none. The finish a
+// run returns is called on the caller's goroutine, one at a time, so what it
+// records needs no lock.
+func runCorpusSchedule(ctx context.Context, s *corpus.Schedule, run func(ctx context.Context, i int, onset func(time.Time)) (finish func())) {
+	type onsetAt struct {
+		i  int
+		at time.Time
+	}
+	type ended struct {
+		i      int
+		finish func()
+	}
+	var (
+		onsets  = make(chan onsetAt)
+		ends    = make(chan ended)
+		running int
+		stop    = ctx.Done()
+	)
+	for {
+		var wait time.Duration
+		if ctx.Err() == nil {
+			i, ok, w := s.Next(time.Now())
+			if ok {
+				running++
+				go func() {
+					finish := run(ctx, i, func(at time.Time) { onsets <- onsetAt{i, at} })
+					ends <- ended{i, finish}
+				}()
+				continue
+			}
+			wait = w
+		}
+		if running == 0 && (s.Left() == 0 || ctx.Err() != nil) {
+			return
+		}
+		var timer *time.Timer
+		var fire <-chan time.Time
+		if wait > 0 {
+			timer = time.NewTimer(wait)
+			fire = timer.C
+		}
+		select {
+		case o := <-onsets:
+			s.Onset(o.i, o.at)
+		case e := <-ends:
+			running--
+			s.Done(e.i, time.Now())
+			e.finish()
+		case <-fire:
+		case <-stop:
+			stop = nil // from now on only the running runs' ends
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
 }
 
 // Plan is the runs Corpus records: the seeded plan, scaled, each run with
@@ -447,7 +506,8 @@ func appendCorpus(dir string, seed uint64, leadIn corpus.LeadIn, part string, ru
 // corpusRun runs one profile in a fresh broker Deployment and records the
 // broker container's raw counters every second, as the sidecar samples them
 // (`amf-sidecar sample --pid`), until the container fails or the profile ends.
-func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Duration) (res CorpusRun, rows [][]string, err error) {
+// onset is told the onset as soon as the profile has started.
+func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Duration, onset func(time.Time)) (res CorpusRun, rows [][]string, err error) {
 	res = CorpusRun{ID: run.ID, Family: run.Family, Failing: run.Failing, Seed: run.Seed, Profile: run.Profile.String(),
 		Traffic: run.Traffic.String()}
 	ns := "corpus-" + run.ID
@@ -535,6 +595,7 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 	if err != nil {
 		return res, nil, err
 	}
+	onset(res.Onset)
 	trafficDone := make(chan error, 1)
 	if len(run.Traffic) > 0 {
 		// From outside the container, as clients reach a broker: only the
@@ -560,7 +621,7 @@ func (e *env) corpusRun(ctx context.Context, run corpus.Run, horizon time.Durati
 			res.Failure = at
 		}
 		err = sleep(ctx, 3*time.Second) // the samples up to the kill
-	case <-time.After(run.Profile.Duration() + 10*time.Second):
+	case <-time.After(run.Profile.Duration() + corpus.Tail):
 	case <-ctx.Done():
 		err = ctx.Err()
 	}

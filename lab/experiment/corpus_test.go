@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/lab/corpus"
+	"github.com/amf-edge/amf/lab/stress"
 	"github.com/amf-edge/amf/lab/testbed"
 )
 
@@ -289,5 +290,47 @@ func TestCorpusPlanScalesTheProfileNotTheLeadIn(t *testing.T) {
 		if got, want := r.Profile.Duration(), b.Profile.Duration()/2+r.LeadIn; got != want {
 			t.Errorf("%s: %v long, want half of %v plus the lead-in %v", r.ID, got, b.Profile.Duration(), r.LeadIn)
 		}
+	}
+}
+
+func TestCorpusScheduleStartsRunsAsBrokersFreeAndNoneOnceCancelled(t *testing.T) {
+	idle := corpus.Run{Profile: stress.Profile{Phases: []stress.Phase{{Duration: time.Minute}}}}
+	plan := []corpus.Run{idle, idle, idle, idle}
+	s := corpus.NewSchedule(plan, 1, 2, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan int)
+	release := make([]chan struct{}, len(plan))
+	for i := range release {
+		release[i] = make(chan struct{})
+	}
+	var finished []int // appended by finish, on the loop's goroutine
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runCorpusSchedule(ctx, s, func(ctx context.Context, i int, onset func(time.Time)) func() {
+			onset(time.Now())
+			started <- i
+			<-release[i]
+			return func() { finished = append(finished, i) }
+		})
+	}()
+	got := []int{<-started, <-started}
+	slices.Sort(got)
+	if !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("first starts %v, want runs 0 and 1 (two brokers)", got)
+	}
+	// A third run starts only when a broker is free.
+	close(release[0])
+	if i := <-started; i != 2 {
+		t.Fatalf("after run 0's end, run %d started, want 2", i)
+	}
+	cancel()
+	close(release[1])
+	close(release[2])
+	<-done
+	slices.Sort(finished)
+	if !slices.Equal(finished, []int{0, 1, 2}) || s.Left() != 1 {
+		t.Errorf("finished %v with %d runs left; want 0, 1, 2 finished and run 3 never started", finished, s.Left())
 	}
 }

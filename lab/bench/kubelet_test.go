@@ -101,13 +101,18 @@ func TestNodeBenchSignalsBeforeTheKubelet(t *testing.T) {
 	if rep.HangTCPRuns != 1 || rep.HangTCPSeen != 0 {
 		t.Errorf("tcpSocket liveness failed on %d of %d hangs, want 0 of 1", rep.HangTCPSeen, rep.HangTCPRuns)
 	}
-	// A light load: the broker works, so nothing may restart or signal it.
+	// A light load: the broker works, so nothing may restart it or signal it
+	// unhealthy while it answers the test's own traffic in time (a starved
+	// machine's slow answers count apart: SlowSignals).
 	if len(rep.LoadRuns) != 2 {
 		t.Errorf("%d load results, want one per pod", len(rep.LoadRuns))
 	}
 	for _, lr := range rep.LoadRuns {
 		if lr.Runs != 1 || lr.Restarts != 0 || lr.FalseSignals != 0 || lr.Sent == 0 || lr.Lost > 0 || len(lr.Cores) != 1 {
 			t.Errorf("%s pod under a light load: %+v, want 1 run, no restart, no false signal, traffic without loss, its CPU measured", lr.Kind, lr)
+		}
+		if lr.SlowSignals > 0 {
+			t.Logf("%s pod: %d unhealthy signals while the test's own traffic went unanswered within the probe's timeout too (a machine short of CPU)", lr.Kind, lr.SlowSignals)
 		}
 	}
 	if line := out.String(); !strings.Contains(line, `"hang_pcm_p99_ms"`) || !strings.Contains(line, `"false_signals":0`) {

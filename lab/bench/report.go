@@ -194,9 +194,9 @@ func PrintNode(w io.Writer, r *NodeReport) error {
 	fmt.Fprintf(w, "(b) tcpSocket liveness failed on %d of %d hangs\n", r.HangTCPSeen, r.HangTCPRuns)
 	fmt.Fprintf(w, "(c) load: amf-lab stress cpu=N (N busy threads) in each 500m broker container, MQTT traffic through each:\n")
 	for _, lr := range r.LoadRuns {
-		fmt.Fprintf(w, "    cpu=%-3g %-9s liveness: %d × %v, broker container at %s cores, throttled in %s of CFS periods; %d failed liveness probes, %d kubelet restarts; %d false unhealthy signals, %d anomalous; MQTT every %v: max round trip %s, %d of %d lost\n",
+		fmt.Fprintf(w, "    cpu=%-3g %-9s liveness: %d × %v, broker container at %s cores, throttled in %s of CFS periods; %d failed liveness probes, %d kubelet restarts; %d false unhealthy signals (%d more while the test's own traffic went as unanswered), %d anomalous; MQTT every %v: max round trip %s, %d of %d lost\n",
 			lr.Load.CPU, lr.Kind, lr.Runs, lr.Load.Duration, span(lr.Cores, 1, "%.2f"), span(lr.Throttled, 100, "%.0f %%"), lr.LivenessFailures, lr.Restarts,
-			lr.FalseSignals, lr.Anomalous, lr.Load.Traffic, msf(lr.MaxLatency), lr.Lost, lr.Sent)
+			lr.FalseSignals, lr.SlowSignals, lr.Anomalous, lr.Load.Traffic, msf(lr.MaxLatency), lr.Lost, lr.Sent)
 		for _, reason := range lr.Reasons {
 			fmt.Fprintf(w, "        false unhealthy: %s\n", reason)
 		}

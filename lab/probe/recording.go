@@ -235,6 +235,12 @@ func (r *Recording) Latency(from, to time.Time) LatencyStats {
 	return r.latency(func(m Receipt) bool { return inHalfOpen(m.Received, from, to) })
 }
 
+// LatencySent is Latency over the messages sent in [from, to), whenever
+// they arrived: how the broker answered at that time.
+func (r *Recording) LatencySent(from, to time.Time) LatencyStats {
+	return r.latency(func(m Receipt) bool { return inHalfOpen(m.Sent, from, to) })
+}
+
 func (r *Recording) latency(in func(Receipt) bool) LatencyStats {
 	var ls []time.Duration
 	var sum time.Duration

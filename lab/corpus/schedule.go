@@ -39,8 +39,8 @@ func (r Run) Load() (from, to time.Duration, ok bool) {
 
 // Schedule says when each run of a recording starts, so that the quiet
 // lead-ins, which are most of a corpus's time, overlap other runs' load:
-// at most Slots runs load the machine at once, at most Pods brokers run at
-// once, and a run starts only when a load slot will be free by the time its
+// at most slots runs load the machine at once, at most pods brokers run at
+// once (NewSchedule), and a run starts only when a load slot will be free by the time its
 // load begins. A slot is held from a run's load to its planned end (a
 // failing run ends sooner, never later), so no run ever waits for a slot
 // once started: its lead-in is the one drawn, its onset the profile's
@@ -49,7 +49,7 @@ func (r Run) Load() (from, to time.Duration, ok bool) {
 // Of the runs that may start, the one that leaves its slot idle the least
 // starts first: a free slot gets the run whose load begins soonest, a slot
 // still held for 5 minutes the run whose lead-in lasts just over that. Runs
-// without load need only a pod.
+// without load need only a pod; they take one that no loaded run can use yet.
 //
 // Schedule is pure bookkeeping on times it is given; it is not safe for
 // concurrent use.

@@ -334,3 +334,41 @@ func TestCorpusScheduleStartsRunsAsBrokersFreeAndNoneOnceCancelled(t *testing.T)
 		t.Errorf("finished %v with %d runs left; want 0, 1, 2 finished and run 3 never started", finished, s.Left())
 	}
 }
+
+// The committed real-node corpus is what this build plans: the same runs,
+// profiles, traffic and drawn lead-ins, with this build's header, so an
+// --append to it and a re-recording give the same runs.
+func TestCommittedRealNodeCorpusIsThePlanThisBuildMakes(t *testing.T) {
+	dir := filepath.Join("..", "corpus", "real-node")
+	leadIn, err := corpus.ParseLeadIn("0-10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := CorpusConfig{Seed: 1, PerFamily: 5, LeadIn: leadIn}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded, err := readCorpus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recorded) != len(plan) {
+		t.Fatalf("%s has %d runs, the plan %d", dir, len(recorded), len(plan))
+	}
+	byID := map[string]CorpusRun{}
+	for _, r := range recorded {
+		byID[r.ID] = r
+	}
+	for _, p := range plan {
+		r, ok := byID[p.ID]
+		switch {
+		case !ok:
+			t.Errorf("%s: planned, not in %s", p.ID, dir)
+		case r.Profile != p.Profile.String() || r.Traffic != p.Traffic.String() || r.LeadIn != p.LeadIn.String() || r.LeadInSpec != leadIn.String():
+			t.Errorf("%s: recorded profile %s, traffic %q, lead-in %s of %s; this build plans %s, %q, %v of %v",
+				p.ID, r.Profile, r.Traffic, r.LeadIn, r.LeadInSpec, p.Profile, p.Traffic, p.LeadIn, leadIn)
+		case r.Error != "" || r.Samples == 0 || (r.Failure != nil) != p.Failing:
+			t.Errorf("%s: error %q, %d samples, failure %v (failing family: %v)", p.ID, r.Error, r.Samples, r.Failure, p.Failing)
+		}
+	}
+}

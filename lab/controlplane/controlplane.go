@@ -190,7 +190,7 @@ func Launch(ctx context.Context, dir string, opts Options, logf func(format stri
 			break
 		}
 		cp.stopProcesses()
-		if attempt < 3 && errors.Is(err, errPortTaken) && ctx.Err() == nil {
+		if attempt < 3 && (errors.Is(err, errPortTaken) || errors.Is(err, errKwokRace)) && ctx.Err() == nil {
 			logf("controlplane: %v; retrying with other ports", firstLine(err))
 			continue
 		}
@@ -202,7 +202,7 @@ func Launch(ctx context.Context, dir string, opts Options, logf func(format stri
 	return cp, nil
 }
 
-func (cp *ControlPlane) start(ctx context.Context) error {
+func (cp *ControlPlane) start(ctx context.Context) (err error) {
 	cp.phases = ""
 	t0 := time.Now()
 	lap := func(what string) {
@@ -270,6 +270,13 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 	ctx, cancel = untilExit(ctx, append([]*process{cp.etcd, cp.apiserver}, procs...)...)
 	defer cancel()
+	defer func() {
+		// A component's exit is the cause of whatever failed after it, also
+		// where the wait did not say so: Start retries on some exits.
+		if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+	}()
 
 	v, err := cp.client.Discovery().ServerVersion()
 	if err != nil {

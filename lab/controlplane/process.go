@@ -19,6 +19,14 @@ import (
 // meanwhile (by another test); Start retries with new ports.
 var errPortTaken = errors.New("port already in use")
 
+// errKwokRace marks kwok's crash at start on its own data race: v0.8.0's CEL
+// helper (easycel v0.6.0) fills package-level type caches without a lock, and
+// kwok's controllers build their stages' environments concurrently when the
+// first node appears ("fatal error: concurrent map writes"; once in about 200
+// starts with four test binaries in parallel). Nothing of ours is involved, and
+// kwok keeps no state of its own, so Start retries as for a taken port.
+var errKwokRace = errors.New("kwok crashed on its start-up data race")
+
 // process is one component: a child process in its own process group, with its
 // output in a log file.
 type process struct {
@@ -74,10 +82,20 @@ func (p *process) running() bool {
 func (p *process) exitError() error {
 	tail := p.logTail(4 << 10)
 	err := fmt.Errorf("%s exited: %v; log %s ends with:\n%s", p.name, p.err, p.logPath, tail)
-	if strings.Contains(tail, "address already in use") {
+	switch {
+	case strings.Contains(tail, "address already in use"):
 		err = fmt.Errorf("%w: %w", errPortTaken, err)
+	case p.name == "kwok" && isGoMapRace(tail):
+		err = fmt.Errorf("%w: %w", errKwokRace, err)
 	}
 	return err
+}
+
+// isGoMapRace says whether a Go program's log ends in the runtime's fatal
+// error on unsynchronised map use.
+func isGoMapRace(tail string) bool {
+	return strings.Contains(tail, "fatal error: concurrent map writes") ||
+		strings.Contains(tail, "fatal error: concurrent map read and map write")
 }
 
 // stop sends SIGTERM to the process group, and SIGKILL after grace.

@@ -57,11 +57,10 @@ type Schedule struct {
 	plan    []Run
 	setup   time.Duration
 	maxPods int
-	pods    int
 	slots   []slot
 	left    []int // indexes into plan not started yet, in plan order
 	slotOf  map[int]int
-	started map[int]bool
+	started map[int]bool // runs started and not ended: one broker each
 }
 
 // slot is one load slot: the planned end of the load of each run given it
@@ -103,7 +102,7 @@ func (s *Schedule) Left() int { return len(s.left) }
 // until one may: wait is 0 when only a run's end can let one start (every
 // pod busy, or no run left).
 func (s *Schedule) Next(now time.Time) (run int, ok bool, wait time.Duration) {
-	if s.pods >= s.maxPods || len(s.left) == 0 {
+	if len(s.started) >= s.maxPods || len(s.left) == 0 {
 		return 0, false, 0
 	}
 	best, bestSlot, bestIdle := -1, -1, time.Duration(0)
@@ -138,7 +137,6 @@ func (s *Schedule) Next(now time.Time) (run int, ok bool, wait time.Duration) {
 	}
 	run = s.left[best]
 	s.left = slices.Delete(s.left, best, best+1)
-	s.pods++
 	s.started[run] = true
 	if bestSlot >= 0 {
 		s.slotOf[run] = bestSlot
@@ -162,12 +160,11 @@ func (s *Schedule) Onset(run int, onset time.Time) {
 
 // Done says run ended: its pod is free, and its load no longer holds its
 // slot.
-func (s *Schedule) Done(run int, _ time.Time) {
+func (s *Schedule) Done(run int) {
 	if !s.started[run] {
 		return
 	}
 	delete(s.started, run)
-	s.pods--
 	if j, ok := s.slotOf[run]; ok {
 		delete(s.slotOf, run)
 		delete(s.slots[j], run)
@@ -206,7 +203,7 @@ func Estimate(plan []Run, slots, pods int, setup time.Duration) time.Duration {
 			break // cannot happen: a run left either fits a slot or waits for one
 		}
 		now = next
-		s.Done(first, now)
+		s.Done(first)
 		delete(ends, first)
 	}
 	return now.Sub(start)

@@ -75,14 +75,14 @@ func TestScheduleGivesASlotTheRunThatLeavesItIdleTheLeast(t *testing.T) {
 	start(0, "idle")
 	waits(0, 10*time.Minute+Tail-time.Minute)
 	// b ends: the slot stays a's.
-	s.Done(1, t0.Add(time.Minute))
+	s.Done(1)
 	waits(time.Minute, 9*time.Minute+Tail-time.Minute)
 	// a ends before its load (a failed start): c's load still holds the slot
 	// to 4 min + Tail.
-	s.Done(0, t0.Add(2*time.Minute))
+	s.Done(0)
 	waits(2*time.Minute, 2*time.Minute+Tail-time.Minute)
 	// c ends at its kill: the slot is free, d starts.
-	s.Done(2, t0.Add(3*time.Minute))
+	s.Done(2)
 	start(3*time.Minute, "d")
 	waits(3*time.Minute, 0)
 	if s.Left() != 0 {
@@ -102,7 +102,7 @@ func TestScheduleStartsNoMoreBrokersThanItsPods(t *testing.T) {
 	if _, ok, wait := s.Next(t0); ok || wait != 0 {
 		t.Fatalf("third run started (%v) or waits %v with both pods busy; want to wait for an end", ok, wait)
 	}
-	s.Done(0, t0)
+	s.Done(0)
 	if _, ok, _ := s.Next(t0); !ok {
 		t.Fatal("a pod came free, the third run did not start")
 	}
@@ -146,7 +146,7 @@ func simulate(plan []Run, slots, pods int, setup time.Duration, rng *rand.Rand) 
 			continue
 		}
 		now = spans[first].end
-		s.Done(first, now)
+		s.Done(first)
 		delete(running, first)
 	}
 	return spans

@@ -271,7 +271,7 @@ func runCorpusSchedule(ctx context.Context, s *corpus.Schedule, run func(ctx con
 			s.Onset(o.i, o.at)
 		case e := <-ends:
 			running--
-			s.Done(e.i, time.Now())
+			s.Done(e.i)
 			e.finish()
 		case <-fire:
 		case <-stop:

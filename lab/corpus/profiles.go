@@ -60,6 +60,7 @@ var Families = []Family{
 	// Appended last: a family's seeds derive from its index, so new families go
 	// at the end and leave every existing family's plan unchanged.
 	{"traffic-burst", false, "3–4 MQTT bursts of 500–3000 msg/s (256 B–4 KiB, QoS 0/1, 0–2 subscribers), 10–30 s each, 20–60 s apart, no load", trafficBurst},
+	{"mem-sawtooth", false, "2–4 cycles: memory from 5–20 Mi growing at 0.5–3 Mi/s to 40–72 Mi, held 10–40 s, freed, 10–30 s at the base", loadOnly(memSawtooth)},
 }
 
 // Run is one planned corpus run.
@@ -272,6 +273,27 @@ func memHighHold(r *rand.Rand) []stress.Phase {
 		{Duration: (time.Duration(float64(m)/float64(rate)*float64(time.Second)) + time.Second).Round(time.Second), Memory: m, Ramp: rate},
 		{Duration: dur(r, 120, 240), Memory: m},
 	}
+}
+
+// memSawtooth fills and drains memory as a broker's queues or a cache do:
+// ramps as steep as the failing families' that stop short of the limit and
+// are freed. Without it, every memory ramp among the other train families
+// ends in a kill, and a model learns that growing memory is a failure.
+func memSawtooth(r *rand.Rand) []stress.Phase {
+	base := mib(r, 5, 20)
+	var ps []stress.Phase
+	from := int64(0) // the first ramp grows from the baseline's nothing
+	for range 2 + r.IntN(3) {
+		peak := mib(r, 40, 72)
+		rate := int64(between(r, 0.5, 3) * float64(mi))
+		grow := (time.Duration(float64(peak-from)/float64(rate)*float64(time.Second)) + time.Second).Round(time.Second)
+		from = base
+		ps = append(ps,
+			stress.Phase{Duration: grow, Memory: peak, Ramp: rate},
+			stress.Phase{Duration: dur(r, 10, 40), Memory: peak},
+			stress.Phase{Duration: dur(r, 10, 30), Memory: base})
+	}
+	return ps
 }
 
 func idle(r *rand.Rand) []stress.Phase {

@@ -53,6 +53,32 @@ func TestFamiliesKeepTheirPromise(t *testing.T) {
 			t.Errorf("%s: %v long", r.ID, d)
 		}
 		checkTraffic(t, r)
+		if r.Family == "mem-sawtooth" {
+			checkSawtooth(t, r)
+		}
+	}
+}
+
+// checkSawtooth checks that every cycle's ramp reaches its peak within its
+// phase and that the memory is then freed: ramps that stop short of the limit.
+func checkSawtooth(t *testing.T, r Run) {
+	t.Helper()
+	ps := r.Profile.Phases[1:] // after the baseline
+	if len(ps) < 6 || len(ps)%3 != 0 {
+		t.Fatalf("%s: %d phases after the baseline, want 2–4 cycles of 3", r.ID, len(ps))
+	}
+	for i := 0; i < len(ps); i += 3 {
+		ramp, hold, base := ps[i], ps[i+1], ps[i+2]
+		from := int64(0)
+		if i > 0 {
+			from = ps[i-1].Memory
+		}
+		if ramp.Ramp <= 0 || float64(ramp.Duration)/float64(time.Second) < float64(ramp.Memory-from)/float64(ramp.Ramp) {
+			t.Errorf("%s cycle %d: a ramp of %v at %d B/s does not reach %d MiB from %d MiB", r.ID, i/3, ramp.Duration, ramp.Ramp, ramp.Memory/mi, from/mi)
+		}
+		if hold.Memory != ramp.Memory || base.Memory >= ramp.Memory || base.Memory < 5*mi {
+			t.Errorf("%s cycle %d: peak %d, hold %d, base %d MiB; want the peak held, then freed to the base", r.ID, i/3, ramp.Memory/mi, hold.Memory/mi, base.Memory/mi)
+		}
 	}
 }
 
@@ -97,7 +123,7 @@ func checkTraffic(t *testing.T, r Run) {
 }
 
 // Seeds derive from a family's index: families added at the end must leave
-// the plans of the corpus already recorded (lab/corpus/data, seed 1) as they
+// the plans of the corpus already recorded (lab/corpus/real-node, seed 1) as they
 // were.
 func TestAddingFamiliesKeepsExistingPlans(t *testing.T) {
 	want := map[string]string{

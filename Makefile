@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train test-cgroup2 model leadtime window-age evaluate k8s bench arm64 test-arm64 images lint deps clean
+.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train test-cgroup2 model leadtime evaluate k8s bench arm64 test-arm64 images lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -45,12 +45,9 @@ model: ## train the P1 HGBC (seed 42) -> embedded default model + manifest + par
 	$(PYTHON) infer/train/amftrain.py model --data $(DATA)
 	$(GO) test -count=1 -run 'TestParityDefault|TestDefaultModel' ./infer/model/
 
-leadtime: build ## the lead-time model and the predict-linear detector from the lab corpus (lab/corpus/data) -> embedded leadtime + predict-linear, explanation golden, infer/train/report/leadtime.{md,json}
+leadtime: build ## the lead-time model, the predict-linear detector and the default, from the lab corpus recorded on the real node (lab/corpus/real-node) -> embedded leadtime + predict-linear, explanation golden, infer/train/report/leadtime.{md,json}
 	$(PYTHON) infer/train/amftrain.py leadtime
 	$(GO) test -count=1 -run 'TestParityEmbedded|TestEmbedded|TestEveryEmbedded|TestExplanations|TestPredictLinear' ./infer/model/
-
-window-age: build ## P1, the lead-time models and predict-linear on runs with full windows (lab/corpus/lead-in) vs young ones -> infer/train/report/window-age.{md,json}
-	$(PYTHON) infer/train/amftrain.py window-age
 
 evaluate: ## P0-P2 x HGBC/RF/LR x seeds 42-46 -> infer/train/report/evaluation.{md,json}
 	$(PYTHON) infer/train/amftrain.py evaluate --data $(DATA)

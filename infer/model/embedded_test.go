@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -224,5 +225,27 @@ func TestEmbeddedFilesAreTheBytesTheModelLoadsFrom(t *testing.T) {
 	}
 	if _, _, err := EmbeddedFiles("nosuch"); !errors.Is(err, ErrNoSuchModel) {
 		t.Errorf("unknown name: error %v, want ErrNoSuchModel", err)
+	}
+}
+
+// The default is the lab's choice (make leadtime, infer/train/amfleadtime.py
+// choose_default): the detector that does not lose to predict_linear on the
+// held-out families. A retraining that changes the choice must change
+// DefaultName with it, and this says so.
+func TestDefaultIsTheLabsChoice(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "train", "report", "leadtime.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Default struct {
+			Name string `json:"name"`
+		} `json:"default"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("infer/train/report/leadtime.json: %v", err)
+	}
+	if rep.Default.Name != DefaultName {
+		t.Fatalf("the lab chose %q as the default (infer/train/report/leadtime.md, \"The default\"); DefaultName is %q", rep.Default.Name, DefaultName)
 	}
 }

@@ -131,8 +131,7 @@ def write_detector(out_dir, window, horizon_s, corpus_sha256, validation):
         # windows; the rule reads only the projection.
         "feature_windows": dict(lt.P1_WINDOWS, sample_interval=lt.SAMPLE_INTERVAL),
         "normalisation": {"cpu_reference_fraction": 1.0, "memory_reference_fraction": 1.0},
-        "dataset": {"name": "AMF lab corpus (lab/corpus/data, see DATASHEET.md)",
-                    "authors": ["the AMF project"], "url": "lab/corpus/data",
+        "dataset": {"name": lt.DATASET_NAME, "authors": ["the AMF project"], "url": lt.DATASET_URL,
                     "files_sha256": {lt.CORPUS_FILE: corpus_sha256}},
         "validation": validation,
         "trained_by": "infer/train/amftrain.py leadtime (W, H chosen on the train families; nothing fitted)",

@@ -10,8 +10,7 @@ Run with Debian's interpreter, which is the one that has scikit-learn:
     /usr/bin/python3 infer/train/amftrain.py export --protocol P1 --seed 42 --out m.txt
     /usr/bin/python3 infer/train/amftrain.py test-exporter --out DIR
     /usr/bin/python3 infer/train/amftrain.py label-rule
-    /usr/bin/python3 infer/train/amftrain.py leadtime      # lead-time model from lab/corpus/data
-    /usr/bin/python3 infer/train/amftrain.py window-age    # the models with full windows (lab/corpus/lead-in)
+    /usr/bin/python3 infer/train/amftrain.py leadtime      # lead-time model + the default, from lab/corpus/real-node
 
 Data: the ToD-K8s-OOD dataset by H. Siddiqui and F. Khendek (CC BY 4.0),
 https://github.com/hassaanas/k8s-dataset-tod . It is not in this repository:
@@ -49,7 +48,6 @@ import amfdata  # noqa: E402
 import amfexplain  # noqa: E402
 import amfexport  # noqa: E402
 import amfleadtime  # noqa: E402
-import amfwindowage  # noqa: E402
 from amfdata import FEATURES, DataError  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -718,17 +716,6 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=lambda a: amfleadtime.run(a, sklearn.__version__, write_golden, crafted_rows))
-
-    p = sub.add_parser("window-age", help="the models on runs recorded with and without a lead-in (full vs young windows)")
-    p.add_argument("--corpus", default=None, metavar="DIR",
-                   help="main corpus folder (default %s)" % amfleadtime.CORPUS_DIR)
-    p.add_argument("--lead-in", default=None, metavar="DIR",
-                   help="corpus recorded with amf-lab corpus --lead-in (default %s)" % amfwindowage.LEAD_IN_DIR)
-    p.add_argument("--sidecar", default=amfleadtime.SIDECAR,
-                   help="amf-sidecar binary that recomputes the features and scores (make build)")
-    p.add_argument("--report", default=REPORT_DIR)
-    p.add_argument("--seed", type=int, default=42)
-    p.set_defaults(func=amfwindowage.run)
 
     p = sub.add_parser("label-rule", help="check true_label == cpu>=80 or mem>=80")
     data_opt(p)

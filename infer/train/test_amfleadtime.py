@@ -21,7 +21,6 @@ import amfexport  # noqa: E402
 import amfleadtime as lt  # noqa: E402
 import amfpredictlinear as pl  # noqa: E402
 import amftrain  # noqa: E402
-import amfwindowage as wa  # noqa: E402
 
 
 def read_text(path):
@@ -140,6 +139,113 @@ class EvaluateTest(unittest.TestCase):
         self.assertEqual(lt.select(cv)["name"], "better")
 
 
+def summary(in_time, failing, fa_per_h, false_alarms=None):
+    return {"recall_at_gate": in_time / failing, "failing_runs": failing, "false_alarms_per_hour": fa_per_h,
+            "false_alarms": fa_per_h if false_alarms is None else false_alarms, "lead_s": {"median": 30.0}}
+
+
+class DefaultTest(unittest.TestCase):
+    def test_a_default_must_not_lose_to_predict_linear_on_either_measure(self):
+        cases = [
+            ("more in time but more alarms loses",
+             {"p1": summary(5, 10, 2.0), "leadtime": summary(3, 10, 0.5), lt.PREDICT_LINEAR: summary(2, 10, 1.0)},
+             "leadtime", ["leadtime", lt.PREDICT_LINEAR]),
+            ("fewer in time loses even with no alarm",
+             {"p1": summary(1, 10, 0.0), "leadtime": summary(4, 10, 0.9), lt.PREDICT_LINEAR: summary(2, 10, 1.0)},
+             "leadtime", ["leadtime", lt.PREDICT_LINEAR]),
+            ("the rule itself when everything else loses",
+             {"p1": summary(1, 10, 0.5), "leadtime": summary(9, 10, 3.0), lt.PREDICT_LINEAR: summary(2, 10, 1.0)},
+             lt.PREDICT_LINEAR, [lt.PREDICT_LINEAR]),
+            ("a tie keeps the current default",
+             {"p1": summary(2, 10, 1.0), "leadtime": summary(2, 10, 1.0), lt.PREDICT_LINEAR: summary(2, 10, 1.0)},
+             "p1", ["p1", "leadtime", lt.PREDICT_LINEAR]),
+        ]
+        for name, test, want, eligible in cases:
+            with self.subTest(name):
+                got = lt.rule_choice(test)
+                self.assertEqual(got["name"], want)
+                self.assertEqual(got["eligible"], eligible)
+                self.assertEqual(set(got["loses_to_predict_linear"]), set(test) - set(eligible))
+                for why in got["loses_to_predict_linear"].values():
+                    self.assertRegex(why, r"fewer runs in time|more false alarms")
+
+
+def memory_run(rid, mem_mib, fault_from, fails=True):
+    """A run sampled every second with the given memory (MiB) under a 100 MiB
+    limit, killed one second after its last sample."""
+    n = len(mem_mib)
+    r = make_run(rid, "leak-pause", ttf0=float(n) if fails else None, n=n, fault_from=fault_from)
+    r.rows = [["0", "0", str(int(m * 2**20)), str(100 * 2**20), "0", "0"] for m in mem_mib]
+    return r
+
+
+class ChooseDefaultTest(unittest.TestCase):
+    def test_the_rules_choice_replaces_the_default_only_if_it_meets_every_goal(self):
+        def held_out(lead, fa_per_h):
+            return dict(summary(1, 1, fa_per_h), runs=[{"run": "f", "fails": True, "lead_s": lead}],
+                        false_alarms_healthy=0, healthy_hours=100.0, quiet_start_alarms=0)
+        catch = {"f": {"catchable": True}}
+        quiet = {"p1": 0, "leadtime": 0, lt.PREDICT_LINEAR: 0}
+        cases = [
+            ("meets them: replaces", {"p1": held_out(None, 2.0), "leadtime": held_out(30.0, 0.01),
+                                      lt.PREDICT_LINEAR: held_out(None, 0.5)}, quiet, "leadtime"),
+            ("misses one: the incumbent stays", {"p1": held_out(None, 2.0), "leadtime": held_out(30.0, 0.2),
+                                                 lt.PREDICT_LINEAR: held_out(None, 0.5)}, quiet, "p1"),
+            ("alarms at a quiet start as shipped: the incumbent stays",
+             {"p1": held_out(None, 2.0), "leadtime": held_out(30.0, 0.01), lt.PREDICT_LINEAR: held_out(None, 0.5)},
+             dict(quiet, leadtime=1), "p1"),
+        ]
+        for name, test, q, want in cases:
+            with self.subTest(name):
+                got = lt.choose_default(test, catch, q)
+                self.assertEqual(got["rule_choice"], "leadtime")
+                self.assertEqual(got["name"], want)
+                self.assertEqual(got["goals_met"]["leadtime"], want == "leadtime")
+
+
+class CatchabilityTest(unittest.TestCase):
+    def test_a_run_is_caught_only_above_what_a_healthy_run_holds(self):
+        own = [7.0] * 10  # the broker's own memory while quiet
+        cases = [
+            ("long above the ceiling", own + [60.0] * 10 + [90.0] * 30, True, 30.0),
+            ("above it too briefly", own + [60.0] * 30 + [90.0] * 10, False, 10.0),
+            ("a step from below", own + [20.0] * 30, False, 0.0),
+            ("a dip below restarts the clock", own + [90.0] * 30 + [70.0] + [90.0] * 5, False, 5.0),
+            ("the ceiling is beside the broker's own memory", [20.0] * 10 + [85.0] * 40, False, 0.0),
+        ]
+        for name, mem, want, above in cases:
+            with self.subTest(name):
+                c = lt.catchability(memory_run("r", mem, fault_from=10.0))
+                self.assertEqual(c["catchable"], want, c)
+                self.assertEqual(c["above_s"], above)
+                self.assertTrue(c["reason"])
+
+    def test_goals_count_only_the_runs_that_can_be_caught(self):
+        s = {"runs": [{"run": "a", "fails": True, "lead_s": 30.0}, {"run": "b", "fails": True, "lead_s": 10.0},
+                      {"run": "c", "fails": True, "lead_s": None}, {"run": "h", "fails": False}],
+             "false_alarms_per_hour": 0.02, "false_alarms_healthy": 1, "healthy_hours": 50.0,
+             "quiet_start_alarms": 0}
+        catch = {"a": {"catchable": True}, "b": {"catchable": True}, "c": {"catchable": False}}
+        in_time, per_day, quiet = lt.goals(s, catch, 0)
+        self.assertEqual((in_time["value"], in_time["met"]), ("1/2", False))  # b is too late; c cannot be caught
+        self.assertTrue(per_day["met"])  # 0.48 per pod-day
+        self.assertTrue(quiet["met"])
+        self.assertFalse(lt.goals(s, catch, 2)[2]["met"])  # the shipped detector alarms at a quiet start
+        s["false_alarms_per_hour"] = 0.05
+        self.assertFalse(lt.goals(s, catch, 0)[1]["met"])  # 1.2 per pod-day
+
+
+class QuietStartTest(unittest.TestCase):
+    def test_decisions_before_the_load_are_quiet_start_alarms(self):
+        f = make_run("f", "mem-ramp", ttf0=30.0, n=12, fault_from=5.0)
+        h = make_run("h", "idle", n=12, fault_from=5.0)
+        p = np.array([.9, .9, .9, 0, 0, 0, 0, .9, .9, .9, 0, 0], dtype=float)
+        s = lt.evaluate_runs([f, h], {"f": p, "h": p}, 120.0)
+        self.assertEqual(s["quiet_start_alarms"], 2)  # t=2 in both; t=9 is after the load began
+        self.assertEqual([e["quiet_start_alarms"] for e in s["runs"]], [1, 1])
+        self.assertEqual(s["false_alarms"], 3)  # f's quiet one, both of h's
+
+
 class CorpusLoadTest(unittest.TestCase):
     def test_missing_corpus_says_how_to_make_it(self):
         with tempfile.TemporaryDirectory() as d:
@@ -158,74 +264,24 @@ class CorpusLoadTest(unittest.TestCase):
 
 
 SIDECAR_OK = os.access(lt.SIDECAR, os.X_OK)
-class WindowAgeTest(unittest.TestCase):
-    def test_decisions_split_at_the_end_of_the_lead_in(self):
-        # 20 samples, onset at t=1000; lead-in 10 s, load from 12 s; the
-        # failure at 1019 (ttf0 19).
-        cases = [
-            ("an alarm while the windows fill is a lead-in false alarm",
-             [0.9] * 3 + [0.1] * 17, None, {"lead_in": 1, "run": 0, "false": 0}),
-            ("a streak across the split decides where it completes",
-             [0.1] * 8 + [0.9] * 3 + [0.1] * 9, None, {"lead_in": 0, "run": 1, "false": 1}),
-            ("a failing run caught after the load began, in time",
-             [0.1] * 12 + [0.9] * 8, 19.0, {"lead_in": 0, "run": 1, "false": 0, "lead": 5.0, "in_time": False}),
-            ("a decision before the load began is false, not a catch",
-             [0.1] * 9 + [0.9] * 11, 19.0, {"lead_in": 0, "run": 1, "false": 1, "lead": None, "in_time": False}),
-        ]
-        for name, p, ttf0, want in cases:
-            with self.subTest(name):
-                r = make_run("r", "leak-pause" if ttf0 else "idle", ttf0=ttf0, n=20, fault_from=12.0)
-                seg = wa.segments(r, np.array(p), 10.0, 120.0)
-                self.assertEqual(seg["lead_in"]["decisions"], want["lead_in"])
-                self.assertEqual(seg["run"]["decisions"], want["run"])
-                self.assertEqual(seg["run"]["false_decisions"], want["false"])
-                if ttf0 is not None:
-                    self.assertEqual(seg["run"]["lead_s"], want["lead"])
-                    self.assertEqual(seg["run"]["in_time"], want["in_time"])
-
-    def test_in_time_needs_the_gate_lead(self):
-        r = make_run("r", "leak-pause", ttf0=40.0, n=40, fault_from=0.0)
-        seg = wa.segments(r, np.array([0.9] * 40), 0.0, 120.0)
-        self.assertEqual(seg["run"]["lead_s"], 38.0)
-        self.assertTrue(seg["run"]["in_time"])
-
-    def test_a_run_without_lead_in_is_all_run(self):
-        r = make_run("r", "idle", n=6)
-        seg = wa.segments(r, np.array([0.9] * 6), None, 120.0)
-        self.assertEqual(seg["lead_in"], {"decisions": 0, "max_probability": None})
-        self.assertEqual((seg["run"]["decisions"], seg["run"]["false_decisions"]), (1, 1))
-
-    def test_warm_up_silences_only_the_first_seconds(self):
-        r = make_run("r", "idle", n=10)
-        q = wa.warm(r, np.full(10, 0.9), 4.0)
-        self.assertEqual(list(q), [0.0] * 4 + [0.9] * 6)
-        self.assertEqual(lt.decisions(q, r.t), [1006.0])
-
-    def test_lead_in_is_read_from_runs_json(self):
-        with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "runs.json"), "w", encoding="utf-8") as f:
-                json.dump([{"id": "idle-1", "lead_in": "10m0s"}, {"id": "idle-2"}], f)
-            got = wa.lead_in_s(d, [lt.Run("idle-1", "idle"), lt.Run("idle-2", "idle")])
-        self.assertEqual(got, {"idle-1": 600.0, "idle-2": 0.0})
-
-
 CORPUS_OK = os.path.isfile(os.path.join(lt.CORPUS_DIR, lt.CORPUS_FILE))
 
 
 @unittest.skipUnless(SIDECAR_OK and CORPUS_OK,
-                     "needs bin/amf-sidecar (make build) and lab/corpus/data/corpus.csv.gz")
+                     "needs bin/amf-sidecar (make build) and lab/corpus/real-node/corpus.csv.gz")
 class EndToEndTest(unittest.TestCase):
     def test_leadtime_command_ships_a_model_that_ignores_network_and_disk(self):
         with tempfile.TemporaryDirectory() as d:
             args = types.SimpleNamespace(corpus=None, sidecar=lt.SIDECAR, out_dir=os.path.join(d, "m"),
                                          report=os.path.join(d, "r"), seed=42, verbose=False)
-            old = (lt.WINDOW_CANDIDATES, lt.HORIZONS, pl.WINDOWS, pl.HORIZONS)
+            old = (lt.WINDOW_CANDIDATES, lt.HORIZONS, lt.MONOTONIC, lt.THRESHOLDS, pl.WINDOWS, pl.HORIZONS)
             lt.WINDOW_CANDIDATES, lt.HORIZONS = old[0][:1] + old[0][2:3], (60.0,)
+            lt.MONOTONIC, lt.THRESHOLDS = (True,), (0.5, 0.9)
             pl.WINDOWS, pl.HORIZONS = ("30s", "2m"), (30.0, 60.0)
             try:
                 self.assertEqual(lt.run(args, "test", amftrain.write_golden, amftrain.crafted_rows), 0)
             finally:
-                lt.WINDOW_CANDIDATES, lt.HORIZONS, pl.WINDOWS, pl.HORIZONS = old
+                (lt.WINDOW_CANDIDATES, lt.HORIZONS, lt.MONOTONIC, lt.THRESHOLDS, pl.WINDOWS, pl.HORIZONS) = old
             man = read_json(os.path.join(d, "m", "leadtime_manifest.json"))
             self.assertEqual(man["feature_windows"]["sample_interval"], "1s")
             self.assertEqual(man["normalisation"], {"cpu_reference_fraction": 1.0,
@@ -237,7 +293,17 @@ class EndToEndTest(unittest.TestCase):
                 for f in t.get("split_feature", []):
                     self.assertNotIn(f, lt.UNUSED_IDX)
             rep = read_json(os.path.join(d, "r", "leadtime.json"))
-            self.assertEqual(len(rep["cross_validation"]), 2)
+            self.assertEqual(len(rep["cross_validation"]), 4)  # 2 window sets x 2 thresholds
+            self.assertEqual(man["threshold"], rep["chosen"]["threshold"])
+            self.assertIn("monotonic", man["protocol"])
+            # The default: one of the three, never one that loses to predict_linear.
+            dflt = rep["default"]
+            self.assertIn(dflt["rule_choice"], ("p1", "leadtime", lt.PREDICT_LINEAR))
+            self.assertNotIn(dflt["rule_choice"], dflt["loses_to_predict_linear"])
+            self.assertEqual(len(dflt["goals"][dflt["name"]]), 3)
+            self.assertIn(dflt["name"], (dflt["rule_choice"], dflt["incumbent"]))
+            failing = {e["run"] for e in rep["test"]["leadtime"]["runs"] if e["fails"]}
+            self.assertEqual(set(rep["catchability"]), failing)
             self.assertEqual(set(rep["split"]["train"]) & set(rep["split"]["test"]), set())
             golden = read_text(os.path.join(d, "m", "testdata", "parity_leadtime.csv")).splitlines()
             self.assertGreater(len(golden), 100)
@@ -253,36 +319,6 @@ class EndToEndTest(unittest.TestCase):
             self.assertEqual(pman["predict_linear"]["window"], ch["window"])
             test_ids = {e["run"] for e in rep["test"]["leadtime"]["runs"]}
             self.assertEqual({e["run"] for e in rep["test"]["predict_linear"]["runs"]}, test_ids)
-
-
-LEAD_IN_OK = os.path.isfile(os.path.join(wa.LEAD_IN_DIR, lt.CORPUS_FILE))
-
-
-@unittest.skipUnless(SIDECAR_OK and CORPUS_OK and LEAD_IN_OK,
-                     "needs bin/amf-sidecar (make build), lab/corpus/data and lab/corpus/lead-in")
-class WindowAgeEndToEndTest(unittest.TestCase):
-    def test_window_age_scores_both_recordings_of_every_lead_in_run(self):
-        with tempfile.TemporaryDirectory() as d:
-            args = types.SimpleNamespace(corpus=None, lead_in=None, sidecar=lt.SIDECAR, report=d, seed=42)
-            self.assertEqual(wa.run(args), 0)
-            rep = read_json(os.path.join(d, "window-age.json"))
-        recorded = lt.load_corpus(wa.LEAD_IN_DIR)
-        runs = [r for r in recorded if r.family not in lt.TRAIN_FAMILIES]
-        self.assertEqual(rep["run_ids"], [r.id for r in runs])
-        with_train = any(r.family in lt.TRAIN_FAMILIES for r in recorded)
-        self.assertEqual(len(rep["models"]), 5 if with_train else 4)
-        # The held-out model is the lead-time report's: the same figures.
-        lead = read_json(os.path.join(lt.REPO_ROOT, "infer", "train", "report", "leadtime.json"))["test"]["leadtime"]
-        got = rep["main_test"]["leadtime (train families)"]
-        self.assertEqual((got["recall_at_gate"], got["false_alarms"]), (lead["recall_at_gate"], lead["false_alarms"]))
-        self.assertEqual(set(rep["lead_in_corpus"]["lead_in"]), {"600s"})
-        for m in rep["models"]:
-            for r in runs:
-                young, full = rep["runs"][m]["young"][r.id], rep["runs"][m]["full"][r.id]
-                # The lead-in is in the full recording only, and scored.
-                self.assertIsNone(young["lead_in"]["max_probability"])
-                self.assertIsNotNone(full["lead_in"]["max_probability"])
-                self.assertEqual(young["fails"], full["fails"])
 
 
 if __name__ == "__main__":

@@ -381,8 +381,7 @@ def select(cv):
     then the longest median lead."""
     def key(c):
         s = c["summary"]
-        in_time = round((s["recall_at_gate"] or 0.0) * s["failing_runs"])
-        return (-(in_time - s["false_alarms"]), s["false_alarms"],
+        return (-(in_time_count(s) - s["false_alarms"]), s["false_alarms"],
                 -(s["lead_s"]["median"] or 0.0))
     return min(cv, key=key)
 
@@ -492,16 +491,21 @@ def catchability(run, interval_s=1.0):
     return out
 
 
+def caught_in_time(s, catch):
+    """(switched over in time, can be caught) among a summary's failing runs."""
+    can = [e for e in s["runs"] if e["fails"] and catch[e["run"]]["catchable"]]
+    return sum(1 for e in can if e.get("lead_s") is not None and e["lead_s"] >= GATE_LEAD_S), len(can)
+
+
 def goals(s, catch, quiet_all):
     """The default's goals on the held-out families, from its summary s, the
     catchability of their failing runs (dict run id -> catchability) and the
     quiet-start alarms of the shipped detector on every run of the corpus."""
-    can = [e for e in s["runs"] if e["fails"] and catch[e["run"]]["catchable"]]
-    got = sum(1 for e in can if e.get("lead_s") is not None and e["lead_s"] >= GATE_LEAD_S)
+    got, can = caught_in_time(s, catch)
     per_day = (s["false_alarms_per_hour"] or 0.0) * 24.0
     return [
         {"goal": "in time on >= %.0f %% of the failing runs that can be caught" % (100 * GOAL_IN_TIME),
-         "value": "%d/%d" % (got, len(can)), "met": bool(can) and bool(got >= GOAL_IN_TIME * len(can))},
+         "value": "%d/%d" % (got, can), "met": can > 0 and bool(got >= GOAL_IN_TIME * can)},
         {"goal": "<= %.0f false alarm per pod-day of healthy runs" % GOAL_ALARMS_PER_POD_DAY,
          "value": "%.1f (%d in %.1f h)" % (per_day, s["false_alarms_healthy"], s["healthy_hours"]),
          "met": bool(per_day <= GOAL_ALARMS_PER_POD_DAY)},
@@ -638,7 +642,7 @@ def render_report(rep):
         mark = " **(chosen)**" if c["window"] == pl["chosen"]["window"] and c["horizon_s"] == pl["chosen"]["horizon_s"] else ""
         a("| predict_linear, W %s%s | %.0f | – | the limit | %d/%d | %d/%d | %s / %s / %s | %d | %s |" % (
             c["window"], mark, c["horizon_s"],
-            round((s["recall_at_gate"] or 0) * s["failing_runs"]), s["failing_runs"],
+            in_time_count(s), s["failing_runs"],
             round((s["detected_before_failure"] or 0) * s["failing_runs"]), s["failing_runs"],
             _fmt(s["lead_s"]["min"], 1), _fmt(s["lead_s"]["median"], 1), _fmt(s["lead_s"]["max"], 1),
             s["false_alarms"], _fmt(s["false_alarms_per_hour"], 1)))
@@ -719,15 +723,14 @@ def render_report(rep):
     names = {"p1": "P1", "leadtime": "lead-time", PREDICT_LINEAR: "predict_linear"}
     tests = {"p1": rep["test"]["p1"], "leadtime": rep["test"]["leadtime"], PREDICT_LINEAR: rep["test"]["predict_linear"]}
     for n, s in tests.items():
-        can = [e for e in s["runs"] if e["fails"] and rep["catchability"][e["run"]]["catchable"]]
-        got = sum(1 for e in can if e.get("lead_s") is not None and e["lead_s"] >= GATE_LEAD_S)
+        got, can = caught_in_time(s, rep["catchability"])
         verdict = ("loses to predict_linear: " + d["loses_to_predict_linear"][n]
                    if n in d["loses_to_predict_linear"] else
                    "the rule's choice" if n == d["rule_choice"] else "does not lose, not chosen")
         if n == d["name"]:
             verdict = "**the default**; " + verdict
         a("| %s | %d/%d | %d/%d | %s | %s | %d / %d | %d of %d | %s |" % (
-            names[n], in_time_count(s), s["failing_runs"], got, len(can), _fmt(s["false_alarms_per_hour"], 2),
+            names[n], in_time_count(s), s["failing_runs"], got, can, _fmt(s["false_alarms_per_hour"], 2),
             _fmt((s["false_alarms_per_hour"] or 0) * 24, 1), s["quiet_start_alarms"],
             d["shipped_quiet_start_alarms"][n], sum(1 for g in d["goals"][n] if g["met"]), len(d["goals"][n]),
             verdict))

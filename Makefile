@@ -43,7 +43,7 @@ test-train: ## Python unit tests of infer/train (dataset tests skip when the dat
 
 model: ## train the P1 HGBC (seed 42) -> embedded default model + manifest + parity golden
 	$(PYTHON) infer/train/amftrain.py model --data $(DATA)
-	$(GO) test -count=1 -run 'TestParityDefault|TestDefaultModel' ./infer/model/
+	$(GO) test -count=1 -run 'TestParityP1|TestP1Model' ./infer/model/
 
 leadtime: build ## the lead-time model, the predict-linear detector and the default, from the lab corpus recorded on the real node (lab/corpus/real-node) -> embedded leadtime + predict-linear, explanation golden, infer/train/report/leadtime.{md,json}
 	$(PYTHON) infer/train/amftrain.py leadtime

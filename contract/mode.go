@@ -31,7 +31,7 @@ const (
 // DefaultModel is the model node mode scores with when AnnModel is absent:
 // the embedded default (infer/model.DefaultName, restated so this package
 // links nothing).
-const DefaultModel = "p1"
+const DefaultModel = "leadtime"
 
 // Mode is who runs a pod's detection pipeline.
 type Mode string

@@ -34,7 +34,7 @@ func (s *synthSource) Read(context.Context) (cgroup.Stats, error) {
 
 func newPipeline(t *testing.T, src Source) *Pipeline {
 	t.Helper()
-	p, err := NewPipeline(PipelineConfig{Model: defaultModel(t), Interval: time.Second, Source: src})
+	p, err := NewPipeline(PipelineConfig{Model: p1Model(t), Interval: time.Second, Source: src})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestPipelineSignals(t *testing.T) {
 		}
 	})
 	t.Run("a target not found keeps it starting, with the reason", func(t *testing.T) {
-		p, err := NewPipeline(PipelineConfig{Model: defaultModel(t), Interval: time.Second})
+		p, err := NewPipeline(PipelineConfig{Model: p1Model(t), Interval: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

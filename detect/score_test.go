@@ -17,10 +17,10 @@ import (
 
 const featHeader = "pod,cpu_percent,memory_percent,network_io_bytes_per_sec,disk_io_bytes_per_sec,cpu_growth_rate,memory_growth_rate"
 
-func defaultModel(t *testing.T) *model.Model { return modeltest.Default(t) }
+func p1Model(t *testing.T) *model.Model { return modeltest.P1(t) }
 
 func TestScoreCSVAppendsProbabilityAndVerdict(t *testing.T) {
-	m := defaultModel(t)
+	m := p1Model(t)
 	in := featHeader + "\r\n" +
 		"calm,0.3,8,996,57,9e-8,1.5\r\n" +
 		"hot,190,40,996,57,0.01,100\r\n" +
@@ -59,7 +59,7 @@ func TestScoreCSVAppendsProbabilityAndVerdict(t *testing.T) {
 }
 
 func TestScoreCSVRejectsBadInput(t *testing.T) {
-	m := defaultModel(t)
+	m := p1Model(t)
 	tests := []struct {
 		name, in, mention string
 		line              int
@@ -86,7 +86,7 @@ func TestScoreCSVOnTheDataset(t *testing.T) {
 	if _, err := os.Stat(dir); err != nil {
 		t.Skipf("ToD-K8s-OOD dataset not at %s (it lives beside the repository in ../shared)", dir)
 	}
-	m := defaultModel(t)
+	m := p1Model(t)
 	for _, name := range []string{"D_nominal.csv", "D_stressed.csv"} {
 		f, err := os.Open(filepath.Join(dir, name))
 		if err != nil {

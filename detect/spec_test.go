@@ -15,7 +15,7 @@ import (
 // The embedded model's spec is the published pipeline's: the model-less
 // defaults of replay and sample (infer.DefaultConfig) compute what it scores.
 func TestEmbeddedModelSpecIsThePublishedPipeline(t *testing.T) {
-	fc, err := FeatureConfig(defaultModel(t), time.Second)
+	fc, err := FeatureConfig(p1Model(t), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +35,11 @@ func TestFeatureConfigComesFromTheManifest(t *testing.T) {
 		kind     error
 		contains string
 	}{
-		{"P1 model at the default 1 s", defaultModel(t), time.Second, [4]time.Duration{5 * time.Minute, 10 * time.Minute, 5 * time.Second, 5 * time.Minute}, nil, ""},
-		{"P1 model at its training interval", defaultModel(t), 5 * time.Second, [4]time.Duration{5 * time.Minute, 10 * time.Minute, 5 * time.Second, 5 * time.Minute}, nil, ""},
+		{"P1 model at the default 1 s", p1Model(t), time.Second, [4]time.Duration{5 * time.Minute, 10 * time.Minute, 5 * time.Second, 5 * time.Minute}, nil, ""},
+		{"P1 model at its training interval", p1Model(t), 5 * time.Second, [4]time.Duration{5 * time.Minute, 10 * time.Minute, 5 * time.Second, 5 * time.Minute}, nil, ""},
 		{"short-window model gets its own windows", short, 500 * time.Millisecond, [4]time.Duration{time.Minute, 2 * time.Minute, time.Second, 30 * time.Second}, nil, ""},
 		{"older manifest gets the P1 windows", v1, time.Second, [4]time.Duration{5 * time.Minute, 10 * time.Minute, 5 * time.Second, 5 * time.Minute}, nil, ""},
-		{"sampling slower than training", defaultModel(t), 10 * time.Second, [4]time.Duration{}, model.ErrFeatureSpec, "sampling every 10s is slower than the model's sample_interval 5s"},
+		{"sampling slower than training", p1Model(t), 10 * time.Second, [4]time.Duration{}, model.ErrFeatureSpec, "sampling every 10s is slower than the model's sample_interval 5s"},
 		{"sampling slower than a short model's training", short, 2 * time.Second, [4]time.Duration{}, model.ErrFeatureSpec, "sample every 1s or faster"},
 	}
 	for _, c := range cases {

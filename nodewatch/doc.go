@@ -25,8 +25,8 @@
 //     pipeline (its sidecar's own signals are taken as in sidecar mode);
 //   - its broker container is known (amf.io/container, else the only
 //     container, else the one exposing a port named mqtt) and its model
-//     (amf.io/model, default p1) is embedded in the agent; otherwise a
-//     Warning Event says what is wrong.
+//     (amf.io/model, default contract.DefaultModel) is embedded in the
+//     agent; otherwise a Warning Event says what is wrong.
 //
 // A pipeline starts when the informer delivers the pod (or the Deployment)
 // change that makes it watched, and stops when one makes it not: the

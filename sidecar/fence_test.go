@@ -80,7 +80,7 @@ func TestAgentsFencePausesTheBrokerUntilLiftedOrStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Default()
+	m, err := model.Embedded(model.PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func TestOOMKillIsSignalledWithoutWaitingForASample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Default()
+	m, err := model.Embedded(model.PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}

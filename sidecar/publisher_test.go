@@ -35,7 +35,7 @@ func TestSidecarPublishesThroughItsPublisher(t *testing.T) {
 	src := &loadSource{}
 	src.memory.Store(10 << 20)
 	rec := NewRecorder()
-	sc, err := New(Config{Source: src, Interval: 10 * time.Millisecond, Model: defaultModel(t), Publisher: rec})
+	sc, err := New(Config{Source: src, Interval: 10 * time.Millisecond, Model: p1Model(t), Publisher: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ type running struct {
 // reconnect is the signaller's back-off before reconnecting.
 func startSidecar(t *testing.T, broker string, reconnect time.Duration) *running {
 	t.Helper()
-	m, err := model.Default()
+	m, err := model.Embedded(model.PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +286,7 @@ func (goneSource) String() string { return "the old container" }
 // A sidecar without its target starts anyway, says why and looks again at
 // every sample; a target that vanishes is looked for again the same way.
 func TestSidecarLooksForItsTargetUntilFound(t *testing.T) {
-	m, err := model.Default()
+	m, err := model.Embedded(model.PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,4 +343,4 @@ func TestSidecarLooksForItsTargetUntilFound(t *testing.T) {
 	waitFor("back", func(st healthcheck.Status) bool { return st.State == signal.Healthy })
 }
 
-func defaultModel(t *testing.T) *model.Model { return modeltest.Default(t) }
+func p1Model(t *testing.T) *model.Model { return modeltest.P1(t) }

@@ -15,7 +15,7 @@ import (
 )
 
 func TestNewRefusesAModelItCannotFeed(t *testing.T) {
-	_, err := New(Config{Source: &loadSource{}, Interval: time.Minute, Model: defaultModel(t)})
+	_, err := New(Config{Source: &loadSource{}, Interval: time.Minute, Model: p1Model(t)})
 	if !errors.Is(err, model.ErrFeatureSpec) {
 		t.Fatalf("error %v, want ErrFeatureSpec", err)
 	}
@@ -30,7 +30,7 @@ func TestRunLogsTheFeatureSpecAtStart(t *testing.T) {
 		want    map[string]any
 		warning string
 	}{
-		{"embedded P1 model", defaultModel(t), map[string]any{"rate_window": "5m", "deriv_window": "10m", "subquery_step": "5s",
+		{"embedded P1 model", p1Model(t), map[string]any{"rate_window": "5m", "deriv_window": "10m", "subquery_step": "5s",
 			"lookback": "5m", "trained_sample_interval": "5s", "interval": "1s", "cpu_reference_fraction": 0.5}, ""},
 		{"short-window model", modeltest.Edited(t, modeltest.Windows("1m", "2m", "1s", "30s", "1s")), map[string]any{"rate_window": "1m",
 			"deriv_window": "2m", "subquery_step": "1s", "lookback": "30s", "trained_sample_interval": "1s"}, ""},

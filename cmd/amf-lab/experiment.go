@@ -30,8 +30,8 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	tail := fs.Duration("tail", 30*time.Second, "window after each outage event in which its largest gap is measured")
 	keepalive := fs.Int("keepalive-interval", testbed.DefaultBridge.KeepaliveInterval, "edge bridges' keepalive_interval (s)")
 	restart := fs.Int("restart-timeout", testbed.DefaultBridge.RestartTimeout, "edge bridges' restart_timeout (s)")
-	modelFlag := fs.String("model", "", fmt.Sprintf("sidecars' model (observe, amf, healthy): an embedded model's name (%s) or a model file path, copied with its manifest where the pods can read it; default: the sidecar's default, %s",
-		strings.Join(model.EmbeddedNames(), ", "), model.DefaultName))
+	modelFlag := fs.String("model", "", fmt.Sprintf("sidecars' model (observe, amf, healthy): an embedded model's name (%s) or a model file path, copied with its manifest where the pods can read it; default: the paper's, %s (the sidecar's own default is %s)",
+		strings.Join(model.EmbeddedNames(), ", "), model.PaperName, model.DefaultName))
 	out := fs.String("out", "", "results folder (default results/<UTC time>; results/latest points to the newest)")
 	verbose := fs.Bool("v", false, "log the node and control plane to standard error")
 	if err := fs.Parse(args); err != nil {

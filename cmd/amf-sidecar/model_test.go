@@ -25,10 +25,10 @@ func withoutModel(args []string) []string {
 
 func TestModelFlagTakesAnEmbeddedNameOrAPath(t *testing.T) {
 	dir := t.TempDir()
-	// A model trained on other windows as the file "p1" (no .txt), named like
-	// the default embedded model, and as an ordinary path.
-	short := modeltest.Files(t, dir, "short", modeltest.Windows("1m", "2m", "1s", "30s", "1s"))
-	for _, f := range []struct{ from, to string }{{short, "p1"}, {model.ManifestPathFor(short), "p1.manifest.json"}} {
+	// A model trained on other windows as the file "leadtime" (no .txt), named
+	// like the default embedded model, and as an ordinary path.
+	short := modeltest.Files(t, dir, "short", modeltest.Windows("30s", "1m", "1s", "30s", "1s"))
+	for _, f := range []struct{ from, to string }{{short, "leadtime"}, {model.ManifestPathFor(short), "leadtime.manifest.json"}} {
 		b, err := os.ReadFile(f.from)
 		if err != nil {
 			t.Fatal(err)
@@ -51,20 +51,20 @@ func TestModelFlagTakesAnEmbeddedNameOrAPath(t *testing.T) {
 		// sameAsDefault: stdout equals that of the same command without --model.
 		sameAsDefault bool
 	}{
-		{"score: the default model's name", []string{"score", "--in", features, "--model", "p1"}, 0, nil, true},
-		{"score: a name is the embedded model even beside a file of that name", []string{"score", "--in", features, "--model", "p1", "--rate-window", "1m"}, 2,
-			[]string{"(embedded p1) was trained with rate_window 5m"}, false},
-		{"score: ./p1 is the file called p1", []string{"score", "--in", features, "--model", "./p1", "--rate-window", "1m"}, 0, nil, false},
+		{"score: the default model's name", []string{"score", "--in", features, "--model", "leadtime"}, 0, nil, true},
+		{"score: a name is the embedded model even beside a file of that name", []string{"score", "--in", features, "--model", "leadtime", "--rate-window", "30s"}, 2,
+			[]string{"(embedded leadtime) was trained with rate_window 1m"}, false},
+		{"score: ./leadtime is the file called leadtime", []string{"score", "--in", features, "--model", "./leadtime", "--rate-window", "30s"}, 0, nil, false},
 		{"score: a path", []string{"score", "--in", features, "--model", short}, 0, nil, false},
 		{"score: an unknown name names the embedded models", []string{"score", "--in", features, "--model", "nosuch"}, 2,
-			[]string{"model nosuch: no such model", "embedded: p1"}, false},
+			[]string{"model nosuch: no such model", "embedded: leadtime, p1, predict-linear"}, false},
 		{"score: a missing path is a file error", []string{"score", "--in", features, "--model", filepath.Join(dir, "nope.txt")}, 2,
 			[]string{"nope.txt", "no such file"}, false},
-		{"replay: the default model's name", []string{"replay", "--in", "-", "--model", "p1"}, 0, nil, true},
-		{"replay: an unknown name names the embedded models", []string{"replay", "--in", "-", "--model", "nosuch"}, 2, []string{"embedded: p1"}, false},
-		{"sample: the file's sample interval, not the embedded model's", []string{"sample", "--pid", "1", "--model", "./p1", "--interval", "2s"}, 2,
+		{"replay: the default model's name", []string{"replay", "--in", "-", "--model", "leadtime"}, 0, nil, true},
+		{"replay: an unknown name names the embedded models", []string{"replay", "--in", "-", "--model", "nosuch"}, 2, []string{"embedded: leadtime"}, false},
+		{"sample: the file's sample interval, not the embedded model's", []string{"sample", "--pid", "1", "--model", "./leadtime", "--interval", "2s"}, 2,
 			[]string{"slower than the model's sample_interval 1s"}, false},
-		{"sample: an unknown name names the embedded models", []string{"sample", "--pid", "1", "--model", "nosuch"}, 2, []string{"embedded: p1"}, false},
+		{"sample: an unknown name names the embedded models", []string{"sample", "--pid", "1", "--model", "nosuch"}, 2, []string{"embedded: leadtime"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,8 +88,8 @@ func TestRunWithAModelName(t *testing.T) {
 		model   string
 		refusal string // "" = the model must be accepted
 	}{
-		{"the default model's name", "p1", ""},
-		{"an unknown name", "nosuch", "neither an embedded model (embedded: p1, leadtime, predict-linear)"},
+		{"the default model's name", "leadtime", ""},
+		{"an unknown name", "nosuch", "neither an embedded model (embedded: leadtime, p1, predict-linear)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,8 +104,8 @@ func TestRunWithAModelName(t *testing.T) {
 			if code != exitOK {
 				t.Fatalf("exit code %d (stderr %s)", code, errs)
 			}
-			if !strings.Contains(errs, `"msg":"sidecar started"`) || !strings.Contains(errs, `"model":"(embedded p1)"`) {
-				t.Errorf("stderr does not say the sidecar started on (embedded p1):\n%s", errs)
+			if !strings.Contains(errs, `"msg":"sidecar started"`) || !strings.Contains(errs, `"model":"(embedded leadtime)"`) {
+				t.Errorf("stderr does not say the sidecar started on (embedded leadtime):\n%s", errs)
 			}
 			refused := strings.Contains(errs, "model override refused")
 			if refused != (tt.refusal != "") || !strings.Contains(errs, tt.refusal) {

@@ -202,7 +202,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 
 // intervalHelp says why the sampling interval may be shorter than the model's
 // training interval but not longer (model.Windows.CheckInterval).
-const intervalHelp = "time between samples; with a model, at most its manifest's sample_interval (5s for the default model p1). Faster is fine, hence the default: rate and deriv over fixed windows are defined at any finer sampling, and the agent's gates count samples, so they confirm sooner"
+const intervalHelp = "time between samples; with a model, at most its manifest's sample_interval (1s for the default model leadtime, 5s for p1). Faster is fine, hence the default: rate and deriv over fixed windows are defined at any finer sampling, and the agent's gates count samples, so they confirm sooner"
 
 // loadModel returns the model the sidecar runs on: the override (an embedded
 // name or a path) when it is usable at this interval, else the default model

@@ -48,9 +48,9 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 		mention []string // in stderr
 	}{
 		{"score: no window flags", []string{"score", "--in", features}, 0, nil},
-		{"score: a flag restating the model's window", []string{"score", "--in", features, "--rate-window", "5m", "--step", "5s"}, 0, nil},
-		{"score: a flag contradicting the embedded model", []string{"score", "--in", features, "--rate-window", "1m"}, 2,
-			[]string{"--rate-window 1m, the model's is 5m", "(embedded p1) was trained with rate_window 5m, deriv_window 10m, subquery_step 5s, lookback 5m, sample_interval 5s", "drop the window flags"}},
+		{"score: a flag restating the model's window", []string{"score", "--in", features, "--rate-window", "1m", "--step", "5s"}, 0, nil},
+		{"score: a flag contradicting the embedded model", []string{"score", "--in", features, "--rate-window", "5m"}, 2,
+			[]string{"--rate-window 5m, the model's is 1m", "(embedded leadtime) was trained with rate_window 1m, deriv_window 2m, subquery_step 5s, lookback 5m, sample_interval 1s", "drop the window flags"}},
 		{"score: every contradiction listed", []string{"score", "--in", features, "--model", short, "--rate-window", "5m", "--lookback", "5m"}, 2,
 			[]string{"--rate-window 5m, the model's is 1m", "--lookback 5m, the model's is 30s", short}},
 		{"score: an older manifest is used with a warning naming it", []string{"score", "--in", features, "--model", old}, 0,
@@ -63,11 +63,11 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 		{"sample: interval slower than the model's training", []string{"sample", "--pid", "1", "--model", short, "--interval", "2s"}, 2,
 			[]string{"sampling every 2s is slower than the model's sample_interval 1s", "sample every 1s or faster"}},
 		{"run: interval slower than the embedded model's training", []string{"run", "--pid", "1", "--interval", "10s"}, 2,
-			[]string{"sampling every 10s is slower than the model's sample_interval 5s"}},
+			[]string{"sampling every 10s is slower than the model's sample_interval 1s"}},
 		{"run: a flag contradicting the model in use", []string{"run", "--pid", "1", "--model", short, "--step", "5s"}, 2,
 			[]string{"--step 5s, the model's is 1s"}},
-		{"run: window flags for the fallback are checked too", []string{"run", "--pid", "1", "--model", fast, "--rate-window", "1m"}, 2,
-			[]string{"--rate-window 1m, the model's is 5m", "(embedded p1)"}},
+		{"run: window flags for the fallback are checked too", []string{"run", "--pid", "1", "--model", fast, "--rate-window", "5m"}, 2,
+			[]string{"--rate-window 5m, the model's is 1m", "(embedded leadtime)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,8 +121,8 @@ func TestLoadModelForRun(t *testing.T) {
 		kind     error  // non-nil: refused
 	}{
 		{"embedded model", "", time.Second, def.Source(), "", nil},
-		{"embedded model by name", "p1", time.Second, def.Source(), "", nil},
-		{"unknown name falls back naming the embedded models", "nosuch", time.Second, def.Source(), "model nosuch: no such model: neither an embedded model (embedded: p1, leadtime, predict-linear)", nil},
+		{"embedded model by name", "leadtime", time.Second, def.Source(), "", nil},
+		{"unknown name falls back naming the embedded models", "nosuch", time.Second, def.Source(), "model nosuch: no such model: neither an embedded model (embedded: leadtime, p1, predict-linear)", nil},
 		{"override usable at the interval", short, time.Second, short, "", nil},
 		{"override trained on faster samples falls back", fast, time.Second, def.Source(), "sampling every 1s is slower than the model's sample_interval 500ms", nil},
 		{"override usable at a finer interval", fast, 250 * time.Millisecond, fast, "", nil},

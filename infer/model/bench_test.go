@@ -31,7 +31,10 @@ func BenchmarkScore(b *testing.B) {
 // BenchmarkLoadDefault: full load and validation of the embedded model
 // (manifest, sha256, text validation, leaves, cross-check). Target <= 50 ms.
 func BenchmarkLoadDefault(b *testing.B) {
-	mb, jb := defaultBytes(b)
+	mb, jb, err := EmbeddedFiles(DefaultName)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -20,9 +20,11 @@
 //
 // # Files
 //
-// Models are embedded by name (EmbeddedNames, Embedded): DefaultName "p1",
-// the paper's P1 model (default_model.txt, default_manifest.json; regenerate
-// with `make model`), is what Default returns. Adding an embedded model is
+// Models are embedded by name (EmbeddedNames, Embedded): DefaultName
+// "leadtime", the lab's choice (leadtime_model.txt; `make leadtime` trains it
+// and chooses the default), is what Default returns; PaperName "p1" is the
+// paper's P1 model (p1_model.txt, p1_manifest.json; `make model`);
+// "predict-linear" is the rule an operator writes instead. Adding an embedded model is
 // one entry in the registry in embedded.go beside its files. A model given on
 // the command line is an embedded name or else a file NAME.txt whose
 // manifest is NAME.manifest.json in the same folder (LoadNameOrPath,
@@ -71,7 +73,7 @@
 //
 // # Data attribution
 //
-// The embedded default model p1 is derived from the ToD-K8s-OOD dataset by
+// The embedded model p1 is derived from the ToD-K8s-OOD dataset by
 // Hassaan Siddiqui and Ferhat Khendek, licensed CC BY 4.0
 // (https://github.com/hassaanas/k8s-dataset-tod); its manifest records the
 // dataset's name, authors, licence and file checksums.

@@ -24,10 +24,10 @@ func TestEmbeddedByName(t *testing.T) {
 		mention []string // in the error
 	}{
 		{"the default name is the default model", DefaultName, def, nil},
-		{"p1 is the default model", "p1", def, nil},
-		{"an unknown name lists the embedded models", "nosuch", nil, []string{"nosuch", "no embedded model", "embedded: p1"}},
-		{"the empty name is no model", "", nil, []string{"embedded: p1"}},
-		{"a path is not a name", "./p1", nil, []string{"./p1", "embedded: p1"}},
+		{"leadtime is the default model", "leadtime", def, nil},
+		{"an unknown name lists the embedded models", "nosuch", nil, []string{"nosuch", "no embedded model", "embedded: leadtime, p1"}},
+		{"the empty name is no model", "", nil, []string{"embedded: leadtime"}},
+		{"a path is not a name", "./p1", nil, []string{"./p1", "embedded: leadtime"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,7 +111,10 @@ func TestEmbeddedFilesAreRegistered(t *testing.T) {
 }
 
 func TestLoadNameOrPath(t *testing.T) {
-	mb, jb := defaultBytes(t)
+	mb, jb, err := EmbeddedFiles(DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
 	def, err := Default()
 	if err != nil {
 		t.Fatal(err)
@@ -121,8 +124,8 @@ func TestLoadNameOrPath(t *testing.T) {
 	t.Chdir(t.TempDir())
 	writeFile(t, "good.txt", mb)
 	writeFile(t, "good.manifest.json", jb)
-	writeFile(t, "p1", mb)
-	writeFile(t, "p1.manifest.json", jb)
+	writeFile(t, "leadtime", mb)
+	writeFile(t, "leadtime.manifest.json", jb)
 	writeFile(t, "noman.txt", mb)
 	tests := []struct {
 		name    string
@@ -132,10 +135,10 @@ func TestLoadNameOrPath(t *testing.T) {
 		mention []string
 	}{
 		{"empty is the default", "", def.Source(), nil, nil},
-		{"an embedded name wins over a file of that name", "p1", def.Source(), nil, nil},
+		{"an embedded name wins over a file of that name", "leadtime", def.Source(), nil, nil},
 		{"a path", "good.txt", "good.txt", nil, nil},
-		{"./p1 is the file called p1", "./p1", "./p1", nil, nil},
-		{"an unknown name lists the embedded models", "nosuch", "", ErrNoSuchModel, []string{"model nosuch", "neither an embedded model (embedded: p1, leadtime, predict-linear) nor a model file"}},
+		{"./leadtime is the file called leadtime", "./leadtime", "./leadtime", nil, nil},
+		{"an unknown name lists the embedded models", "nosuch", "", ErrNoSuchModel, []string{"model nosuch", "neither an embedded model (embedded: leadtime, p1, predict-linear) nor a model file"}},
 		{"a missing path is a file error", filepath.Join("models", "nosuch.txt"), "", ErrIO, []string{"nosuch.txt", "no such file"}},
 		{"an existing file without its manifest is a file error", "noman.txt", "", ErrIO, []string{"noman.manifest.json"}},
 	}
@@ -181,9 +184,9 @@ func TestLoadOverrideByName(t *testing.T) {
 		mention []string
 	}{
 		{"no override", "", nil, nil},
-		{"the default's name", "p1", nil, nil},
+		{"the default's name", "leadtime", nil, nil},
 		{"an unknown name falls back and says the embedded names", "nosuch", ErrNoSuchModel,
-			[]string{"running on the embedded default model p1", "model nosuch", "embedded: p1"}},
+			[]string{"running on the embedded default model leadtime", "model nosuch", "embedded: leadtime"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -86,11 +86,11 @@ func TestExplanationsMatchSklearnOnTheLeadtimeGolden(t *testing.T) {
 	checkExplanations(t, m, readExplainGolden(t, filepath.Join("testdata", "explain_leadtime.csv")), "explain_leadtime.csv")
 }
 
-// The default model has no explanation golden (its rows are the dataset's),
-// but its attribution must still add up to its raw score on its parity rows.
-func TestExplanationsOfTheDefaultAddUpToTheRawScore(t *testing.T) {
-	m := mustDefault(t)
-	for _, g := range readGolden(t, filepath.Join("testdata", "parity_default.csv")) {
+// P1 has no explanation golden (its rows are the dataset's), but its
+// attribution must still add up to its raw score on its parity rows.
+func TestExplanationsOfP1AddUpToTheRawScore(t *testing.T) {
+	m := mustP1(t)
+	for _, g := range readGolden(t, filepath.Join("testdata", "parity_p1.csv")) {
 		e, err := m.Explain(&g.x)
 		if err != nil {
 			t.Fatal(err)
@@ -128,7 +128,7 @@ func TestTopNamesTheFeaturesThatPushedTheScoreUp(t *testing.T) {
 }
 
 func TestExplainNeedsLeafCounts(t *testing.T) {
-	mb, _ := defaultBytes(t)
+	mb, _ := p1Bytes(t)
 	// Strip leaf_count: the model still scores, but cannot be explained.
 	var kept []string
 	for _, ln := range strings.Split(string(mb), "\n") {

@@ -19,7 +19,7 @@ import (
 // Seeds live in testdata/fuzz/FuzzLoad (run as regression cases by plain
 // `go test`). Fuzz with: go test ./infer/model/ -run '^$' -fuzz FuzzLoad -fuzztime 30s
 func FuzzLoad(f *testing.F) {
-	mb, jb := defaultBytes(f)
+	mb, jb := p1Bytes(f)
 	f.Add([]byte(tinyModel), []byte(nil), true)
 	f.Add(mb[:2048], jb, false)
 	f.Add([]byte("tree\nversion=v3\n"), []byte("{}"), true)

@@ -158,7 +158,7 @@ func TestPredictLinearManifestsThatDoNotStateTheRuleAreRefused(t *testing.T) {
 }
 
 func TestTreeManifestWithAPredictLinearSectionIsRefused(t *testing.T) {
-	mb, jb := defaultBytes(t)
+	mb, jb := p1Bytes(t)
 	var man map[string]any
 	if err := json.Unmarshal(jb, &man); err != nil {
 		t.Fatal(err)

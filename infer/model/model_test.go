@@ -18,24 +18,31 @@ import (
 	"github.com/amf-edge/amf/contract"
 )
 
-func defaultBytes(t testing.TB) (model, manifest []byte) {
+// p1Bytes are the embedded P1 model's files, the tests' reference tree model
+// (the ToD-K8s-OOD normalisation, golden rows with NaNs and both classes).
+func p1Bytes(t testing.TB) (model, manifest []byte) {
 	t.Helper()
-	mb, err := embedded.ReadFile(defaultModelFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	jb, err := embedded.ReadFile(defaultManifestFile)
+	mb, jb, err := EmbeddedFiles(PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return mb, jb
 }
 
+func mustP1(t testing.TB) *Model {
+	t.Helper()
+	m, err := Embedded(PaperName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // manifestFor returns the default manifest edited by edit and with
 // model_sha256 set to the sha256 of model.
 func manifestFor(t testing.TB, model []byte, edit func(map[string]any)) []byte {
 	t.Helper()
-	_, jb := defaultBytes(t)
+	_, jb := p1Bytes(t)
 	var m map[string]any
 	if err := json.Unmarshal(jb, &m); err != nil {
 		t.Fatal(err)
@@ -147,6 +154,13 @@ func TestDefaultModel(t *testing.T) {
 	if m2, _ := Default(); m2 != m {
 		t.Fatal("Default() is not cached")
 	}
+	if m.Source() != "(embedded "+DefaultName+")" {
+		t.Fatalf("the default is %s, want the embedded %s", m.Source(), DefaultName)
+	}
+}
+
+func TestP1Model(t *testing.T) {
+	m := mustP1(t)
 	man := m.Manifest()
 	if man.Protocol != "P1" || man.Seed != 42 || man.Threshold != 0.5 {
 		t.Fatalf("manifest %+v", man)
@@ -210,7 +224,7 @@ func TestCheckFeatureNames(t *testing.T) {
 }
 
 func TestLoadRejects(t *testing.T) {
-	mb, jb := defaultBytes(t)
+	mb, jb := p1Bytes(t)
 	s := string(mb)
 	replace := func(old, new string) []byte {
 		if !strings.Contains(s, old) {
@@ -324,11 +338,8 @@ func TestLoadRejects(t *testing.T) {
 }
 
 func TestLoadAccepts(t *testing.T) {
-	mb, _ := defaultBytes(t)
-	def, err := Default()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mb, _ := p1Bytes(t)
+	def := mustP1(t)
 	crlf := bytes.ReplaceAll(mb, []byte("\n"), []byte("\r\n"))
 	v2 := []byte(strings.Replace(string(mb), "version=v3", "version=v2", 1))
 	noTrailer := mb[:bytes.Index(mb, []byte("end of trees"))]
@@ -349,7 +360,7 @@ func TestLoadAccepts(t *testing.T) {
 			}
 			x := [contract.NumFeatures]float64{85, 20, 1000, 10, 0.001, 5}
 			if m.Score(&x) != def.Score(&x) {
-				t.Fatal("scores differ from the default model")
+				t.Fatal("scores differ from the embedded p1 model")
 			}
 		})
 	}
@@ -363,7 +374,7 @@ func writeFile(t *testing.T, path string, b []byte) {
 }
 
 func TestLoadFiles(t *testing.T) {
-	mb, jb := defaultBytes(t)
+	mb, jb := p1Bytes(t)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.txt")
 	writeFile(t, good, mb)
@@ -442,7 +453,7 @@ func TestLoadFiles(t *testing.T) {
 		if err == nil || m != def {
 			t.Fatalf("m %p err %v: want the default and an error", m, err)
 		}
-		if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "embedded default model p1") || !strings.Contains(err.Error(), "bad.txt") {
+		if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), "embedded default model "+DefaultName) || !strings.Contains(err.Error(), "bad.txt") {
 			t.Fatalf("error %q", err)
 		}
 	})
@@ -460,11 +471,8 @@ func TestScoreNoAllocs(t *testing.T) {
 }
 
 func TestScoreConcurrent(t *testing.T) {
-	m, err := Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := readGolden(t, filepath.Join("testdata", "parity_default.csv"))
+	m := mustP1(t)
+	rows := readGolden(t, filepath.Join("testdata", "parity_p1.csv"))
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)

@@ -100,12 +100,12 @@ func checkParity(t *testing.T, m *Model, rows []goldenRow, name string) {
 	t.Logf("%s: %d rows, max |Δ probability| %.3g, raw bit-identical on %d", name, len(rows), maxDiff, rawExact)
 }
 
-func TestParityDefault(t *testing.T) {
-	m, err := Default()
+func TestParityP1(t *testing.T) {
+	m, err := Embedded(PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := readGolden(t, filepath.Join("testdata", "parity_default.csv"))
+	rows := readGolden(t, filepath.Join("testdata", "parity_p1.csv"))
 	if len(rows) < 300 {
 		t.Fatalf("only %d golden rows", len(rows))
 	}
@@ -124,7 +124,7 @@ func TestParityDefault(t *testing.T) {
 	if nanRows < 10 || anomalous < 10 || anomalous == len(rows) {
 		t.Fatalf("golden file lacks variety: %d rows with NaN, %d anomalous of %d", nanRows, anomalous, len(rows))
 	}
-	checkParity(t, m, rows, "parity_default.csv")
+	checkParity(t, m, rows, "parity_p1.csv")
 }
 
 // TestParityEmbedded checks every embedded model against its golden.

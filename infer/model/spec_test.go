@@ -111,7 +111,7 @@ func TestWindowsFormatRoundTrips(t *testing.T) {
 // The feature spec of a manifest is validated at load, with the manifest named
 // in the error.
 func TestLoadRejectsFeatureSpecs(t *testing.T) {
-	mb, _ := defaultBytes(t)
+	mb, _ := p1Bytes(t)
 	windows := func(key string, v any) func(map[string]any) {
 		return func(m map[string]any) {
 			fw := m["feature_windows"].(map[string]any)
@@ -171,7 +171,7 @@ func TestLoadRejectsFeatureSpecs(t *testing.T) {
 // Manifests written before the feature spec was complete (schema 1) still
 // load: what they do not state is the P1 pipeline's, and the model says so.
 func TestOlderManifestsLoadWithP1WindowsAndAWarning(t *testing.T) {
-	mb, _ := defaultBytes(t)
+	mb, _ := p1Bytes(t)
 	v1 := func(edit func(fw map[string]any)) func(map[string]any) {
 		return func(m map[string]any) {
 			m["schema_version"] = 1
@@ -227,7 +227,7 @@ func TestOlderManifestsLoadWithP1WindowsAndAWarning(t *testing.T) {
 
 // The warning names the manifest file, so an operator knows which to re-export.
 func TestOlderManifestWarningNamesTheFile(t *testing.T) {
-	mb, _ := defaultBytes(t)
+	mb, _ := p1Bytes(t)
 	dir := t.TempDir()
 	path := dir + "/old.txt"
 	writeFile(t, path, mb)

@@ -80,6 +80,15 @@ THRESHOLDS = (0.5, 0.7, 0.9)
 # rises. The constraint is a prior the corpus is too small to teach.
 MONOTONIC = (False, True)
 MONOTONIC_CST = tuple(1 if f in ("memory_percent", "memory_growth_rate") else 0 for f in FEATURES)
+# What a failing run's samples within H of its kill teach. "every": all of them
+# are failures. "above-healthy": only those above the most memory that a healthy
+# run of the training set holds beside the broker's own (healthy_ceiling); the
+# rest are left out of training. Under that ceiling a climb that will be killed
+# looks, sample for sample, like a healthy one that will stop (a plateau one step
+# before mem-step's kill is a healthy hold), so labelling it a failure teaches
+# the trees to alarm on healthy runs. The ceiling is measured on the training
+# runs of each fold, never on the runs being scored.
+LABEL_RULES = ("every", "above-healthy")
 
 # The agent's gates (actuate.DefaultGates): 3 consecutive anomalous samples
 # decide; the primary is retired 15 s (hold) after the decision. The lab
@@ -113,6 +122,7 @@ class Run:
         self.ttf = []           # seconds to failure, nan for runs that did not fail
         self.since_onset = []
         self.fault_from_s = 0.0  # seconds after onset when the load begins (the baseline's end)
+        self._memory = None     # memory_bytes(run), parsed once
 
     @property
     def fails(self):
@@ -254,22 +264,43 @@ def make_hgbc(seed, monotonic=False):
     return HistGradientBoostingClassifier(random_state=seed)
 
 
-def training_mask(run):
+def training_mask(run, horizon=None, ceiling=None):
     """Which samples train: all of a healthy run; of a failing run only those
     after its load began. Before that, nothing distinguishes it from a healthy
     run's baseline (a failure nobody has started yet cannot be predicted), so
-    labelling those samples either way would only teach noise."""
-    return run.in_fault() if run.fails else np.ones(len(run.t), dtype=bool)
+    labelling those samples either way would only teach noise.
+
+    With a ceiling (bytes beside the broker's own memory, healthy_ceiling), a
+    failing run's samples within horizon of the kill count only above it: the
+    same argument, for the part of a fault that looks like a healthy load."""
+    if not run.fails:
+        return np.ones(len(run.t), dtype=bool)
+    keep = run.in_fault()
+    if ceiling is not None:
+        with np.errstate(invalid="ignore"):
+            near = (run.ttf >= 0) & (run.ttf <= horizon)
+        keep = keep & ~(near & (memory_bytes(run) <= own_memory(run) + ceiling))
+    return keep
 
 
-def fit(runs, feats, horizon, seed, monotonic=False):
-    X = np.vstack([model_inputs(feats[r.id])[training_mask(r)] for r in runs])
-    y = np.concatenate([labels(r, horizon)[training_mask(r)] for r in runs])
+def healthy_ceiling(runs):
+    """The most memory any healthy run among runs holds beside the broker's own
+    (bytes; 0 without a healthy run)."""
+    return max((float(np.max(memory_bytes(r))) - own_memory(r) for r in runs if not r.fails), default=0.0)
+
+
+def fit(runs, feats, horizon, seed, monotonic=False, label_rule="every"):
+    """Trees trained on runs: (classifier, training rows, the ceiling the
+    label rule used, None for "every")."""
+    ceiling = healthy_ceiling(runs) if label_rule == "above-healthy" else None
+    masks = [training_mask(r, horizon, ceiling) for r in runs]
+    X = np.vstack([model_inputs(feats[r.id])[m] for r, m in zip(runs, masks)])
+    y = np.concatenate([labels(r, horizon)[m] for r, m in zip(runs, masks)])
     clf = make_hgbc(seed, monotonic)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clf.fit(X, y)
-    return clf, len(y)
+    return clf, len(y), ceiling
 
 
 def decisions(p, t, debounce=DEBOUNCE, threshold=THRESHOLD):
@@ -386,16 +417,18 @@ def select(cv):
     return min(cv, key=key)
 
 
-def cross_validate(runs, feats, horizon, seed, monotonic=False):
+def cross_validate(runs, feats, horizon, seed, monotonic=False, label_rule="every"):
     """Leave one training family out: train on the others, score the left-out
     family's runs; the per-run probabilities pooled over all folds (dict run
-    id -> array), to be judged at each candidate threshold."""
+    id -> array), to be judged at each candidate threshold. A fold's ceiling
+    (label_rule "above-healthy") is its training runs', so a left-out healthy
+    family that holds more than the others counts against the rule."""
     fams = sorted({r.family for r in runs})
     probs = {}
     for fam in fams:
         tr = [r for r in runs if r.family != fam]
         te = [r for r in runs if r.family == fam]
-        clf, _ = fit(tr, feats, horizon, seed, monotonic)
+        clf, _, _ = fit(tr, feats, horizon, seed, monotonic, label_rule)
         for r in te:
             probs[r.id] = predict(clf, feats[r.id])
     return probs
@@ -453,7 +486,17 @@ def choose_default(test, catch, quiet_shipped, incumbent=INCUMBENT):
 
 
 def memory_bytes(run):
-    return np.array([float(x[2]) for x in run.rows])
+    if run._memory is None or len(run._memory) != len(run.rows):
+        run._memory = np.array([float(x[2]) for x in run.rows])
+    return run._memory
+
+
+def own_memory(run):
+    """The broker's own memory: the median of the run's quiet part (its first
+    sample when it has none)."""
+    mem = memory_bytes(run)
+    quiet = ~run.in_fault()
+    return float(np.median(mem[quiet])) if quiet.any() else float(mem[0])
 
 
 def catchability(run, interval_s=1.0):
@@ -470,9 +513,7 @@ def catchability(run, interval_s=1.0):
     kill, fraction of the limit), reason."""
     mem = memory_bytes(run)
     limit = float(run.rows[0][3])
-    quiet = ~run.in_fault()
-    own = float(np.median(mem[quiet])) if quiet.any() else float(mem[0])
-    ceiling = HEALTHY_CEILING_BYTES + own
+    ceiling = HEALTHY_CEILING_BYTES + own_memory(run)
     i = len(mem)
     while i > 0 and mem[i - 1] > ceiling:
         i -= 1
@@ -517,7 +558,7 @@ def goals(s, catch, quiet_all):
 
 # The embedded models' manifests, by name (infer/model/embedded.go).
 PREDICT_LINEAR = "predict-linear"
-MANIFESTS = {"p1": "default_manifest.json", "leadtime": "leadtime_manifest.json",
+MANIFESTS = {"p1": "p1_manifest.json", "leadtime": "leadtime_manifest.json",
              PREDICT_LINEAR: "predict-linear_manifest.json"}
 
 
@@ -624,14 +665,24 @@ def render_report(rep):
       "runs taken before their load began are left out of training (nothing tells them "
       "from a healthy baseline); a decision there is a false alarm." % (rep["seed"], nfam - 1, nfam))
     a("")
-    a("| windows (rate / deriv / step) | H (s) | monotonic | threshold | in time | detected | lead min / median / max (s) | false alarms | per healthy hour |")
-    a("|---|---|---|---|---|---|---|---|---|")
+    a("**Labels.** *every*: each sample of a failing run within H of its kill is a failure. "
+      "*above healthy*: only those with more memory beside the broker's own than any healthy "
+      "run of the fold's training families holds (its ceiling); the others are left out of "
+      "training, as the quiet baseline is. Under that ceiling a climb that will be killed "
+      "looks like a healthy one that will stop — a mem-step plateau one step before its kill "
+      "is a healthy hold — and calling it a failure teaches the trees to alarm on healthy "
+      "runs. A left-out healthy family that holds more than the fold's others counts against "
+      "the rule, so the table judges it honestly.")
+    a("")
+    a("| windows (rate / deriv / step) | H (s) | labels | monotonic | threshold | in time | detected | lead min / median / max (s) | false alarms | per healthy hour |")
+    a("|---|---|---|---|---|---|---|---|---|---|")
     ch = rep["chosen"]
     for c in rep["cross_validation"]:
         s = c["summary"]
-        mark = " **(chosen)**" if all(c[k] == ch[k] for k in ("windows", "horizon_s", "monotonic", "threshold")) else ""
-        a("| %s%s | %.0f | %s | %.1f | %d/%d | %d/%d | %s / %s / %s | %d | %s |" % (
-            window_key(c["windows"]), mark, c["horizon_s"], "yes" if c["monotonic"] else "no", c["threshold"],
+        mark = " **(chosen)**" if all(c[k] == ch[k] for k in ("windows", "horizon_s", "labels", "monotonic", "threshold")) else ""
+        a("| %s%s | %.0f | %s | %s | %.1f | %d/%d | %d/%d | %s / %s / %s | %d | %s |" % (
+            window_key(c["windows"]), mark, c["horizon_s"], c["labels"].replace("-", " "),
+            "yes" if c["monotonic"] else "no", c["threshold"],
             in_time_count(s), s["failing_runs"],
             round((s["detected_before_failure"] or 0) * s["failing_runs"]), s["failing_runs"],
             _fmt(s["lead_s"]["min"], 1), _fmt(s["lead_s"]["median"], 1), _fmt(s["lead_s"]["max"], 1),
@@ -640,7 +691,7 @@ def render_report(rep):
     for c in pl["cross_validation"]:
         s = c["summary"]
         mark = " **(chosen)**" if c["window"] == pl["chosen"]["window"] and c["horizon_s"] == pl["chosen"]["horizon_s"] else ""
-        a("| predict_linear, W %s%s | %.0f | – | the limit | %d/%d | %d/%d | %s / %s / %s | %d | %s |" % (
+        a("| predict_linear, W %s%s | %.0f | – | – | the limit | %d/%d | %d/%d | %s / %s / %s | %d | %s |" % (
             c["window"], mark, c["horizon_s"],
             in_time_count(s), s["failing_runs"],
             round((s["detected_before_failure"] or 0) * s["failing_runs"]), s["failing_runs"],
@@ -655,14 +706,14 @@ def render_report(rep):
     a("")
     a("## Held-out test families")
     a("")
-    a("Lead-time model: windows %s, H %.0f s, %s, threshold %.1f, trained on the train "
+    a("Lead-time model: windows %s, H %.0f s, %s, %s, threshold %.1f, trained on the train "
       "families only. P1: the "
       "embedded paper model as the sidecar runs it (5m/10m/5s, normalisation /0.5). "
       "predict_linear: `%s` (W, H chosen on the train families), scored by the sidecar "
       "(`amf-sidecar replay --model` then `score --model` on the shipped files). All "
       "judged with H %.0f s." % (
-          window_key(ch["windows"]), ch["horizon_s"], "monotonic" if ch["monotonic"] else "not monotonic",
-          ch["threshold"], pl["expr"], ch["horizon_s"]))
+          window_key(ch["windows"]), ch["horizon_s"], _labels_phrase(ch, "train"),
+          "monotonic" if ch["monotonic"] else "not monotonic", ch["threshold"], pl["expr"], ch["horizon_s"]))
     a("")
     a(SUMMARY_HEAD)
     a(_summary_row("lead-time (test families)", rep["test"]["leadtime"]))
@@ -746,11 +797,12 @@ def render_report(rep):
     a("## The shipped model")
     a("")
     sh = rep["shipped"]
-    a("Trained on all %d families (%d samples) with the chosen windows and horizon: "
-      "`infer/model/leadtime_model.txt` (%d trees, sha256 %.12s…) and its manifest; "
+    a("Trained on all %d families (%d samples) with the chosen windows, horizon and labels "
+      "(%s): `infer/model/leadtime_model.txt` (%d trees, sha256 %.12s…) and its manifest; "
       "parity golden `infer/model/testdata/parity_leadtime.csv`. Its figures on the "
       "corpus it was trained on (not a test, shown to compare with P1 on the same runs):" % (
-          len(rep["corpus"]["families"]), sh["training_rows"], sh["trees"], sh["sha256"]))
+          len(rep["corpus"]["families"]), sh["training_rows"], _labels_phrase(rep["chosen"], "shipped"),
+          sh["trees"], sh["sha256"]))
     a("")
     a(SUMMARY_HEAD)
     a(_summary_row("lead-time (shipped, all families)", sh["summary"]))
@@ -762,6 +814,14 @@ def render_report(rep):
       "sha256 %.12s…) and its manifest." % pl["sha256"])
     a("")
     return "\n".join(L) + "\n"
+
+
+def _labels_phrase(ch, which):
+    """How the chosen model's labels were made, for the report."""
+    c = ch["ceiling_bytes"][which]
+    if c is None:
+        return "every sample within H of a kill a failure"
+    return "failures labelled only above %.1f Mi beside the broker's own memory (its training runs' healthy ceiling)" % (c / 2**20)
 
 
 def predict_linear_section(runs, train, test, h, args, log):
@@ -812,24 +872,27 @@ def run(args, sklearn_version, write_golden, crafted_rows):
     cv = []
     for w in windows:
         for h in HORIZONS:
-            for mono in MONOTONIC:
-                probs = cross_validate(train, feats[window_key(w)], h, args.seed, mono)
-                for thr in THRESHOLDS:
-                    s = evaluate_runs(train, probs, h, threshold=thr)
-                    cv.append({"windows": w, "horizon_s": h, "monotonic": mono, "threshold": thr, "summary": s})
-                    log("cv %s H=%.0f monotonic=%s threshold=%.1f: in time %s, FA/h %s, lead median %s" % (
-                        window_key(w), h, mono, thr, s["recall_at_gate"], s["false_alarms_per_hour"],
-                        s["lead_s"]["median"]))
+            for rule in LABEL_RULES:
+                for mono in MONOTONIC:
+                    probs = cross_validate(train, feats[window_key(w)], h, args.seed, mono, rule)
+                    for thr in THRESHOLDS:
+                        s = evaluate_runs(train, probs, h, threshold=thr)
+                        cv.append({"windows": w, "horizon_s": h, "labels": rule, "monotonic": mono,
+                                   "threshold": thr, "summary": s})
+                        log("cv %s H=%.0f labels=%s monotonic=%s threshold=%.1f: in time %s, FA/h %s, "
+                            "lead median %s" % (window_key(w), h, rule, mono, thr, s["recall_at_gate"],
+                                                s["false_alarms_per_hour"], s["lead_s"]["median"]))
     best = select(cv)
-    w, h, mono, thr = best["windows"], best["horizon_s"], best["monotonic"], best["threshold"]
+    w, h, rule, mono, thr = (best["windows"], best["horizon_s"], best["labels"], best["monotonic"],
+                             best["threshold"])
     F = feats[window_key(w)]
-    clf, _ = fit(train, F, h, args.seed, mono)
+    clf, _, train_ceiling = fit(train, F, h, args.seed, mono, rule)
     lt_test = evaluate_runs(test, {r.id: predict(clf, F[r.id]) for r in test}, h, threshold=thr)
     p1 = embedded_probabilities(runs, "p1", args.sidecar)
     p1_test = evaluate_runs(test, {r.id: p1[r.id] for r in test}, h)
     p1_all = evaluate_runs(runs, p1, h)
     # The shipped model sees every family.
-    final, n = fit(runs, F, h, args.seed, mono)
+    final, n, ceiling = fit(runs, F, h, args.seed, mono, rule)
     check_unused(final)
     shipped = evaluate_runs(runs, {r.id: predict(final, F[r.id]) for r in runs}, h, threshold=thr)
     os.makedirs(args.out_dir, exist_ok=True)
@@ -838,7 +901,10 @@ def run(args, sklearn_version, write_golden, crafted_rows):
     test_rows = sum(len(r.t) for r in test)
     man = amfexport.write_model(
         mp, jp, final, FEATURES,
-        protocol="lab-leadtime H=%.0fs%s" % (h, " monotonic" if mono else ""), seed=args.seed, training_rows=n,
+        protocol="lab-leadtime H=%.0fs%s%s" % (
+            h, " monotonic" if mono else "",
+            "" if ceiling is None else " labels above %.1f Mi beside the broker" % (ceiling / 2**20)),
+        seed=args.seed, training_rows=n,
         sklearn_version=sklearn_version, feature_windows=w, threshold=thr,
         normalisation={"cpu_reference_fraction": 1.0, "memory_reference_fraction": 1.0},
         dataset={"name": DATASET_NAME, "authors": ["the AMF project"], "url": DATASET_URL,
@@ -880,7 +946,8 @@ def run(args, sklearn_version, write_golden, crafted_rows):
                   "gate_lead_s": GATE_LEAD_S},
         "split": {"train": list(TRAIN_FAMILIES), "test": list(TEST_FAMILIES)},
         "cross_validation": cv,
-        "chosen": {"windows": w, "horizon_s": h, "monotonic": mono, "threshold": thr},
+        "chosen": {"windows": w, "horizon_s": h, "labels": rule, "monotonic": mono, "threshold": thr,
+                   "ceiling_bytes": {"train": train_ceiling, "shipped": ceiling}},
         "test": {"leadtime": lt_test, "p1": p1_test},
         "catchability": catch,
         "default": default,

@@ -522,8 +522,8 @@ def cmd_model(args):
     nominal, stressed, d = amfdata.load_dataset(args.data)
     clf, train, test = train_hgbc(nominal, stressed, "P1", args.seed)
     os.makedirs(args.out_dir, exist_ok=True)
-    mp = os.path.join(args.out_dir, "default_model.txt")
-    jp = os.path.join(args.out_dir, "default_manifest.json")
+    mp = os.path.join(args.out_dir, "p1_model.txt")
+    jp = os.path.join(args.out_dir, "p1_manifest.json")
     man = export_trained(clf, train, test, "P1", args.seed, d, mp, jp)
     # Parity golden: held-out P1 test rows, the D_stressed rows with empty fields,
     # and crafted NaN / threshold rows.
@@ -537,7 +537,7 @@ def cmd_model(args):
     cr, cs = crafted_rows(clf, test.X[idx], rng)
     X += cr
     src += cs
-    gp = os.path.join(args.out_dir, "testdata", "parity_default.csv")
+    gp = os.path.join(args.out_dir, "testdata", "parity_p1.csv")
     n = write_golden(gp, clf, X, src)
     print("model: P1 HGBC seed %d, %d trees, trained on %d rows; test precision %.4f recall %.4f"
           % (args.seed, clf.n_iter_, len(train), man["validation"]["precision"],

@@ -41,6 +41,12 @@ def make_run(rid, family, ttf0=None, n=10, fault_from=0.0):
     return r
 
 
+def with_memory(r, mem):
+    """The run with these memory_bytes (the other raw columns plain)."""
+    r.rows = [[str(t), "0", str(m), "100", "0", "0"] for t, m in zip(r.t, mem)]
+    return r
+
+
 class PredictLinearTest(unittest.TestCase):
     def test_an_undefined_projection_does_not_fire_and_the_limit_scores_half(self):
         got = pl.scores([math.nan, -40.0, 50.0, 100.0, 130.0])
@@ -88,6 +94,25 @@ class LabelTest(unittest.TestCase):
         self.assertEqual(list(lt.training_mask(r)), [False] * 4 + [True] * 6)
         h = make_run("h", "idle", fault_from=4.0)
         self.assertTrue(lt.training_mask(h).all())
+
+    def test_above_healthy_labels_leave_out_what_a_healthy_run_holds(self):
+        # The healthy run holds 40 beside its own 10: the ceiling. The failing
+        # run's own memory is 12 (its quiet part); within the horizon (ttf 5..0,
+        # the last 6 samples) only samples above 12 + 40 train: 52 is not.
+        h = with_memory(make_run("h", "mem-sawtooth", n=6, fault_from=2.0), [10, 10, 30, 50, 20, 10])
+        f = with_memory(make_run("f", "mem-ramp", ttf0=9.0, n=10, fault_from=2.0),
+                        [12, 12, 30, 45, 52, 40, 52, 53, 60, 70])
+        cases = [
+            ("the ceiling is the most a healthy run holds beside its own", lt.healthy_ceiling([h, f]), 40.0),
+            ("no healthy run, no ceiling", lt.healthy_ceiling([f]), 0.0),
+        ]
+        for name, got, want in cases:
+            with self.subTest(name):
+                self.assertEqual(got, want)
+        self.assertEqual(list(lt.training_mask(f, 5.0, 40.0)),
+                         [False, False, True, True, False, False, False, True, True, True])
+        self.assertEqual(list(lt.training_mask(f, 5.0)), [False] * 2 + [True] * 8)
+        self.assertTrue(lt.training_mask(h, 5.0, 40.0).all())
 
     def test_baseline_is_the_profiles_leading_idle_segment(self):
         for profile, want in [("55s;25s:mem=19Mi", 55.0), ("1m0s;3m5s", 60.0),
@@ -274,14 +299,16 @@ class EndToEndTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             args = types.SimpleNamespace(corpus=None, sidecar=lt.SIDECAR, out_dir=os.path.join(d, "m"),
                                          report=os.path.join(d, "r"), seed=42, verbose=False)
-            old = (lt.WINDOW_CANDIDATES, lt.HORIZONS, lt.MONOTONIC, lt.THRESHOLDS, pl.WINDOWS, pl.HORIZONS)
+            old = (lt.WINDOW_CANDIDATES, lt.HORIZONS, lt.MONOTONIC, lt.THRESHOLDS, lt.LABEL_RULES,
+                   pl.WINDOWS, pl.HORIZONS)
             lt.WINDOW_CANDIDATES, lt.HORIZONS = old[0][:1] + old[0][2:3], (60.0,)
-            lt.MONOTONIC, lt.THRESHOLDS = (True,), (0.5, 0.9)
+            lt.MONOTONIC, lt.THRESHOLDS, lt.LABEL_RULES = (True,), (0.5, 0.9), ("above-healthy",)
             pl.WINDOWS, pl.HORIZONS = ("30s", "2m"), (30.0, 60.0)
             try:
                 self.assertEqual(lt.run(args, "test", amftrain.write_golden, amftrain.crafted_rows), 0)
             finally:
-                (lt.WINDOW_CANDIDATES, lt.HORIZONS, lt.MONOTONIC, lt.THRESHOLDS, pl.WINDOWS, pl.HORIZONS) = old
+                (lt.WINDOW_CANDIDATES, lt.HORIZONS, lt.MONOTONIC, lt.THRESHOLDS, lt.LABEL_RULES,
+                 pl.WINDOWS, pl.HORIZONS) = old
             man = read_json(os.path.join(d, "m", "leadtime_manifest.json"))
             self.assertEqual(man["feature_windows"]["sample_interval"], "1s")
             self.assertEqual(man["normalisation"], {"cpu_reference_fraction": 1.0,
@@ -296,6 +323,12 @@ class EndToEndTest(unittest.TestCase):
             self.assertEqual(len(rep["cross_validation"]), 4)  # 2 window sets x 2 thresholds
             self.assertEqual(man["threshold"], rep["chosen"]["threshold"])
             self.assertIn("monotonic", man["protocol"])
+            # The label rule's ceiling: the most a healthy run holds beside the
+            # broker (mem-sawtooth, ~74 Mi), measured, recorded and named.
+            ceiling = rep["chosen"]["ceiling_bytes"]["shipped"]
+            self.assertEqual(rep["chosen"]["labels"], "above-healthy")
+            self.assertGreater(ceiling, 60 * 2**20)
+            self.assertIn("labels above %.1f Mi" % (ceiling / 2**20), man["protocol"])
             # The default: one of the three, never one that loses to predict_linear.
             dflt = rep["default"]
             self.assertIn(dflt["rule_choice"], ("p1", "leadtime", lt.PREDICT_LINEAR))

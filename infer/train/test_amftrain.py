@@ -75,7 +75,7 @@ class FeatureSchemaTest(unittest.TestCase):
         # contract/feature_names.txt is the Go schema (its Go test keeps it
         # so); the models the sidecar embeds must name it too.
         self.assertEqual(len(amfdata.FEATURES), 6)
-        for name in ("default_manifest.json", "leadtime_manifest.json"):
+        for name in ("p1_manifest.json", "leadtime_manifest.json"):
             with open(os.path.join(amfdata.REPO_ROOT, "infer", "model", name), encoding="utf-8") as f:
                 self.assertEqual(json.load(f)["feature_names"], list(amfdata.FEATURES), name)
 
@@ -263,16 +263,16 @@ class ExporterTest(unittest.TestCase):
                     amfexport.parse_duration_ns(s)
 
 
-@unittest.skipUnless(os.path.isfile(os.path.join(MODEL_DIR, "default_model.txt")),
+@unittest.skipUnless(os.path.isfile(os.path.join(MODEL_DIR, "p1_model.txt")),
                      "no embedded default model yet (make model)")
 class DefaultModelTest(unittest.TestCase):
     def test_golden_matches_exported_text(self):
-        with open(os.path.join(MODEL_DIR, "default_model.txt")) as f:
+        with open(os.path.join(MODEL_DIR, "p1_model.txt")) as f:
             text = f.read()
-        with open(os.path.join(MODEL_DIR, "default_manifest.json")) as f:
+        with open(os.path.join(MODEL_DIR, "p1_manifest.json")) as f:
             man = json.load(f)
         self.assertEqual(man["model_sha256"],
-                         amfdata.sha256_file(os.path.join(MODEL_DIR, "default_model.txt")))
+                         amfdata.sha256_file(os.path.join(MODEL_DIR, "p1_model.txt")))
         self.assertEqual(man["protocol"], "P1")
         # `make model` rewrites this manifest with the exporter's P1 spec: the two agree.
         self.assertEqual(man["schema_version"], amfexport.MANIFEST_SCHEMA_VERSION)
@@ -280,7 +280,7 @@ class DefaultModelTest(unittest.TestCase):
         self.assertEqual(man["normalisation"], amfexport.NORMALISATION_TOD_K8S_OOD)
         self.assertEqual(man["dataset"]["licence"], "CC BY 4.0")
         _, trees = amfexport.parse_lightgbm_text(text)
-        with open(os.path.join(MODEL_DIR, "testdata", "parity_default.csv")) as f:
+        with open(os.path.join(MODEL_DIR, "testdata", "parity_p1.csv")) as f:
             rows = list(csv.DictReader(f))
         self.assertGreater(len(rows), 300)
         self.assertTrue(any(r["cpu_percent"] == "" or r["memory_growth_rate"] == "" for r in rows))

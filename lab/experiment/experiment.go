@@ -60,7 +60,8 @@ type Config struct {
 	Policy map[string]string
 	// Model is the sidecars' --model (modes observe, amf, healthy): an
 	// embedded model's name, or a model file path (copied with its manifest
-	// where the pods can read it). Default: the sidecar's default model.
+	// where the pods can read it). Default: the paper's model, p1
+	// (resolveModel says why).
 	Model    string
 	Log      *slog.Logger
 	Progress io.Writer // one line per step for the person watching

@@ -23,15 +23,24 @@ type sidecarModel struct {
 	// report is in each run's /status (RunResult.SidecarModel).
 	SHA256 string
 	file   string // the model file to copy where the pods can read it; "" for an embedded model
-	arg    string // the sidecars' --model; "" = none, the sidecar's default
+	arg    string // the sidecars' --model
 }
 
-// resolveModel checks Config.Model before anything starts: "" is the
-// sidecar's default model, an embedded name that model, anything else a model
+// resolveModel checks Config.Model before anything starts: "" is the paper's
+// model (model.PaperName), an embedded name that model, anything else a model
 // file path (model.LoadNameOrPath). A model the sidecar would refuse (an
 // unknown name, a bad file, one that cannot be fed at the sidecars' interval)
 // is an error here, not a silent fallback to the default in every pod.
+//
+// The paper's experiment runs the paper's model unless told otherwise, not
+// the product's default: P1 warns of the staged fault from its saturation
+// (60 Mi and 80 % CPU), which the default, trained to stay quiet on healthy
+// loads that look the same, leaves to the crash failover (README, "The
+// lead-time model").
 func resolveModel(given string) (sidecarModel, error) {
+	if given == "" {
+		given = model.PaperName
+	}
 	m, err := model.LoadNameOrPath(given)
 	if err == nil {
 		err = m.Windows().CheckInterval(sidecarInterval)
@@ -40,10 +49,7 @@ func resolveModel(given string) (sidecarModel, error) {
 		return sidecarModel{}, fmt.Errorf("experiment: --model: %w", err)
 	}
 	sm := sidecarModel{Name: given, SHA256: m.SHA256(), arg: given}
-	switch {
-	case given == "":
-		sm.Name = model.DefaultName
-	case !slices.Contains(model.EmbeddedNames(), given):
+	if !slices.Contains(model.EmbeddedNames(), given) {
 		sm.file = given
 	}
 	return sm, nil

@@ -15,7 +15,8 @@ import (
 // in the pods' folder, a model the sidecar would refuse stops the experiment
 // before it starts.
 func TestSidecarModelArgument(t *testing.T) {
-	def, err := model.Default()
+	// The paper's model: the experiment's default and modeltest's base.
+	def, err := model.Embedded(model.PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +32,10 @@ func TestSidecarModelArgument(t *testing.T) {
 		arg      string // the sidecars' --model after staging; "<copy>": the copy in the pods' folder
 		mention  []string
 	}{
-		{"default: no --model, recorded as the default's name", "", "p1", "", nil},
+		{"default: no --model, the paper's model", "", "p1", "p1", nil},
 		{"an embedded name passes through", "p1", "p1", "p1", nil},
 		{"a path is copied where the pods can read it", file, file, "<copy>", nil},
-		{"an unknown name names the embedded models", "nosuch", "", "", []string{"--model", "embedded: p1"}},
+		{"an unknown name names the embedded models", "nosuch", "", "", []string{"--model", "embedded: leadtime, p1"}},
 		{"a missing file", filepath.Join(dir, "nope.txt"), "", "", []string{"nope.txt"}},
 		{"a model the sidecars cannot feed at 1 s", fast, "", "", []string{"sample_interval 500ms"}},
 	}

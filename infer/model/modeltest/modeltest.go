@@ -1,6 +1,9 @@
-// Package modeltest makes models for tests: the embedded default model with
-// its manifest edited, loaded (Edited) or written as a user's --model file
-// would be (Files). Tests only; product code never imports it.
+// Package modeltest makes models for tests from the embedded P1 model, whose
+// behaviour the tests rely on (anomalous at high CPU or memory, whatever the
+// trend; trained at 5 s samples, normalisation 0.5): as it is (P1), with its
+// manifest edited, loaded (Edited) or written as a user's --model file would
+// be (Files). Not the default model: that is the lab's choice and may change
+// with a retraining. Tests only; product code never imports it.
 package modeltest
 
 import (
@@ -14,12 +17,12 @@ import (
 	"github.com/amf-edge/amf/infer/model"
 )
 
-// Files writes the embedded default model as dir/name.txt with its manifest
+// Files writes the embedded P1 model as dir/name.txt with its manifest
 // beside it (model.ManifestPathFor), the manifest edited by edit (nil:
 // unchanged), and returns the model's path.
 func Files(t testing.TB, dir, name string, edit func(man map[string]any)) string {
 	t.Helper()
-	mb, jb, err := model.EmbeddedFiles(model.DefaultName)
+	mb, jb, err := model.EmbeddedFiles(model.PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,21 +46,21 @@ func Files(t testing.TB, dir, name string, edit func(man map[string]any)) string
 	return path
 }
 
-// Default is the embedded default model.
-func Default(t testing.TB) *model.Model {
+// P1 is the embedded P1 model.
+func P1(t testing.TB) *model.Model {
 	t.Helper()
-	m, err := model.Default()
+	m, err := model.Embedded(model.PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-// Edited loads the embedded default model's trees with its manifest edited
+// Edited loads the embedded P1 model's trees with its manifest edited
 // by edit: the same scores, another feature spec.
 func Edited(t testing.TB, edit func(man map[string]any)) *model.Model {
 	t.Helper()
-	mb, jb, err := model.EmbeddedFiles(model.DefaultName)
+	mb, jb, err := model.EmbeddedFiles(model.PaperName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -627,6 +627,26 @@ SUMMARY_HEAD = ("| model | failing runs switched over in time | detected before 
                 "|---|---|---|---|---|---|---|---|---|")
 
 
+def check(args):
+    """amftrain.py check: the embedded detectors as shipped, scored by the
+    sidecar, on a recorded corpus (any amf-lab corpus folder, such as a
+    healthy soak recorded after training): one summary row each, judged with
+    each detector's own threshold and the horizon given. Nothing is trained
+    or written. Prints a Markdown table; returns the exit code."""
+    runs = load_corpus(args.corpus)
+    print("Corpus: `%s` (sha256 %.12s…), %d runs (%d failing), %.2f healthy hours; judged with H %.0f s." % (
+        os.path.join(args.corpus, CORPUS_FILE), corpus_sha256(args.corpus), len(runs),
+        sum(1 for r in runs if r.fails), sum(r.duration_s() for r in runs if not r.fails) / 3600.0, args.horizon))
+    print("")
+    print(SUMMARY_HEAD)
+    for name in MANIFESTS:
+        with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
+            thr = float(json.load(f)["threshold"])
+        s = evaluate_runs(runs, embedded_probabilities(runs, name, args.sidecar), args.horizon, threshold=thr)
+        print(_summary_row("%s (threshold %.1f)" % (name, thr), s))
+    return 0
+
+
 def render_report(rep):
     L = []
     a = L.append

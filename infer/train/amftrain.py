@@ -11,6 +11,7 @@ Run with Debian's interpreter, which is the one that has scikit-learn:
     /usr/bin/python3 infer/train/amftrain.py test-exporter --out DIR
     /usr/bin/python3 infer/train/amftrain.py label-rule
     /usr/bin/python3 infer/train/amftrain.py leadtime      # lead-time model + the default, from lab/corpus/real-node
+    /usr/bin/python3 infer/train/amftrain.py check --corpus DIR  # the embedded detectors on another recorded corpus
 
 Data: the ToD-K8s-OOD dataset by H. Siddiqui and F. Khendek (CC BY 4.0),
 https://github.com/hassaanas/k8s-dataset-tod . It is not in this repository:
@@ -716,6 +717,13 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=lambda a: amfleadtime.run(a, sklearn.__version__, write_golden, crafted_rows))
+
+    p = sub.add_parser("check", help="the embedded detectors, as the sidecar runs them, on a recorded corpus")
+    p.add_argument("--corpus", required=True, metavar="DIR", help="corpus folder holding corpus.csv.gz (amf-lab corpus --out)")
+    p.add_argument("--sidecar", default=amfleadtime.SIDECAR,
+                   help="amf-sidecar binary that recomputes the features and scores (make build)")
+    p.add_argument("--horizon", type=float, default=120.0, help="seconds before a kill in which a decision counts (default 120)")
+    p.set_defaults(func=amfleadtime.check)
 
     p = sub.add_parser("label-rule", help="check true_label == cpu>=80 or mem>=80")
     data_opt(p)

@@ -354,5 +354,35 @@ class EndToEndTest(unittest.TestCase):
             self.assertEqual({e["run"] for e in rep["test"]["predict_linear"]["runs"]}, test_ids)
 
 
+    def test_check_scores_every_embedded_detector_on_another_corpus(self):
+        # Two runs of the committed corpus as a corpus folder of their own, as
+        # a later recording (a healthy soak) would be: one row per detector,
+        # each at its own threshold.
+        import contextlib
+        import csv
+        import io
+        keep = {"idle-1", "leak-pause-1"}
+        with tempfile.TemporaryDirectory() as d:
+            with gzip.open(os.path.join(lt.CORPUS_DIR, lt.CORPUS_FILE), "rt", newline="") as f, \
+                    gzip.open(os.path.join(d, lt.CORPUS_FILE), "wt", newline="") as g:
+                r, w = csv.reader(f), csv.writer(g, lineterminator="\n")
+                head = next(r)
+                w.writerow(head)
+                w.writerows(rec for rec in r if rec[head.index("run")] in keep)
+            metas = read_json(os.path.join(lt.CORPUS_DIR, "runs.json"))
+            with open(os.path.join(d, "runs.json"), "w", encoding="utf-8") as f:
+                json.dump([m for m in metas if m["id"] in keep], f)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = lt.check(types.SimpleNamespace(corpus=d, sidecar=lt.SIDECAR, horizon=120.0))
+        self.assertEqual(code, 0)
+        text = out.getvalue()
+        self.assertIn("2 runs (1 failing)", text)
+        for name, thr in (("p1", 0.5), ("leadtime", 0.7), (lt.PREDICT_LINEAR, 0.5)):
+            rows = [ln for ln in text.splitlines() if ln.startswith("| %s (threshold %.1f) |" % (name, thr))]
+            self.assertEqual(len(rows), 1, text)
+            self.assertTrue(rows[0].split("|")[2].strip().endswith("/1"), rows[0])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -98,7 +98,10 @@ DEBOUNCE = 3
 HOLD_S = 15.0
 GATE_LEAD_S = HOLD_S + 1.0
 THRESHOLD = 0.5  # the agent's (amf.io/threshold) and P1's
-INCUMBENT = "p1"  # the embedded default before this lab's choice (infer/model.DefaultName)
+# The default when no detector meets the goals: the paper's model
+# (infer/model.PaperName), the default before the lab's first choice. Not the
+# last chosen name: a retrained leadtime that misses the goals is a new model.
+INCUMBENT = "p1"
 # What a healthy family may hold (lab/corpus: healthy profiles peak at 72 Mi,
 # TestFamiliesKeepTheirPromise), beside the broker's own memory.
 HEALTHY_CEILING_BYTES = 72 * 2**20
@@ -467,10 +470,10 @@ def rule_choice(test):
 
 def choose_default(test, catch, quiet_shipped, incumbent=INCUMBENT):
     """The default: the rule's choice (rule_choice) when it meets every goal
-    (goals) on the held-out families; otherwise the incumbent stays. Replacing
-    the default changes what every pod without a --model runs, and a detector
-    that meets the goals no better is not worth that: the report then says
-    that no detector meets them.
+    (goals) on the held-out families; otherwise the incumbent, the paper's
+    model. Replacing it changes what every pod without a --model runs, and a
+    detector that meets the goals no better is not worth that: the report then
+    says that no detector meets them.
 
     catch: the held-out failing runs' catchability; quiet_shipped: each
     detector's quiet-start alarms as shipped, on every run."""
@@ -777,9 +780,10 @@ def render_report(rep):
     a("")
     a("A default must not lose to predict_linear on the held-out families on either "
       "measure (failing runs switched over in time; false alarms per healthy hour); of "
-      "those that do not, the selection rule above. The rule's choice replaces the "
-      "default (`%s`) only if it meets every goal below; a detector that meets them no "
-      "better is not worth changing what every pod without a `--model` runs." % d["incumbent"])
+      "those that do not, the selection rule above. The rule's choice is the default "
+      "only if it meets every goal below; otherwise the default is the paper's model "
+      "(`%s`): a detector that meets them no better is not worth changing what every "
+      "pod without a `--model` runs." % d["incumbent"])
     a("")
     if d["name"] == d["rule_choice"]:
         a("**The default is `%s`**, the rule's choice, meeting every goal "

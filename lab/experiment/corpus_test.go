@@ -339,12 +339,33 @@ func TestCorpusScheduleStartsRunsAsBrokersFreeAndNoneOnceCancelled(t *testing.T)
 // profiles, traffic and drawn lead-ins, with this build's header, so an
 // --append to it and a re-recording give the same runs.
 func TestCommittedRealNodeCorpusIsThePlanThisBuildMakes(t *testing.T) {
-	dir := filepath.Join("..", "corpus", "real-node")
+	for _, c := range []struct {
+		dir      string
+		seed     uint64
+		families []string // nil: every family
+	}{
+		{"real-node", 1, nil},
+		// The healthy soak: the held-out healthy families drawn again from
+		// another seed, recorded after training (amftrain.py check).
+		{"real-node-soak", 2, []string{"mem-high-hold", "idle", "cpu-oscillation", "traffic-burst"}},
+	} {
+		t.Run(c.dir, func(t *testing.T) {
+			checkCommittedCorpus(t, filepath.Join("..", "corpus", c.dir), CorpusConfig{Seed: c.seed, PerFamily: 5, Families: c.families})
+		})
+	}
+}
+
+// checkCommittedCorpus holds a committed corpus to the plan this build makes
+// of cfg with the 0-10m lead-in: the same runs, profiles, traffic and
+// lead-ins, each recorded without error and failing as its family does.
+func checkCommittedCorpus(t *testing.T, dir string, cfg CorpusConfig) {
+	t.Helper()
 	leadIn, err := corpus.ParseLeadIn("0-10m")
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := CorpusConfig{Seed: 1, PerFamily: 5, LeadIn: leadIn}.Plan()
+	cfg.LeadIn = leadIn
+	plan, err := cfg.Plan()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,9 +141,10 @@ type GuardConfig struct {
 	// heartbeat, an answer), for the probe server's vouching.
 	Sights *Sights
 	// OnLost is called once per loss, OnBack when a lost node heartbeats
-	// again; OnEvent (optional) with every Lease event the watch delivered.
+	// again; OnEvent (optional) with every Lease event the watch delivered,
+	// naming the node whose Lease it was.
 	OnLost, OnBack func(node string, at time.Time)
-	OnEvent        func()
+	OnEvent        func(node string)
 }
 
 // RunGuard watches the Leases of cfg.Nodes and of cfg.Self only (one watch,
@@ -239,10 +240,10 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 			return false, nil
 		}
 		at := time.Now()
-		if cfg.OnEvent != nil {
-			cfg.OnEvent()
-		}
 		node := l.Labels[LabelNode]
+		if cfg.OnEvent != nil {
+			cfg.OnEvent(node)
+		}
 		mu.Lock()
 		if a := l.Annotations[AnnProbe]; a != "" {
 			addrs[node] = a

@@ -250,7 +250,9 @@ func TestGuardOnARealAPIServerSeesAStoppedAgentAndNothingWhileTheServerIsAway(t 
 // Lease and guarding one other node (a ring), against one real API server:
 // the writes and the watch events delivered, all agents together, per
 // second, at two sizes (10 and 100). Both grow linearly: n/period writes, and each
-// renewal is delivered to its owner and its guard only (2n/period events).
+// renewal is delivered to its owner and its guard only (2n/period events):
+// every guard's watch delivers its own Lease and its guarded node's, never
+// another's.
 func TestHeartbeatCostGrowsWithTheNodes(t *testing.T) {
 	_, c := startAPI(t)
 	tm := liveness.DefaultTiming
@@ -258,7 +260,7 @@ func TestHeartbeatCostGrowsWithTheNodes(t *testing.T) {
 	for _, n := range []int{10, 100} {
 		t.Run(fmt.Sprint(n, " agents"), func(t *testing.T) {
 			var agents []*agent
-			var events atomic.Int64
+			var events, stray atomic.Int64
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			var lostCount atomic.Int64
@@ -266,13 +268,19 @@ func TestHeartbeatCostGrowsWithTheNodes(t *testing.T) {
 				agents = append(agents, heartbeat(t, c, fmt.Sprintf("n%d-%d", n, i), nil))
 			}
 			for i := range n {
+				self, guarded := fmt.Sprintf("n%d-%d", n, i), fmt.Sprintf("n%d-%d", n, (i+1)%n)
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					_ = liveness.RunGuard(ctx, liveness.GuardConfig{
-						Client: c, Namespace: testNS, Self: fmt.Sprintf("n%d-%d", n, i), Nodes: []string{fmt.Sprintf("n%d-%d", n, (i+1)%n)}, Timing: tm,
-						OnEvent: func() { events.Add(1) },
-						OnLost:  func(string, time.Time) { lostCount.Add(1) },
+						Client: c, Namespace: testNS, Self: self, Nodes: []string{guarded}, Timing: tm,
+						OnEvent: func(node string) {
+							events.Add(1)
+							if node != self && node != guarded {
+								stray.Add(1)
+							}
+						},
+						OnLost: func(string, time.Time) { lostCount.Add(1) },
 					})
 				}()
 			}
@@ -291,16 +299,22 @@ func TestHeartbeatCostGrowsWithTheNodes(t *testing.T) {
 				n, writes, float64(n)/tm.Period.Seconds(), evs, 2*float64(n)/tm.Period.Seconds(), lostCount.Load())
 			// What holds on any machine: never more than one write per agent
 			// per period, and each write delivered to its owner and its guard
-			// only. What needs the machine to keep up (every renewal on time,
-			// so no false loss) is asserted at 10 agents; at 100 a machine
-			// shared with other tests may not, and BenchmarkLeaseCost
-			// measures it (README).
+			// only. The latter is checked per event, not as a ratio of events
+			// to writes: on a loaded machine a renewal whose client timed out
+			// may still commit (an event with no counted write), and a watch
+			// that restarts relists. What needs the machine to keep up (every
+			// renewal on time, so no false loss) is asserted at 10 agents; at
+			// 100 a machine shared with other tests may not, and
+			// BenchmarkLeaseCost measures it (README).
 			want := float64(n) / tm.Period.Seconds()
 			if writes > 1.1*want {
 				t.Errorf("%.1f writes/s, want ≤ %.0f", writes, want)
 			}
-			if w := float64(w1 - w0); w == 0 || float64(e1-e0) > 2.2*w {
-				t.Errorf("%d events for %d writes: each renewal goes to its owner and its guard only", e1-e0, w1-w0)
+			if w1 == w0 || e1 == e0 {
+				t.Errorf("%d writes and %d events in %v: the agents did not heartbeat", w1-w0, e1-e0, window)
+			}
+			if s := stray.Load(); s != 0 {
+				t.Errorf("%d events delivered to a guard about a node it neither is nor guards", s)
 			}
 			if n <= 10 {
 				if lostCount.Load() != 0 {

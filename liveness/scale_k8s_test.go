@@ -82,7 +82,7 @@ func startRing(b *testing.B, c kubernetes.Interface, n int, tm liveness.Timing) 
 		r.wg.Go(func() {
 			_ = liveness.RunGuard(ctx, liveness.GuardConfig{
 				Client: c, Namespace: testNS, Self: name(i), Nodes: []string{name(i + 1)}, Timing: tm,
-				OnEvent: func() { r.events.Add(1) },
+				OnEvent: func(string) { r.events.Add(1) },
 				OnLost:  func(string, time.Time) { r.lost.Add(1) },
 			})
 		})

@@ -565,12 +565,17 @@ MANIFESTS = {"p1": "p1_manifest.json", "leadtime": "leadtime_manifest.json",
              PREDICT_LINEAR: "predict-linear_manifest.json"}
 
 
+def embedded_manifest(name):
+    """The embedded detector's manifest (infer/model), as a dict."""
+    with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
+        return json.load(f)
+
+
 def embedded_probabilities(runs, name, sidecar=SIDECAR):
     """An embedded model on the runs as the sidecar runs it: features replayed
     with its manifest's windows, its normalisation (P1's is /0.5), scored by
     `amf-sidecar score --model name` (dict run id -> probabilities)."""
-    with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
-        man = json.load(f)
+    man = embedded_manifest(name)
     if man["model_format"] == "predict-linear-v1":
         import amfpredictlinear  # here: it imports this module
         return amfpredictlinear.sidecar_scores(runs, name, sidecar)
@@ -643,8 +648,7 @@ def check(args):
     print("")
     print(SUMMARY_HEAD)
     for name in MANIFESTS:
-        with open(os.path.join(REPO_ROOT, "infer", "model", MANIFESTS[name]), encoding="utf-8") as f:
-            thr = float(json.load(f)["threshold"])
+        thr = float(embedded_manifest(name)["threshold"])
         s = evaluate_runs(runs, embedded_probabilities(runs, name, args.sidecar), args.horizon, threshold=thr)
         print(_summary_row("%s (threshold %.1f)" % (name, thr), s))
     return 0

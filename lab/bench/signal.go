@@ -251,6 +251,7 @@ func runSignalSidecar(ctx context.Context, cfg SignalConfig, rep *SignalReport) 
 		rep.OOMSkipped = "the broker has no cgroup of its own (not root, or no cgroup hierarchy)"
 	}
 	for i := 0; i < cfg.Runs && b.root != nil; i++ {
+		b.drain()
 		d, reason, err := b.root.timeOOMKill(ctx, b.pod, cfg.Bin.Self, func() (time.Time, string, error) {
 			t, err := b.awaitState(ctx, 30*time.Second, "unhealthy")
 			return t.Received, t.Reason, err
@@ -260,7 +261,7 @@ func runSignalSidecar(ctx context.Context, cfg SignalConfig, rep *SignalReport) 
 		}
 		rep.OOM.add(d, reason)
 		fmt.Fprintf(cfg.Progress, "sidecar mode: OOM kill %d/%d: unhealthy %v from the kill (%s)\n", i+1, cfg.Runs, ms(d), reason)
-		if _, err := b.awaitState(ctx, 30*time.Second, "healthy", "anomalous"); err != nil {
+		if err := b.awaitBackAfterOOM(ctx); err != nil {
 			return fmt.Errorf("after OOM kill run %d: %w", i+1, err)
 		}
 	}
@@ -404,9 +405,45 @@ func (b *signalBench) onAgentLine(line string) {
 	}
 }
 
-// awaitState waits for the agent to log a transition of the pod into one of states.
+// awaitBackAfterOOM waits for the pod to be back (healthy or anomalous)
+// after the load generator's OOM kill. The kernel may have killed the broker
+// as well (it shares the cgroup; once the dying generator is reaped, the
+// broker is the largest process left): then the pod stays unhealthy, as it
+// should, until the broker is restarted, which the kubelet would do and the
+// benchmark does.
+func (b *signalBench) awaitBackAfterOOM(ctx context.Context) error {
+	for restarted := false; ; restarted = true {
+		wctx, cancel := context.WithCancel(ctx)
+		broker := b.broker
+		go func() {
+			select {
+			case <-broker.Done():
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		_, err := b.awaitState(wctx, 30*time.Second, "healthy", "anomalous")
+		cancel()
+		select {
+		case <-broker.Done():
+		default:
+			return err
+		}
+		if err == nil || ctx.Err() != nil || restarted {
+			return err
+		}
+		fmt.Fprintf(b.cfg.Progress, "sidecar mode: the kernel OOM-killed the broker too (%v): restarting it\n", broker.Err())
+		if err := b.startBroker(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitState waits for the agent to log a transition of the pod into one of
+// states; the error says which transition came last.
 func (b *signalBench) awaitState(ctx context.Context, timeout time.Duration, states ...string) (transitionLine, error) {
 	deadline := time.After(timeout)
+	last := "none"
 	for {
 		select {
 		case t := <-b.events:
@@ -415,6 +452,7 @@ func (b *signalBench) awaitState(ctx context.Context, timeout time.Duration, sta
 					return t, nil
 				}
 			}
+			last = fmt.Sprintf("to %s at %s (%s)", t.To, t.Received.Format(time.TimeOnly), t.Reason)
 		case <-b.agent.Done():
 			return transitionLine{}, fmt.Errorf("amf-agent exited: %v (log %s)", b.agent.Err(), filepath.Join(b.cfg.WorkDir, "agent.log"))
 		case <-b.sidecarDone():
@@ -422,7 +460,7 @@ func (b *signalBench) awaitState(ctx context.Context, timeout time.Duration, sta
 		case <-ctx.Done():
 			return transitionLine{}, ctx.Err()
 		case <-deadline:
-			return transitionLine{}, fmt.Errorf("agent saw no %v within %v (logs in %s)", states, timeout, b.cfg.WorkDir)
+			return transitionLine{}, fmt.Errorf("agent saw no %v within %v, the last transition: %s (logs in %s)", states, timeout, last, b.cfg.WorkDir)
 		}
 	}
 }

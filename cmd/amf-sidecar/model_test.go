@@ -43,6 +43,14 @@ func TestModelFlagTakesAnEmbeddedNameOrAPath(t *testing.T) {
 	}
 	t.Chdir(dir)
 	ramp := rampCSV()
+	def, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defRate := model.FormatDuration(def.FeatureSpec().Windows.Rate)
+	if defRate == "30s" {
+		t.Fatal("the file model must differ from the embedded default: its rate window is 30s too")
+	}
 	tests := []struct {
 		name    string
 		args    []string
@@ -53,7 +61,7 @@ func TestModelFlagTakesAnEmbeddedNameOrAPath(t *testing.T) {
 	}{
 		{"score: the default model's name", []string{"score", "--in", features, "--model", "leadtime"}, 0, nil, true},
 		{"score: a name is the embedded model even beside a file of that name", []string{"score", "--in", features, "--model", "leadtime", "--rate-window", "30s"}, 2,
-			[]string{"(embedded leadtime) was trained with rate_window 1m"}, false},
+			[]string{"(embedded leadtime) was trained with rate_window " + defRate}, false},
 		{"score: ./leadtime is the file called leadtime", []string{"score", "--in", features, "--model", "./leadtime", "--rate-window", "30s"}, 0, nil, false},
 		{"score: a path", []string{"score", "--in", features, "--model", short}, 0, nil, false},
 		{"score: an unknown name names the embedded models", []string{"score", "--in", features, "--model", "nosuch"}, 2,

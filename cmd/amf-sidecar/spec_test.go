@@ -41,6 +41,19 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	ramp := rampCSV()
+	// The embedded default's windows are the lab's choice (make leadtime):
+	// the cases read them rather than restate them.
+	def, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dw := def.FeatureSpec().Windows
+	rate := model.FormatDuration(dw.Rate)
+	other := "30s" // a rate window the default was not trained with
+	if rate == other {
+		other = "5m"
+	}
+	contradicts := "--rate-window " + other + ", the model's is " + rate
 	tests := []struct {
 		name    string
 		args    []string
@@ -48,9 +61,9 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 		mention []string // in stderr
 	}{
 		{"score: no window flags", []string{"score", "--in", features}, 0, nil},
-		{"score: a flag restating the model's window", []string{"score", "--in", features, "--rate-window", "1m", "--step", "5s"}, 0, nil},
-		{"score: a flag contradicting the embedded model", []string{"score", "--in", features, "--rate-window", "5m"}, 2,
-			[]string{"--rate-window 5m, the model's is 1m", "(embedded leadtime) was trained with rate_window 1m, deriv_window 2m, subquery_step 5s, lookback 5m, sample_interval 1s", "drop the window flags"}},
+		{"score: a flag restating the model's window", []string{"score", "--in", features, "--rate-window", rate, "--step", model.FormatDuration(dw.SubqueryStep)}, 0, nil},
+		{"score: a flag contradicting the embedded model", []string{"score", "--in", features, "--rate-window", other}, 2,
+			[]string{contradicts, "(embedded leadtime) was trained with " + dw.String(), "drop the window flags"}},
 		{"score: every contradiction listed", []string{"score", "--in", features, "--model", short, "--rate-window", "5m", "--lookback", "5m"}, 2,
 			[]string{"--rate-window 5m, the model's is 1m", "--lookback 5m, the model's is 30s", short}},
 		{"score: an older manifest is used with a warning naming it", []string{"score", "--in", features, "--model", old}, 0,
@@ -66,8 +79,8 @@ func TestWindowFlagsAgainstTheModel(t *testing.T) {
 			[]string{"sampling every 10s is slower than the model's sample_interval 1s"}},
 		{"run: a flag contradicting the model in use", []string{"run", "--pid", "1", "--model", short, "--step", "5s"}, 2,
 			[]string{"--step 5s, the model's is 1s"}},
-		{"run: window flags for the fallback are checked too", []string{"run", "--pid", "1", "--model", fast, "--rate-window", "5m"}, 2,
-			[]string{"--rate-window 5m, the model's is 1m", "(embedded leadtime)"}},
+		{"run: window flags for the fallback are checked too", []string{"run", "--pid", "1", "--model", fast, "--rate-window", other}, 2,
+			[]string{contradicts, "(embedded leadtime)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

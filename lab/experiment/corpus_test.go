@@ -348,6 +348,8 @@ func TestCommittedRealNodeCorpusIsThePlanThisBuildMakes(t *testing.T) {
 		// The healthy soak: the held-out healthy families drawn again from
 		// another seed, recorded after training (amftrain.py check).
 		{"real-node-soak", 2, []string{"mem-high-hold", "idle", "cpu-oscillation", "traffic-burst"}},
+		// The second, recorded after the choice of the memory-only default.
+		{"real-node-soak-2", 3, []string{"mem-high-hold", "idle", "cpu-oscillation", "traffic-burst"}},
 	} {
 		t.Run(c.dir, func(t *testing.T) {
 			checkCommittedCorpus(t, filepath.Join("..", "corpus", c.dir), CorpusConfig{Seed: c.seed, PerFamily: 5, Families: c.families})

@@ -48,6 +48,8 @@ model: ## train the P1 HGBC (seed 42) -> embedded default model + manifest + par
 leadtime: build ## the lead-time model, the predict-linear detector and the default, from the lab corpus recorded on the real node (lab/corpus/real-node) -> embedded leadtime + predict-linear, explanation golden, infer/train/report/leadtime.{md,json}
 	$(PYTHON) infer/train/amftrain.py leadtime
 	$(GO) test -count=1 -run 'TestParityEmbedded|TestEmbedded|TestEveryEmbedded|TestExplanations|TestPredictLinear' ./infer/model/
+	@# bin/ embedded the models the training replaced: rebuilt, so that amftrain.py check scores the new ones
+	$(MAKE) --no-print-directory build
 
 evaluate: ## P0-P2 x HGBC/RF/LR x seeds 42-46 -> infer/train/report/evaluation.{md,json}
 	$(PYTHON) infer/train/amftrain.py evaluate --data $(DATA)

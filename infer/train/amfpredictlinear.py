@@ -99,15 +99,18 @@ def replay_projection(run, window, horizon_s, sidecar=lt.SIDECAR):
     return proj
 
 
-def cross_validate(train, sidecar, log):
-    """Every (W, H) on the train families, judged with H as the label horizon
-    (as each tree candidate is)."""
+def cross_validate(train, sidecar, log, heavier=()):
+    """Every (W, H) on the train families, with H as the label horizon (as
+    each tree candidate is); and the false alarms on heavier, their healthy
+    runs beside a heavier broker (shown, not selected on, as the trees')."""
     cv = []
     for w in WINDOWS:
         for h in HORIZONS:
-            probs = {r.id: scores(replay_projection(r, w, h, sidecar)) for r in train}
+            probs = {r.id: scores(replay_projection(r, w, h, sidecar)) for r in list(train) + list(heavier)}
             s = lt.evaluate_runs(train, probs, h, threshold=THRESHOLD)
-            cv.append({"window": w, "horizon_s": h, "summary": s})
+            hv = lt.evaluate_runs(heavier, probs, h, threshold=THRESHOLD)
+            cv.append({"window": w, "horizon_s": h, "summary": s,
+                       "heavier_broker_false_alarms": hv["false_alarms_healthy"]})
             log("cv predict_linear[%s] H=%.0f: in time %s, FA/h %s" % (
                 w, h, s["recall_at_gate"], s["false_alarms_per_hour"]))
     return cv

@@ -114,6 +114,63 @@ class LabelTest(unittest.TestCase):
         self.assertEqual(list(lt.training_mask(f, 5.0)), [False] * 2 + [True] * 8)
         self.assertTrue(lt.training_mask(h, 5.0, 40.0).all())
 
+    def test_a_heavier_broker_raises_every_memory_reading_and_nothing_else(self):
+        h = with_memory(make_run("h", "idle", n=4, fault_from=2.0), [10, 10, 30, 50])
+        r = lt.raised(h, 4 * 2**20)
+        self.assertEqual(r.id, "h+4Mi")
+        self.assertEqual(r.family, "idle")
+        self.assertEqual(list(lt.memory_bytes(r) - lt.memory_bytes(h)), [4 * 2**20] * 4)
+        self.assertEqual([row[:2] + row[3:] for row in r.rows], [row[:2] + row[3:] for row in h.rows])
+        self.assertIs(r.t, h.t)
+        self.assertEqual(r.fault_from_s, 2.0)
+        # Beside the heavier broker the run holds as much as it did.
+        self.assertEqual(lt.healthy_ceiling([r]), lt.healthy_ceiling([h]))
+
+    def test_a_headroom_trains_the_heavier_copies_and_raises_the_ceiling(self):
+        # A healthy run holding 40 beside its own 10, and its copy 20 heavier;
+        # a failing run climbing to its kill. With headroom 20 the copy
+        # trains (its rows count) and failures count only above 40 + 20.
+        h = with_memory(make_run("h", "mem-sawtooth", n=6, fault_from=2.0), [10, 10, 30, 50, 20, 10])
+        f = with_memory(make_run("f", "mem-ramp", ttf0=9.0, n=10, fault_from=2.0),
+                        [12, 12, 30, 45, 52, 40, 60, 73, 80, 90])
+        heavy = {20: {"h": lt.raised(h, 20)}}
+        heavy[20]["h"].id = "h+20"
+        feats = {r.id: np.column_stack([np.zeros(len(r.t)), lt.memory_bytes(r), np.zeros((len(r.t), 4))])
+                 for r in (h, f, heavy[20]["h"])}
+        _, n0, c0 = lt.fit([h, f], feats, 5.0, 42, label_rule="above-healthy")
+        _, n1, c1 = lt.fit([h, f], feats, 5.0, 42, label_rule="above-healthy", headroom=20, heavier=heavy)
+        self.assertEqual((c0, c1), (40.0, 60.0))
+        # f trains its 2 loaded samples outside H and those of its last 6
+        # above its own 12 + the ceiling: 60, 73, 80, 90 above 52; 73, 80, 90
+        # above 72. The heavier copy trains all of its 6.
+        self.assertEqual((n0, n1), (6 + 2 + 4, 6 + 6 + 2 + 3))
+        with self.assertRaises(ValueError):
+            lt.fit([h, f], feats, 5.0, 42, label_rule="every", headroom=20, heavier=heavy)
+
+    def test_cross_validation_scores_the_left_out_healthy_runs_beside_a_heavier_broker(self):
+        h = with_memory(make_run("h", "mem-sawtooth", n=6), [10, 10, 30, 50, 20, 10])
+        g = with_memory(make_run("g", "idle", n=6), [10] * 6)
+        f = with_memory(make_run("f", "mem-ramp", ttf0=5.0, n=6), [12, 30, 50, 70, 80, 90])
+        e = with_memory(make_run("e", "mem-step", ttf0=5.0, n=6), [12, 12, 50, 50, 90, 90])
+        heavy = {lt.HEAVIER_BROKER_BYTES: {r.id: lt.raised(r, lt.HEAVIER_BROKER_BYTES) for r in (h, g)}}
+        runs = [h, g, f, e]
+        feats = {r.id: np.column_stack([np.zeros(len(r.t)), lt.memory_bytes(r), np.zeros((len(r.t), 4))])
+                 for r in runs + list(heavy[lt.HEAVIER_BROKER_BYTES].values())}
+        probs = lt.cross_validate(runs, feats, 5.0, 42, heavier=heavy)
+        self.assertEqual(set(probs), {"h", "g", "f", "e", "h+2Mi", "g+2Mi"})
+        self.assertEqual(set(lt.cross_validate(runs, feats, 5.0, 42)), {"h", "g", "f", "e"})
+
+    def test_a_memory_model_never_splits_on_cpu(self):
+        rng = np.random.default_rng(1)
+        X = rng.random((400, 6))
+        y = (X[:, 0] + X[:, 1] > 1.0).astype(int)  # CPU would help
+        used = dict(lt.FEATURE_SETS)["memory"]
+        clf = lt.make_hgbc(42)
+        clf.fit(lt.model_inputs(X, used), y)
+        lt.check_unused(clf, used)
+        with self.assertRaises(AssertionError):
+            lt.check_unused(clf.fit(lt.model_inputs(X), y), used)
+
     def test_baseline_is_the_profiles_leading_idle_segment(self):
         for profile, want in [("55s;25s:mem=19Mi", 55.0), ("1m0s;3m5s", 60.0),
                               ("1m30.5s;x", 90.5), ("25s:mem=1Mi;10s", 0.0), ("", 0.0)]:
@@ -277,6 +334,18 @@ class CorpusLoadTest(unittest.TestCase):
             with self.assertRaisesRegex(lt.CorpusError, "amf-lab corpus"):
                 lt.load_corpus(d)
 
+    def test_check_refuses_a_sidecar_built_before_the_models(self):
+        with tempfile.TemporaryDirectory() as d:
+            old = os.path.join(d, "amf-sidecar")
+            with open(old, "w") as f:
+                f.write("#!/bin/sh\n")
+            os.chmod(old, 0o755)
+            os.utime(old, (0, 0))
+            with self.assertRaisesRegex(lt.CorpusError, "older than infer/model/.*make build"):
+                lt.stale_binary(old)
+            os.utime(old, None)
+            lt.stale_binary(old)  # built after the models: nothing to say
+
     def test_bad_row_names_the_line(self):
         with tempfile.TemporaryDirectory() as d:
             with gzip.open(os.path.join(d, lt.CORPUS_FILE), "wt") as f:
@@ -300,15 +369,16 @@ class EndToEndTest(unittest.TestCase):
             args = types.SimpleNamespace(corpus=None, sidecar=lt.SIDECAR, out_dir=os.path.join(d, "m"),
                                          report=os.path.join(d, "r"), seed=42, verbose=False)
             old = (lt.WINDOW_CANDIDATES, lt.HORIZONS, lt.MONOTONIC, lt.THRESHOLDS, lt.LABEL_RULES,
-                   pl.WINDOWS, pl.HORIZONS)
+                   lt.FEATURE_SETS, lt.HEADROOMS, pl.WINDOWS, pl.HORIZONS)
             lt.WINDOW_CANDIDATES, lt.HORIZONS = old[0][:1] + old[0][2:3], (60.0,)
             lt.MONOTONIC, lt.THRESHOLDS, lt.LABEL_RULES = (True,), (0.5, 0.9), ("above-healthy",)
+            lt.FEATURE_SETS, lt.HEADROOMS = old[5][1:], (4 * 2**20,)
             pl.WINDOWS, pl.HORIZONS = ("30s", "2m"), (30.0, 60.0)
             try:
                 self.assertEqual(lt.run(args, "test", amftrain.write_golden, amftrain.crafted_rows), 0)
             finally:
                 (lt.WINDOW_CANDIDATES, lt.HORIZONS, lt.MONOTONIC, lt.THRESHOLDS, lt.LABEL_RULES,
-                 pl.WINDOWS, pl.HORIZONS) = old
+                 lt.FEATURE_SETS, lt.HEADROOMS, pl.WINDOWS, pl.HORIZONS) = old
             man = read_json(os.path.join(d, "m", "leadtime_manifest.json"))
             self.assertEqual(man["feature_windows"]["sample_interval"], "1s")
             self.assertEqual(man["normalisation"], {"cpu_reference_fraction": 1.0,
@@ -316,9 +386,10 @@ class EndToEndTest(unittest.TestCase):
             text = read_text(os.path.join(d, "m", "leadtime_model.txt"))
             self.assertEqual(man["model_sha256"], amfexport.sha256_bytes(text.encode()))
             _, trees = amfexport.parse_lightgbm_text(text)
+            memory = [i for i, f in enumerate(lt.FEATURES) if f.startswith("memory")]
             for t in trees:
                 for f in t.get("split_feature", []):
-                    self.assertNotIn(f, lt.UNUSED_IDX)
+                    self.assertIn(f, memory)
             rep = read_json(os.path.join(d, "r", "leadtime.json"))
             self.assertEqual(len(rep["cross_validation"]), 4)  # 2 window sets x 2 thresholds
             self.assertEqual(man["threshold"], rep["chosen"]["threshold"])
@@ -329,6 +400,13 @@ class EndToEndTest(unittest.TestCase):
             self.assertEqual(rep["chosen"]["labels"], "above-healthy")
             self.assertGreater(ceiling, 60 * 2**20)
             self.assertIn("labels above %.1f Mi" % (ceiling / 2**20), man["protocol"])
+            self.assertIn("features memory", man["protocol"])
+            self.assertIn("beside a broker 4 Mi heavier", man["protocol"])
+            self.assertEqual(rep["chosen"]["headroom_bytes"], 4 * 2**20)
+            # The held-out healthy runs beside the heavier broker, for each detector.
+            healthy = {e["run"] + "+2Mi" for e in rep["test"]["leadtime"]["runs"] if not e["fails"]}
+            for name in ("leadtime", "p1", "predict_linear"):
+                self.assertEqual({e["run"] for e in rep["test_heavier"][name]["runs"]}, healthy, name)
             # The default: one of the three, never one that loses to predict_linear.
             dflt = rep["default"]
             self.assertIn(dflt["rule_choice"], ("p1", "leadtime", lt.PREDICT_LINEAR))
@@ -378,7 +456,8 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(code, 0)
         text = out.getvalue()
         self.assertIn("2 runs (1 failing)", text)
-        for name, thr in (("p1", 0.5), ("leadtime", 0.7), (lt.PREDICT_LINEAR, 0.5)):
+        for name in ("p1", "leadtime", lt.PREDICT_LINEAR):
+            thr = float(lt.embedded_manifest(name)["threshold"])
             rows = [ln for ln in text.splitlines() if ln.startswith("| %s (threshold %.1f) |" % (name, thr))]
             self.assertEqual(len(rows), 1, text)
             self.assertTrue(rows[0].split("|")[2].strip().endswith("/1"), rows[0])

@@ -61,7 +61,6 @@ TEST_FAMILIES = ("leak-pause", "spike", "cpu-oscillation", "mem-high-hold", "idl
 
 # Features the model may split on; the other two are held at 0 in training.
 USED = ("cpu_percent", "memory_percent", "cpu_growth_rate", "memory_growth_rate")
-UNUSED_IDX = tuple(i for i, f in enumerate(FEATURES) if f not in USED)
 # Candidate feature sets, each a subset of USED (the rest held at 0 as well).
 # Every failure of the corpus is an OOM kill; CPU can tell a failing load
 # from a healthy one only by the shapes the train families happen to have,

@@ -134,7 +134,6 @@ class LabelTest(unittest.TestCase):
         f = with_memory(make_run("f", "mem-ramp", ttf0=9.0, n=10, fault_from=2.0),
                         [12, 12, 30, 45, 52, 40, 60, 73, 80, 90])
         heavy = {20: {"h": lt.raised(h, 20)}}
-        heavy[20]["h"].id = "h+20"
         feats = {r.id: np.column_stack([np.zeros(len(r.t)), lt.memory_bytes(r), np.zeros((len(r.t), 4))])
                  for r in (h, f, heavy[20]["h"])}
         _, n0, c0 = lt.fit([h, f], feats, 5.0, 42, label_rule="above-healthy")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/amf-edge/amf/contract"
@@ -273,6 +274,9 @@ func Decode(topic string, payload []byte) (Message, error) {
 // decodeStrict decodes one JSON object into v, refusing unknown fields and
 // anything after the object: the contract's decoding of every payload.
 func decodeStrict(payload []byte, v any) error {
+	if err := checkRawText(payload); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -282,6 +286,76 @@ func decodeStrict(payload []byte, v any) error {
 		return errors.New("trailing data after the JSON object")
 	}
 	return nil
+}
+
+// checkRawText refuses what encoding/json would repair in silence: bytes
+// that are not UTF-8 and \u escapes of unpaired UTF-16 surrogates both
+// decode to U+FFFD, so a check of the decoded strings cannot see them,
+// while the original bytes are what the broker retains and forwards.
+// Outside strings a backslash is invalid JSON, so every escape seen here
+// is inside one.
+func checkRawText(payload []byte) error {
+	if !utf8.Valid(payload) {
+		i := 0
+		for i < len(payload) {
+			r, n := utf8.DecodeRune(payload[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		return fmt.Errorf("not UTF-8: invalid byte %#02x at offset %d", payload[i], i)
+	}
+	for i := 0; i < len(payload); i++ {
+		if payload[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(payload) || payload[i+1] != 'u' {
+			i++ // a two-byte escape such as \" or \\
+			continue
+		}
+		r, ok := hex4(payload[i+2:])
+		if !ok {
+			return nil // malformed escape: the JSON decoder says where
+		}
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xdc00: // high: a low surrogate must follow
+			lo, ok := rune(0), false
+			if i+7 < len(payload) && payload[i+6] == '\\' && payload[i+7] == 'u' {
+				lo, ok = hex4(payload[i+8:])
+			}
+			if !ok || !(lo >= 0xdc00 && lo <= 0xdfff) {
+				return fmt.Errorf("unpaired UTF-16 surrogate \\u%04x at offset %d", r, i)
+			}
+			i += 11
+		case utf16.IsSurrogate(r):
+			return fmt.Errorf("unpaired UTF-16 surrogate \\u%04x at offset %d", r, i)
+		default:
+			i += 5
+		}
+	}
+	return nil
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func isDNSLabel(s string, max int) bool {

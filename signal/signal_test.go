@@ -131,10 +131,16 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Topic(m.Namespace, m.Pod), b)
 	f.Add("amf/v1/a/b/health", []byte(`{"v":1,"namespace":"a","pod":"b","state":"gone","seq":0,"time":"2026-01-01T00:00:00Z"}`))
 	f.Add("amf/v1/a/b/health", []byte(`{"v":1,"features":{"cpu_percent":1e999}}`))
+	f.Add("amf/v1/a/b/health", []byte(`{"v":1,"namespace":"a","pod":"b","state":"gone","seq":0,"time":"2026-01-01T00:00:00Z","reason":"\ud83d\ude00\\ud800"}`))
 	f.Fuzz(func(t *testing.T, topic string, payload []byte) {
 		got, err := Decode(topic, payload)
 		if err != nil {
 			return
+		}
+		// What is accepted is what the broker retains and forwards: its
+		// bytes must be UTF-8, not only its decoded strings.
+		if !utf8.Valid(payload) {
+			t.Fatalf("accepted a payload that is not UTF-8: %q", payload)
 		}
 		// Whatever is accepted must be valid and must survive a round trip.
 		if err := got.Validate(); err != nil {
@@ -172,6 +178,52 @@ func TestShortReasonFitsTheLimitAtARuneBoundary(t *testing.T) {
 			m.Reason = got
 			if err := m.Validate(); err != nil {
 				t.Errorf("the shortened reason is refused: %v", err)
+			}
+		})
+	}
+}
+
+// encoding/json turns bytes that are not UTF-8, and escapes of unpaired
+// surrogates, into U+FFFD before any validation sees the strings, while the
+// broker would retain and forward the original bytes: the raw payload is
+// checked first.
+func TestDecodeChecksTheRawBytesBeforeJSONRepairsThem(t *testing.T) {
+	m := validMessage()
+	m.Reason = "REASON"
+	b, err := Encode(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := Topic(m.Namespace, m.Pod)
+	for _, tc := range []struct {
+		name, reason string
+		ok           bool
+		want         string // the decoded reason, when ok
+	}{
+		{"bytes ff fe", "a\xff\xfeb", false, ""},
+		{"a truncated rune", "caf\xc3", false, ""},
+		{"an overlong encoding", "\xc0\xaf", false, ""},
+		{"a lone high surrogate", `\ud800`, false, ""},
+		{"a lone low surrogate", `\udc00x`, false, ""},
+		{"a high surrogate before a non-surrogate", `\ud800\u0041`, false, ""},
+		{"a high surrogate at the end of the string", `x\uD83D`, false, ""},
+		{"a surrogate pair", `\ud83d\ude00`, true, "😀"},
+		{"U+FFFD itself", "\uFFFD", true, "\uFFFD"},
+		{"U+FFFD escaped", `\ufffd`, true, "\uFFFD"},
+		{"an escaped backslash before ud800", `\\ud800`, true, `\ud800`},
+		{"plain UTF-8", "Zürich → 3 °C", true, "Zürich → 3 °C"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			payload := []byte(strings.Replace(string(b), "REASON", tc.reason, 1))
+			got, err := Decode(topic, payload)
+			if !tc.ok {
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("Decode(%q) = %q, %v; want ErrInvalid", payload, got.Reason, err)
+				}
+				return
+			}
+			if err != nil || got.Reason != tc.want {
+				t.Fatalf("Decode = %q, %v; want %q", got.Reason, err, tc.want)
 			}
 		})
 	}

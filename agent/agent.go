@@ -50,14 +50,25 @@ type Config struct {
 	// ObserveOnly keeps the agent from acting on the cluster: with actuation on
 	// (amf-agent --actuate) it turns it into a dry run that logs every decision.
 	ObserveOnly bool
-	// MaxClients bounds open MQTT connections, authenticated or not; default 256
-	// (a node's 110 pods, with room for reconnects).
+	// MaxClients bounds the authenticated sessions, one per pod; default 256
+	// (a node's 110 pods, with room to spare). Connections that have not
+	// authenticated never take one of these slots.
 	MaxClients int
+	// MaxPending bounds the connections that have not authenticated yet;
+	// default 64. When all are taken, a new connection evicts the oldest
+	// that has not sent its CONNECT.
+	MaxPending int
+	// MaxPendingPerSource bounds the unauthenticated connections from one
+	// source address; default 8. Sidecars connect from their pods' addresses,
+	// one connection each.
+	MaxPendingPerSource int
 	// MaxKeepalive is the longest MQTT keepalive a client may ask for; default
 	// 60 s. A frozen sidecar is noticed keepalive + keepalive/2 (whole seconds,
 	// mochi's rule) after its last packet: 7 s for the sidecar's default of 5 s.
 	MaxKeepalive time.Duration
-	// ConnectTimeout is how long a new connection has to send CONNECT; default 10 s.
+	// ConnectTimeout is how long a new connection has to send CONNECT;
+	// default 3 s. A sidecar sends it right after its TCP handshake; the
+	// deadline only bounds how long an idle socket holds a pending slot.
 	ConnectTimeout time.Duration
 	// AuthTimeout bounds one token check; default 5 s.
 	AuthTimeout time.Duration
@@ -78,6 +89,7 @@ type Agent struct {
 	tracker *Tracker
 	server  *mqtt.Server
 	mqttLn  *tcpListener
+	adm     *admission
 	httpLn  net.Listener
 	httpSrv *http.Server
 	phase   atomic.Int32  // phaseStarting, phaseServing, phaseStopping: what /healthz says
@@ -108,14 +120,18 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.MaxClients = cmpOr(cfg.MaxClients, 256)
+	cfg.MaxPending = cmpOr(cfg.MaxPending, 64)
+	cfg.MaxPendingPerSource = cmpOr(cfg.MaxPendingPerSource, 8)
 	cfg.MaxKeepalive = cmpOr(cfg.MaxKeepalive, 60*time.Second)
-	cfg.ConnectTimeout = cmpOr(cfg.ConnectTimeout, 10*time.Second)
+	cfg.ConnectTimeout = cmpOr(cfg.ConnectTimeout, 3*time.Second)
 	cfg.AuthTimeout = cmpOr(cfg.AuthTimeout, 5*time.Second)
 	cfg.HistoryLen = cmpOr(cfg.HistoryLen, 16)
 	cfg.Retention = cmpOr(cfg.Retention, time.Hour)
 	switch {
 	case cfg.MaxClients < 1:
 		return nil, fmt.Errorf("agent: MaxClients %d, want at least 1", cfg.MaxClients)
+	case cfg.MaxPending < 1 || cfg.MaxPendingPerSource < 1:
+		return nil, fmt.Errorf("agent: MaxPending %d and MaxPendingPerSource %d, want at least 1 each", cfg.MaxPending, cfg.MaxPendingPerSource)
 	case cfg.MaxKeepalive < time.Second || cfg.MaxKeepalive > 65535*time.Second:
 		return nil, fmt.Errorf("agent: MaxKeepalive %v, want 1 s to 65535 s", cfg.MaxKeepalive)
 	case cfg.ConnectTimeout < 0 || cfg.AuthTimeout < 0 || cfg.HistoryLen < 0 || cfg.Retention < 0:
@@ -136,8 +152,9 @@ func New(cfg Config) (*Agent, error) {
 	caps.ReceiveMaximum = 64              // in-flight QoS 1 publishes per client
 	caps.MaximumInflight = 64
 	caps.MaximumClientWritesPending = 64 // the agent only writes acks
-	// MaxClients is enforced by the listener, which also counts connections
-	// that have not authenticated yet; mochi's own limit stays off.
+	// The listener and the hook enforce the agent's own admission (pending
+	// connections apart from sessions, one session per pod); mochi's own
+	// client limit stays off.
 
 	mochiLevel := slog.LevelError
 	if log.Enabled(context.Background(), slog.LevelDebug) {
@@ -151,15 +168,23 @@ func New(cfg Config) (*Agent, error) {
 		// The agent publishes its commands to sidecars itself (Command).
 		InlineClient: true,
 	})
+	refusals := &logSampler{perSecond: 10}
+	adm := newAdmission(cfg.MaxPending, cfg.MaxPendingPerSource, cfg.MaxClients, bytesWaiting)
+	a.adm = adm
 	a.mqttLn = &tcpListener{
 		id:        "amf-control",
 		address:   cfg.MQTTAddr,
 		handshake: cfg.ConnectTimeout,
-		slots:     make(chan struct{}, cfg.MaxClients),
-		onRefuse: func(remote string) {
-			m.connRefused.WithLabelValues(refuseCapacity).Inc()
-			log.Warn("connection refused", slog.String("remote", remote), slog.String("reason", refuseCapacity),
-				slog.Int("max_clients", cfg.MaxClients))
+		adm:       adm,
+		onRefuse: func(remote, reason string) {
+			m.connRefused.WithLabelValues(reason).Inc()
+			// A flood is thousands of these a second: the metric counts
+			// each, the log gets a sample with the count it stands for.
+			if n, ok := refusals.allow(reason, time.Now()); ok {
+				log.Warn("connection refused", slog.String("remote", remote), slog.String("reason", reason),
+					slog.Int("max_pending", cfg.MaxPending), slog.Int("max_pending_per_source", cfg.MaxPendingPerSource),
+					slog.Int("suppressed_before", n))
+			}
 		},
 		disconnect: func(id string) {
 			// GetAll copies the map under one read lock; see tcpListener.disconnect.
@@ -199,6 +224,20 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// replace ends the connection of a pod's session that a newer session of
+// the same pod has replaced. MQTT 5 clients are told why (DISCONNECT 0x8E,
+// session taken over). The write gets a short deadline: the connection
+// being replaced is often one that silently died, and the new session must
+// not wait for it.
+func (a *Agent) replace(old *trackedConn) {
+	_ = old.SetWriteDeadline(time.Now().Add(time.Second))
+	if cl := old.cl.Load(); cl != nil {
+		_ = a.server.DisconnectClient(cl, packets.ErrSessionTakenOver)
+		return
+	}
+	_ = old.Close()
 }
 
 // Tracker returns the pod states and the event subscription of the agent.
@@ -253,6 +292,8 @@ func (a *Agent) Serve(ctx context.Context) error {
 		maxKeepalive: uint16(a.cfg.MaxKeepalive / time.Second),
 		authTimeout:  a.cfg.AuthTimeout,
 		now:          time.Now,
+		adm:          a.adm,
+		replace:      a.replace,
 	}
 	// The HTTP endpoint first, so /healthz says "starting" until the broker
 	// serves.
@@ -271,6 +312,8 @@ func (a *Agent) Serve(ctx context.Context) error {
 	a.log.Info("agent serving",
 		slog.String("mqtt_addr", a.MQTTAddr()), slog.String("http_addr", a.HTTPAddr()),
 		slog.Bool("observe_only", a.cfg.ObserveOnly), slog.Int("max_clients", a.cfg.MaxClients),
+		slog.Int("max_pending", a.cfg.MaxPending), slog.Int("max_pending_per_source", a.cfg.MaxPendingPerSource),
+		slog.String("connect_timeout", a.cfg.ConnectTimeout.String()),
 		slog.String("max_keepalive", a.cfg.MaxKeepalive.String()))
 
 	prune := time.NewTicker(max(min(a.cfg.Retention/4, time.Minute), time.Second))

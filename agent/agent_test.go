@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -357,22 +358,34 @@ func TestANewSessionReplacesTheOldOne(t *testing.T) {
 			t.Errorf("old session's will accepted %v times after the takeover", got)
 		}
 	})
-	t.Run("second client id leaves the old one stale", func(t *testing.T) {
+	t.Run("second client id replaces the old connection", func(t *testing.T) {
+		// One session per pod: a second client id of the same pod replaces
+		// the first instead of holding a second slot (one pod's token cannot
+		// fill the broker), and the replaced session's end is not the pod gone.
 		ta := startAgent(t, nil)
-		old := mustDial(t, ta.MQTTAddr(), podA, tokenA, nil)
-		next := mustDial(t, ta.MQTTAddr(), podA, tokenA, func(o *paho.ClientOptions) { o.SetClientID(podA.String() + "/run-2") })
+		lost := make(chan error, 1)
+		old := mustDial(t, ta.MQTTAddr(), podA, tokenA, func(o *paho.ClientOptions) {
+			o.SetConnectionLostHandler(func(_ paho.Client, err error) { lost <- err })
+		})
 		publish(t, old, podA.Topic(), payload(t, podA, signal.Unhealthy, 5))
-		publish(t, next, podA.Topic(), payload(t, podA, signal.Healthy, 1))
-		if ev := ta.nextEvent(t, podA); ev.State != signal.Healthy {
-			t.Fatalf("event = %+v, want only the new session's signal", ev)
+		first := ta.nextEvent(t, podA)
+		next := mustDial(t, ta.MQTTAddr(), podA, tokenA, func(o *paho.ClientOptions) { o.SetClientID(podA.String() + "/run-2") })
+		select {
+		case <-lost:
+		case <-timeout():
+			t.Fatal("the replaced connection was not closed")
 		}
-		if got := testutil.ToFloat64(ta.m.ignored.WithLabelValues(ignoredSuperseded)); got != 1 {
-			t.Errorf("superseded ignored = %v, want 1", got)
-		}
-		old.Disconnect(250)
+		ta.logs.wait(t, "the replacement", lineIs("session replaced", "pod", podA.String(), "old_session", fmt.Sprint(first.Session)))
 		ta.logs.wait(t, "the old session's end", lineIs("session of a replaced connection ended"))
+		publish(t, next, podA.Topic(), payload(t, podA, signal.Healthy, 1))
+		if ev := ta.nextEvent(t, podA); ev.State != signal.Healthy || ev.Session == first.Session {
+			t.Fatalf("event = %+v, want the new session's healthy signal, nothing between", ev)
+		}
 		if st, _ := ta.Tracker().Pod(podA); st.State != signal.Healthy || !st.Connected {
 			t.Errorf("pod state = %+v, want healthy and connected", st)
+		}
+		if got := testutil.ToFloat64(ta.m.disconnects.WithLabelValues("superseded")); got != 1 {
+			t.Errorf("superseded disconnects = %v, want 1", got)
 		}
 	})
 }

@@ -30,6 +30,8 @@ type hook struct {
 	maxKeepalive uint16 // seconds
 	authTimeout  time.Duration
 	now          func() time.Time
+	adm          *admission
+	replace      func(old *trackedConn) // ends a session a newer one of its pod replaced
 }
 
 func (h *hook) ID() string { return "amf-agent" }
@@ -37,7 +39,7 @@ func (h *hook) ID() string { return "amf-agent" }
 // Provides tells mochi which events the hook handles.
 func (h *hook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnWillSent, mqtt.OnDisconnect:
+	case mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPacketRead, mqtt.OnPublish, mqtt.OnWillSent, mqtt.OnDisconnect:
 		return true
 	}
 	return false
@@ -55,6 +57,10 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	tc, ok := cl.Net.Conn.(*trackedConn)
 	if !ok {
 		return h.refuse(refuseUnsupported, errors.New("connection not accepted by the agent's listener"), attrs)
+	}
+	tc.cl.Store(cl)
+	if !h.adm.authenticating(tc) {
+		return h.refuse(refuseEvicted, errors.New("evicted while its CONNECT was read"), attrs)
 	}
 	if ka := pk.Connect.Keepalive; ka == 0 || ka > h.maxKeepalive {
 		if cl.Properties.ProtocolVersion < 5 {
@@ -89,11 +95,26 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 			return h.refuse(refuseWill, err, attrs)
 		}
 	}
+	replaced, ok := h.adm.promote(tc, id)
+	if !ok {
+		return h.refuse(refuseCapacity, fmt.Errorf("every session slot (%d) is held by another pod", h.adm.maxSessions), attrs)
+	}
+	// The new session first, so that the replaced one's end reads as
+	// superseded, not as the pod gone.
 	sess := h.tracker.begin(id, pk.Connect.ClientIdentifier)
 	if sess == nil {
+		h.adm.release(tc)
 		return h.refuse(refuseShutdown, errors.New("agent is shutting down"), attrs)
 	}
 	tc.sess.Store(sess)
+	if replaced != nil {
+		rattrs := []slog.Attr{slog.String("pod", id.String()), slog.String("remote", replaced.RemoteAddr().String()), slog.Uint64("session", sess.id)}
+		if old := replaced.sess.Load(); old != nil {
+			rattrs = append(rattrs, slog.Uint64("old_session", old.id))
+		}
+		h.log.LogAttrs(context.Background(), slog.LevelInfo, "session replaced", rattrs...)
+		h.replace(replaced)
+	}
 	h.m.connAccepted.Inc()
 	h.log.LogAttrs(context.Background(), slog.LevelInfo, "client connected", append(attrs,
 		slog.Uint64("session", sess.id), slog.Int("keepalive_s", int(cl.State.Keepalive)),
@@ -154,10 +175,56 @@ func (h *hook) denied(sess *session, action, topic string) {
 		slog.String("pod", pod), slog.String("action", action), slog.String("topic", truncate(topic)))
 }
 
+// OnPacketRead answers the publishes that mochi drops before any hook sees
+// them (topics it deems invalid for publishing: $SYS/… and wildcards) the
+// way the ACL answers its own denials, instead of letting them vanish: a
+// QoS 1 publisher would otherwise wait forever for its PUBACK. A topic with
+// a wildcard is a protocol error [MQTT-3.3.2-2]: the connection is closed,
+// an MQTT 5 client told why (DISCONNECT 0x90).
+func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || mqtt.IsValidFilter(pk.TopicName, true) {
+		return pk, nil
+	}
+	h.denied(sessionOf(cl.Net.Conn), "publish", pk.TopicName)
+	v5 := cl.Properties.ProtocolVersion == 5
+	switch {
+	case strings.ContainsAny(pk.TopicName, "+#"):
+		if v5 {
+			_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
+				ReasonCode: packets.ErrTopicNameInvalid.Code, Properties: packets.Properties{ReasonString: packets.ErrTopicNameInvalid.Reason}})
+		}
+		return pk, packets.ErrRejectPacket // closes the connection
+	case pk.FixedHeader.Qos == 0:
+		return pk, nil // nothing to answer with; mochi drops it
+	case v5:
+		if err := cl.WritePacket(negativeAck(pk, packets.ErrNotAuthorized)); err != nil {
+			return pk, packets.ErrRejectPacket
+		}
+		return pk, nil // answered; mochi drops it
+	default:
+		return pk, packets.ErrRejectPacket // no negative PUBACK in MQTT 3.1.1: disconnect
+	}
+}
+
+// negativeAck is the PUBACK (QoS 1) or PUBREC (QoS 2) that refuses pk with
+// an MQTT 5 reason code.
+func negativeAck(pk packets.Packet, code packets.Code) packets.Packet {
+	t := byte(packets.Puback)
+	if pk.FixedHeader.Qos == 2 {
+		t = packets.Pubrec
+	}
+	return packets.Packet{FixedHeader: packets.FixedHeader{Type: t}, PacketID: pk.PacketID,
+		ReasonCode: code.Code, Properties: packets.Properties{ReasonString: code.Reason}}
+}
+
 // OnPublish validates and records a signal. A refused payload is neither
 // retained nor forwarded: MQTT 5 QoS 1 publishers get PUBACK 0x99 (payload
-// format invalid); others get a plain acknowledgement (MQTT 3.1.1 has no
-// negative one), so a client does not resend the same bad message forever.
+// format invalid); MQTT 3.1.1 ones a plain acknowledgement, which its
+// protocol allows for a refused publish [MQTT-3.3.5-2]: a disconnect would
+// make the pod read as gone, and a sidecar newer than its agent (a schema
+// it cannot read) would then fail every pod of the node over. The agent's
+// own warning is the one log line: the answer is written here and mochi
+// told to drop the packet, so that it logs no error of its own.
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		return pk, nil // the agent's own commands (Agent.Command)
@@ -169,7 +236,10 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	case errors.Is(err, errACL):
 		return pk, packets.ErrRejectPacket
 	case cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0:
-		return pk, packets.ErrPayloadFormatInvalid
+		if err := cl.WritePacket(negativeAck(pk, packets.ErrPayloadFormatInvalid)); err != nil {
+			h.log.Debug("negative PUBACK not written", slog.String("error", err.Error()))
+		}
+		return pk, packets.ErrRejectPacket
 	default:
 		return pk, packets.CodeSuccessIgnore
 	}

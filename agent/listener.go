@@ -1,14 +1,18 @@
 package agent
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
@@ -18,6 +22,14 @@ import (
 type trackedConn struct {
 	net.Conn
 	sess atomic.Pointer[session]
+	// cl is the broker's client of this connection, from its CONNECT on:
+	// what a replacing session of the same pod disconnects.
+	cl  atomic.Pointer[mqtt.Client]
+	src netip.Addr
+	// Guarded by admission.mu.
+	stage stage
+	elem  *list.Element // in admission.pending
+	id    Identity      // from stageSession on
 }
 
 // sessionOf returns the session of a connection, nil before authentication.
@@ -29,17 +41,18 @@ func sessionOf(c net.Conn) *session {
 }
 
 // tcpListener is the agent's mochi listener. Unlike mochi's own TCP listener it
-// bounds the number of open connections (authenticated or not), gives a client
-// a deadline to send CONNECT, and ends a client's session when its connection
-// is gone even where mochi does not call OnDisconnect (a CONNACK that could
-// not be written).
+// admits connections by the agent's rules (admission: bounded pending
+// connections, per source and in all, apart from the authenticated
+// sessions), gives a client a deadline to send CONNECT, and ends a client's
+// session when its connection is gone even where mochi does not call
+// OnDisconnect (a CONNACK that could not be written).
 type tcpListener struct {
 	id        string
 	address   string
 	handshake time.Duration
-	slots     chan struct{}
-	onRefuse  func(remote string)   // a connection over the limit was closed
-	onDone    func(tc *trackedConn) // a connection ended
+	adm       *admission
+	onRefuse  func(remote, reason string) // a connection was refused or evicted before it authenticated
+	onDone    func(tc *trackedConn)       // a connection ended
 	// disconnect disconnects the broker's clients of this listener at Close,
 	// in place of mochi's CloseFn: that one (Clients.GetByListener in
 	// v2.7.9) takes the clients' read lock twice, and a client ending in
@@ -96,19 +109,23 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			continue
 		}
 		backoff = 0
-		select {
-		case l.slots <- struct{}{}:
-		default:
+		tc := &trackedConn{Conn: conn, src: sourceOf(conn)}
+		evicted, refused := l.adm.accept(tc)
+		if evicted != nil {
+			// The oldest connection that has not said a word makes room.
+			l.onRefuse(evicted.RemoteAddr().String(), refuseEvicted)
+			_ = evicted.Close()
+		}
+		if refused != "" {
 			// Counted before the close, so a client that sees the refusal
 			// also finds it counted.
-			l.onRefuse(conn.RemoteAddr().String())
+			l.onRefuse(conn.RemoteAddr().String(), refused)
 			_ = conn.Close()
 			continue
 		}
-		tc := &trackedConn{Conn: conn}
 		if !l.track(tc) {
+			l.adm.release(tc)
 			_ = conn.Close()
-			<-l.slots
 			return
 		}
 		// mochi reads CONNECT without a deadline; a client that never sends one
@@ -119,9 +136,11 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 		go func() {
 			defer l.wg.Done()
 			err := establish(l.id, tc)
+			if l.adm.release(tc) == stageIdle && errors.Is(err, os.ErrDeadlineExceeded) {
+				l.onRefuse(tc.RemoteAddr().String(), refuseConnectTimeout)
+			}
 			l.onDone(tc)
 			l.untrack(tc)
-			<-l.slots
 			// Logged last, so a reader of this line knows the slot is free.
 			attrs := []slog.Attr{slog.String("remote", tc.RemoteAddr().String())}
 			if err != nil {

@@ -12,17 +12,20 @@ import (
 // Reasons a connection is refused (label "reason" of
 // amf_agent_connections_refused_total).
 const (
-	refuseCapacity    = "capacity"    // MaxClients connections already open
-	refuseNoToken     = "no_token"    // empty password
-	refuseBadToken    = "bad_token"   // ErrUnauthenticated
-	refuseUnbound     = "unbound"     // ErrNotPodBound
-	refuseAuthError   = "auth_error"  // ErrAuthUnavailable or any other authenticator error
-	refuseUsername    = "username"    // username is not <namespace>/<pod> of the token
-	refuseClientID    = "client_id"   // client identifier not under <namespace>/<pod>
-	refuseKeepalive   = "keepalive"   // keepalive 0 or above the maximum (MQTT 3.1.1)
-	refuseWill        = "will"        // Last Will not a valid "gone" on the own topic
-	refuseUnsupported = "unsupported" // connection not from the agent's listener
-	refuseShutdown    = "shutting_down"
+	refuseCapacity       = "capacity"        // MaxClients sessions of other pods, or MaxPending connections none of which is idle
+	refuseSourceLimit    = "source_limit"    // MaxPendingPerSource unauthenticated connections from this address
+	refuseEvicted        = "evicted"         // idle (no CONNECT yet) and the oldest, when a new connection needed its place
+	refuseConnectTimeout = "connect_timeout" // no CONNECT within ConnectTimeout
+	refuseNoToken        = "no_token"        // empty password
+	refuseBadToken       = "bad_token"       // ErrUnauthenticated
+	refuseUnbound        = "unbound"         // ErrNotPodBound
+	refuseAuthError      = "auth_error"      // ErrAuthUnavailable or any other authenticator error
+	refuseUsername       = "username"        // username is not <namespace>/<pod> of the token
+	refuseClientID       = "client_id"       // client identifier not under <namespace>/<pod>
+	refuseKeepalive      = "keepalive"       // keepalive 0 or above the maximum (MQTT 3.1.1)
+	refuseWill           = "will"            // Last Will not a valid "gone" on the own topic
+	refuseUnsupported    = "unsupported"     // connection not from the agent's listener
+	refuseShutdown       = "shutting_down"
 )
 
 // Reasons a payload is refused (label "reason" of amf_agent_malformed_payloads_total).
@@ -112,7 +115,7 @@ func newMetrics() *metrics {
 
 	// Every series exists from the start, so a rate() over a counter that has
 	// never moved is 0 instead of absent.
-	for _, r := range []string{refuseCapacity, refuseNoToken, refuseBadToken, refuseUnbound, refuseAuthError,
+	for _, r := range []string{refuseCapacity, refuseSourceLimit, refuseEvicted, refuseConnectTimeout, refuseNoToken, refuseBadToken, refuseUnbound, refuseAuthError,
 		refuseUsername, refuseClientID, refuseKeepalive, refuseWill, refuseUnsupported, refuseShutdown} {
 		m.connRefused.WithLabelValues(r)
 	}

@@ -71,7 +71,10 @@ func run(args []string, stderr io.Writer) error {
 		actuation    = fs.Bool("actuate", false, "act on confirmed anomalies and crashes: make-before-break switchover and failover of Deployments carrying amf.io/standby (package actuate); needs the Kubernetes API")
 		resume       = fs.Bool("resume-on-start", false, "with --actuate, list the Deployments once at start and resume every switchover recorded in progress, also one whose primary no longer signals (already scaled to 0), and adopt every cold standby left scaled up with nothing recorded (kept for the abort delay, then scaled back). Trade-off: needs list on deployments (actuate.RulesWithResume), i.e. reading every Deployment's spec in scope; without it a switchover resumes on the next signal of the primary or of the standby naming it in amf.io/primary (as inject --standby writes it)")
 		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
-		maxClients   = fs.Int("max-clients", 256, "most MQTT connections open at once")
+		maxClients   = fs.Int("max-clients", 256, "most authenticated MQTT sessions at once, one per pod (a pod's new session replaces its old one); connections not yet authenticated never take these")
+		maxPending   = fs.Int("max-pending", 64, "most MQTT connections not yet authenticated, all sources together; when full, a newcomer evicts an idle one from the source holding the most")
+		perSource    = fs.Int("max-pending-per-source", 8, "most MQTT connections not yet authenticated from one source address")
+		connTimeout  = fs.Duration("connect-timeout", 3*time.Second, "how long a new MQTT connection has to send CONNECT")
 		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")
 		nodeMode     = fs.Bool("node-mode", false, "node mode: also run the detection pipeline for every pod of --node-name whose Deployment carries amf.io/mode=node (package nodewatch); needs the Kubernetes API, list/watch on pods and list on deployments (manifests/overlays/node-mode), the host's cgroup tree and, for pushed exits and network counters, its PID namespace")
 		hostCgroup   = fs.String("host-cgroup-root", "", "with --node-mode: where the host's /sys/fs/cgroup is mounted (default /sys/fs/cgroup; manifests/overlays/node-mode mounts it at /host/sys/fs/cgroup)")
@@ -148,7 +151,11 @@ func run(args []string, stderr io.Writer) error {
 		Logger:        log,
 		ObserveOnly:   *observeOnly,
 		MaxClients:    *maxClients,
+		MaxPending:    *maxPending,
 		MaxKeepalive:  *maxKeepalive,
+
+		MaxPendingPerSource: *perSource,
+		ConnectTimeout:      *connTimeout,
 	})
 	if err != nil {
 		return err

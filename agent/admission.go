@@ -21,7 +21,7 @@ import (
 //     a flooder's reconnects only take each other's places. Its CONNECT
 //     follows the TCP handshake at once, so from then on it is not idle,
 //     even before the broker's goroutine has read it. Only a flood from as
-//     many addresses as the pool has places (64 by default) can still take
+//     many addresses as the pool has places (256 by default) can still take
 //     a sidecar's place, the oldest first.
 //   - sessions: authenticated connections, at most maxSessions, and one per
 //     pod. A pod's new session replaces its older one instead of being

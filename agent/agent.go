@@ -55,8 +55,9 @@ type Config struct {
 	// authenticated never take one of these slots.
 	MaxClients int
 	// MaxPending bounds the connections that have not authenticated yet;
-	// default 64. When all are taken, a new connection evicts the oldest
-	// that has not sent its CONNECT.
+	// default 256: a node's every sidecar reconnecting at once (the agent
+	// restarted) must fit without evicting one another. When all are
+	// taken, a newcomer evicts an idle one from the source holding the most.
 	MaxPending int
 	// MaxPendingPerSource bounds the unauthenticated connections from one
 	// source address; default 8. Sidecars connect from their pods' addresses,
@@ -120,7 +121,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.MaxClients = cmpOr(cfg.MaxClients, 256)
-	cfg.MaxPending = cmpOr(cfg.MaxPending, 64)
+	cfg.MaxPending = cmpOr(cfg.MaxPending, 256)
 	cfg.MaxPendingPerSource = cmpOr(cfg.MaxPendingPerSource, 8)
 	cfg.MaxKeepalive = cmpOr(cfg.MaxKeepalive, 60*time.Second)
 	cfg.ConnectTimeout = cmpOr(cfg.ConnectTimeout, 3*time.Second)

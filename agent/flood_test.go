@@ -71,7 +71,7 @@ func (f *flood) count() int {
 
 func TestAFloodOfIdleSocketsDoesNotKeepSidecarsOut(t *testing.T) {
 	// A CONNECT deadline longer than the test: only admission can make room.
-	ta := startAgent(t, func(c *Config) { c.ConnectTimeout = time.Minute })
+	ta := startAgent(t, func(c *Config) { c.ConnectTimeout = time.Minute; c.MaxPending = 64 })
 	// 16 addresses × 9 sockets: more than the pending pool (64) in all and
 	// one more than each address's share (8), each reopened at once.
 	f := startFlood(t, ta.MQTTAddr(), 10, 16, 9)

@@ -72,7 +72,7 @@ func run(args []string, stderr io.Writer) error {
 		resume       = fs.Bool("resume-on-start", false, "with --actuate, list the Deployments once at start and resume every switchover recorded in progress, also one whose primary no longer signals (already scaled to 0), and adopt every cold standby left scaled up with nothing recorded (kept for the abort delay, then scaled back). Trade-off: needs list on deployments (actuate.RulesWithResume), i.e. reading every Deployment's spec in scope; without it a switchover resumes on the next signal of the primary or of the standby naming it in amf.io/primary (as inject --standby writes it)")
 		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 		maxClients   = fs.Int("max-clients", 256, "most authenticated MQTT sessions at once, one per pod (a pod's new session replaces its old one); connections not yet authenticated never take these")
-		maxPending   = fs.Int("max-pending", 64, "most MQTT connections not yet authenticated, all sources together; when full, a newcomer evicts an idle one from the source holding the most")
+		maxPending   = fs.Int("max-pending", 256, "most MQTT connections not yet authenticated, all sources together; when full, a newcomer evicts an idle one from the source holding the most")
 		perSource    = fs.Int("max-pending-per-source", 8, "most MQTT connections not yet authenticated from one source address")
 		connTimeout  = fs.Duration("connect-timeout", 3*time.Second, "how long a new MQTT connection has to send CONNECT")
 		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")

@@ -44,6 +44,10 @@ Usage:
       agent's signal vs the pod status and the kubelet's liveness probes
   amf-lab bench agent [--sidecars 110] [--period 1s] [--duration 30s] [--mode sidecar|node] [--pods 110]
       one real agent under the load of a full node's sidecars
+  amf-lab bench flood [--sidecars 110] [--rounds 5] [--sources 48] [--per-source 16] [--agent PATH]
+      sidecars reconnecting all at once to a real agent, quiet and then during a flood of
+      idle sockets from several loopback addresses and one pod's stream of new sessions:
+      connect time (dial to CONNACK) p50/p99/max and failures side by side; last line JSON
   amf-lab bench node-loss [--cuts 10] [--k8s-toleration 300s] [--k8s-wait 10m] [--keep] [-v]
       three lab nodes, the agent DaemonSet, a hot broker pair bridging RDS and
       OBU: power cuts of the primary's node, the standby's failover and the
@@ -82,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return benchSignal(ctx, args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "bench" && args[1] == "agent":
 		return benchAgent(ctx, args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "bench" && args[1] == "flood":
+		return benchFlood(ctx, args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "bench" && args[1] == "node-loss":
 		return benchNodeLoss(ctx, args[2:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "demo":
@@ -263,6 +269,40 @@ func benchAgent(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	bench.PrintAgentLoad(stdout, rep)
+	return 0
+}
+
+func benchFlood(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("amf-lab bench flood", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sidecars := fs.Int("sidecars", 110, "sidecars reconnecting at once each round (at most 250), each from its own loopback address")
+	rounds := fs.Int("rounds", 5, "rounds per phase")
+	sources := fs.Int("sources", 48, "loopback addresses the idle-socket flood comes from (at most 250)")
+	perSource := fs.Int("per-source", 16, "idle sockets per flood address, each reopened as soon as the agent closes it")
+	agentBin := fs.String("agent", "", "the amf-agent binary to measure (default: the one beside amf-lab)")
+	keep := fs.Bool("keep", false, "keep the run's logs")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	bins, dir, done, err := prepare(keep, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab: %v\n", err)
+		return 1
+	}
+	defer done()
+	if *agentBin != "" {
+		bins.Agent = *agentBin
+	}
+	rep, err := bench.RunFlood(ctx, bench.FloodConfig{Sidecars: *sidecars, Rounds: *rounds, FloodSources: *sources,
+		FloodPerSource: *perSource, Bin: bins, WorkDir: dir, Progress: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab bench flood: %v\n", err)
+		*keep = true
+		return 1
+	}
+	if err := bench.PrintFlood(stdout, rep); err != nil {
+		return 1
+	}
 	return 0
 }
 

@@ -90,3 +90,22 @@ func TestAgentLoadBenchMeasuresIntake(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+func TestFloodBenchSeesEverySidecarConnectDuringTheFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real agent, sidecars and a flood")
+	}
+	// More flood sources × their share (40 × 8) than the agent's pending
+	// places (256): the flood itself has to be evicted for sidecars to get in.
+	rep, err := RunFlood(t.Context(), FloodConfig{Sidecars: 20, Rounds: 2, FloodSources: 40, FloodPerSource: 9,
+		Bin: buildBinaries(t), WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Quiet.Connects != 40 || rep.Flood.Connects != 40 || rep.Quiet.Failed != 0 || rep.Flood.Failed != 0 {
+		t.Fatalf("connects quiet %+v, flood %+v (first error %q)", rep.Quiet, rep.Flood, rep.FirstError)
+	}
+	if rep.FloodConnections <= 40*8 || rep.FloodSessions < 1 || rep.Flood.P99Millis <= 0 {
+		t.Fatalf("the flood did not run as meant: %+v", rep)
+	}
+}

@@ -9,6 +9,17 @@
 // 0.0.0.0:1884 inside the pod; sidecars dial status.hostIP:1884); outside
 // Kubernetes and in tests it defaults to 127.0.0.1:1884.
 //
+// # Admission
+//
+// The listener is reachable by anything that reaches the node, so it keeps
+// the connections that have not authenticated in a pool of their own
+// (Config.MaxPending, MaxPendingPerSource; CONNECT within ConnectTimeout)
+// apart from the sessions (MaxClients), evicts an idle connection of the
+// source holding the most when that pool is full, and holds one session
+// per pod: a pod's new session replaces its older one (type admission says
+// why). Refusals and evictions are counted by reason in
+// amf_agent_connections_refused_total and logged sampled.
+//
 // # What a sidecar must send
 //
 // The agent refuses a connection unless every rule holds, and counts and logs
@@ -38,11 +49,15 @@
 // is dropped; a QoS 1 publish gets PUBACK 0x87 (not authorized) from MQTT 5,
 // while an MQTT 3.1.1 client, whose protocol has no negative acknowledgement,
 // is disconnected (and its own pod is then gone); a subscription gets a failure
-// return code. Payloads that signal.Decode refuses are neither retained,
-// forwarded nor recorded: MQTT 5 QoS 1 publishers get PUBACK 0x99 (payload
-// format invalid), others a plain acknowledgement so they do not resend the
-// same bad message forever. A packet above MaxPacketBytes closes the
-// connection.
+// return code. Publishes mochi itself deems invalid ($SYS/…, wildcards) are
+// answered the same way instead of vanishing; a wildcard in a topic name
+// is a protocol error that closes the connection (MQTT 5: DISCONNECT 0x90).
+// Payloads that signal.Decode refuses (checked as bytes first: UTF-8, no
+// unpaired surrogate escape) are neither retained, forwarded nor recorded:
+// MQTT 5 QoS 1 publishers get PUBACK 0x99 (payload format invalid), others
+// a plain acknowledgement, which MQTT 3.1.1 allows for a refused publish,
+// so that a bad message neither is resent forever nor makes its pod read as
+// gone. A packet above MaxPacketBytes closes the connection.
 //
 // # What the agent keeps
 //
@@ -69,7 +84,7 @@
 // Tracker.Subscribe, and each transition (a change of state) writes one JSON
 // log line with message "transition".
 //
-// The agent only observes: it never computes anomaly scores, and it does not
-// act on the cluster yet. Config.ObserveOnly (flag --observe-only) is a
-// permanent option that will keep actuation off once it exists.
+// This package only observes: it never computes anomaly scores and never
+// acts on the cluster. Actuation (package actuate) subscribes to its
+// events; Config.ObserveOnly (flag --observe-only) turns it into a dry run.
 package agent

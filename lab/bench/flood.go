@@ -165,9 +165,9 @@ func reconnectAll(ctx context.Context, addr string, tokens []string, firstErr *a
 	for i, tok := range tokens {
 		wg.Go(func() {
 			id := fmt.Sprintf("flood/sidecar-%d", i)
-			opts := mqtt.NewClientOptions().AddBroker("tcp://"+addr).SetClientID(id+"/sidecar").
+			opts := mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id + "/sidecar").
 				SetUsername(id).SetPassword(tok).SetProtocolVersion(4).SetAutoReconnect(false).
-				SetKeepAlive(5*time.Second).SetConnectTimeout(10*time.Second).
+				SetKeepAlive(5 * time.Second).SetConnectTimeout(10 * time.Second).
 				SetDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+i))}, Timeout: 10 * time.Second})
 			c := mqtt.NewClient(opts)
 			start := time.Now()
@@ -224,9 +224,9 @@ func sessionStream(ctx context.Context, addr string, pod int, token string, n *a
 		}
 	}()
 	for i := 0; ctx.Err() == nil; i++ {
-		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://"+addr).SetClientID(fmt.Sprintf("%s/h%d", id, i)).
+		c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(fmt.Sprintf("%s/h%d", id, i)).
 			SetUsername(id).SetPassword(token).SetProtocolVersion(4).SetAutoReconnect(false).
-			SetKeepAlive(30*time.Second).SetConnectTimeout(2*time.Second).
+			SetKeepAlive(30 * time.Second).SetConnectTimeout(2 * time.Second).
 			SetDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 3, 1)}, Timeout: 2 * time.Second}))
 		if t := c.Connect(); t.WaitTimeout(2*time.Second) && t.Error() == nil {
 			n.Add(1)

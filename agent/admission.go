@@ -13,8 +13,9 @@ import (
 // two pools apart, so that one cannot starve the other:
 //
 //   - pending: connections that have not authenticated yet, at most
-//     maxPending in all and perSource from one source address. When the pool
-//     is full, a new connection evicts an idle one (its CONNECT not read by
+//     maxPending in all and perSource from one source address. A newcomer
+//     from a source at its share evicts that source's oldest idle
+//     connection (refused only when none is idle). When the pool is full, a new connection evicts an idle one (its CONNECT not read by
 //     the broker, and no byte of it waiting in the kernel either) from the
 //     source that holds the most, if that source holds more than the
 //     newcomer's: a sidecar connects once, from its pod's own address, so
@@ -109,11 +110,19 @@ func bytesWaiting(c net.Conn) bool {
 func (a *admission) accept(tc *trackedConn) (evicted *trackedConn, refused string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.bySource[tc.src] >= a.perSource {
-		tc.stage = stageGone
-		return nil, refuseSourceLimit
-	}
-	if a.pending.Len() >= a.maxPending {
+	switch {
+	case a.bySource[tc.src] >= a.perSource:
+		// The source's own oldest idle connection makes room: a sidecar
+		// that shares its address with sockets that never speak still
+		// gets in, and a source never holds more than its share.
+		evicted = a.oldestIdle(tc.src)
+		if evicted == nil {
+			tc.stage = stageGone
+			return nil, refuseSourceLimit
+		}
+		a.leavePending(evicted)
+		evicted.stage = stageGone
+	case a.pending.Len() >= a.maxPending:
 		evicted = a.victim(a.bySource[tc.src])
 		if evicted == nil {
 			tc.stage = stageGone
@@ -144,6 +153,16 @@ func (a *admission) victim(held int) *trackedConn {
 		}
 	}
 	return best
+}
+
+// oldestIdle is the oldest idle connection of src without bytes waiting.
+func (a *admission) oldestIdle(src netip.Addr) *trackedConn {
+	for e := a.pending.Front(); e != nil; e = e.Next() {
+		if c := e.Value.(*trackedConn); c.src == src && c.stage == stageIdle && !a.waiting(c.Conn) {
+			return c
+		}
+	}
+	return nil
 }
 
 // authenticating marks that tc's CONNECT was read: it can no longer be

@@ -43,10 +43,22 @@ func TestAdmissionKeepsPendingConnectionsApartFromSessions(t *testing.T) {
 			steps: []step{
 				{do: "accept", conn: "a1", src: "10.0.0.1"},
 				{do: "accept", conn: "a2", src: "10.0.0.1"},
-				{do: "accept", conn: "a3", src: "10.0.0.1", refused: refuseSourceLimit},
+				// At its share, a source's newcomer takes its own oldest idle place…
+				{do: "accept", conn: "a3", src: "10.0.0.1", evicted: "a1"},
 				{do: "accept", conn: "b1", src: "10.0.0.2"},
 			},
 			pending: 3,
+		},
+		{
+			name: "a source whose connections all speak is refused above its share", maxPending: 8, perSource: 2, maxSession: 4,
+			steps: []step{
+				// …and is refused when none of them is idle.
+				{do: "accept", conn: "a1", src: "10.0.0.1", waiting: true},
+				{do: "accept", conn: "a2", src: "10.0.0.1"},
+				{do: "authenticating", conn: "a2"},
+				{do: "accept", conn: "a3", src: "10.0.0.1", refused: refuseSourceLimit},
+			},
+			pending: 2,
 		},
 		{
 			name: "a source's share frees as its connections authenticate", maxPending: 8, perSource: 1, maxSession: 4,

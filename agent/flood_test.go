@@ -20,16 +20,17 @@ import (
 
 // flood holds idle TCP connections to addr from the loopback addresses
 // 127.0.0.<first>… (one source address each, perSource sockets per
-// address), reopening each one the moment the agent closes it, until stop.
-// Nothing is ever written on them.
+// address), with reopen each one again the moment the agent closes it,
+// until stop. Nothing is ever written on them.
 type flood struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	opened sync.WaitGroup // done once every socket was dialled the first time
 	mu     sync.Mutex
 	dials  int
 }
 
-func startFlood(t *testing.T, addr string, first, sources, perSource int) *flood {
+func startFlood(t *testing.T, addr string, first, sources, perSource int, reopen bool) *flood {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &flood{cancel: cancel}
@@ -37,13 +38,26 @@ func startFlood(t *testing.T, addr string, first, sources, perSource int) *flood
 		src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(first+s))}
 		for i := 0; i < perSource; i++ {
 			f.wg.Add(1)
+			f.opened.Add(1)
 			go func() {
 				defer f.wg.Done()
+				first := true
+				dialled := func() {
+					if first {
+						first = false
+						f.opened.Done()
+					}
+				}
+				defer dialled()
 				d := net.Dialer{LocalAddr: src, Timeout: time.Second}
 				var b [1]byte
 				for ctx.Err() == nil {
 					conn, err := d.DialContext(ctx, "tcp", addr)
+					dialled()
 					if err != nil {
+						if !reopen {
+							return
+						}
 						continue
 					}
 					f.mu.Lock()
@@ -53,6 +67,9 @@ func startFlood(t *testing.T, addr string, first, sources, perSource int) *flood
 					_, _ = conn.Read(b[:]) // returns when the agent closes it
 					stop()
 					_ = conn.Close()
+					if !reopen {
+						return
+					}
 				}
 			}()
 		}
@@ -70,41 +87,54 @@ func (f *flood) count() int {
 }
 
 func TestAFloodOfIdleSocketsDoesNotKeepSidecarsOut(t *testing.T) {
-	// A CONNECT deadline longer than the test: only admission can make room.
-	ta := startAgent(t, func(c *Config) { c.ConnectTimeout = time.Minute; c.MaxPending = 64 })
-	// 16 addresses × 9 sockets: more than the pending pool (64) in all and
-	// one more than each address's share (8), each reopened at once.
-	f := startFlood(t, ta.MQTTAddr(), 10, 16, 9)
-	ta.logs.wait(t, "the pool full and evicting", lineIs("connection refused", "reason", refuseEvicted))
+	for _, tc := range []struct {
+		name                    string
+		first, sources, perFrom int
+		reopen                  bool
+	}{
+		// 16 addresses × 9 sockets, each reopened the moment it is closed:
+		// more than the pending pool (64 here) in all and one more than each
+		// address's share (8).
+		{"from many addresses, reopened at once", 10, 16, 9, true},
+		// 300 sockets opened and held from the sidecars' own address
+		// (127.0.0.1), as a tester's script on the same host does: the
+		// sidecars take the flood's own places. (A flood from a sidecar's
+		// own address that reopens each socket the instant it is closed can
+		// still race it: DESIGN.md, Admission.)
+		{"held from the sidecars' own address", 1, 1, 300, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A CONNECT deadline longer than the test: only admission can make room.
+			ta := startAgent(t, func(c *Config) { c.ConnectTimeout = time.Minute; c.MaxPending = 64 })
+			f := startFlood(t, ta.MQTTAddr(), tc.first, tc.sources, tc.perFrom, tc.reopen)
+			f.opened.Wait()
+			ta.logs.wait(t, "the flood evicting", lineIs("connection refused", "reason", refuseEvicted))
 
-	for round := 1; round <= 10; round++ {
-		for _, p := range []struct {
-			id    Identity
-			token string
-		}{{podA, tokenA}, {podB, tokenB}} {
-			c := mustDial(t, ta.MQTTAddr(), p.id, p.token, nil)
-			publish(t, c, p.id.Topic(), payload(t, p.id, signal.Healthy, uint64(round)))
-			if ev := ta.nextEvent(t, p.id); ev.State != signal.Healthy || ev.Message.Seq != uint64(round) {
-				t.Fatalf("round %d: event %s from %s (seq of the message %v), want healthy seq %d", round, ev.State, ev.Source, ev.Message, round)
+			for round := 1; round <= 10; round++ {
+				for _, p := range []struct {
+					id    Identity
+					token string
+				}{{podA, tokenA}, {podB, tokenB}} {
+					c := mustDial(t, ta.MQTTAddr(), p.id, p.token, nil)
+					publish(t, c, p.id.Topic(), payload(t, p.id, signal.Healthy, uint64(round)))
+					if ev := ta.nextEvent(t, p.id); ev.State != signal.Healthy || ev.Message.Seq != uint64(round) {
+						t.Fatalf("round %d: event %s from %s (message %v), want healthy seq %d", round, ev.State, ev.Source, ev.Message, round)
+					}
+					c.Disconnect(0)
+					if ev := ta.nextEvent(t, p.id); ev.State != signal.Gone {
+						t.Fatalf("round %d: after the disconnect, event %s from %s, want gone", round, ev.State, ev.Source)
+					}
+				}
 			}
-			c.Disconnect(0)
-			if ev := ta.nextEvent(t, p.id); ev.State != signal.Gone {
-				t.Fatalf("round %d: after the disconnect, event %s from %s, want gone", round, ev.State, ev.Source)
+			dials := f.count()
+			f.stop()
+			// The log has a sample of the refusals, not one line each.
+			if lines := len(ta.logs.match(lineIs("connection refused"))); lines >= dials/2 {
+				t.Errorf("%d refusal lines for %d flood connections: the flood floods the log", lines, dials)
 			}
-		}
+			t.Logf("%d flood connections while 20 sidecar sessions got in", dials)
+		})
 	}
-	dials := f.count()
-	f.stop()
-	for _, r := range []string{refuseEvicted, refuseSourceLimit} {
-		if n := testutil.ToFloat64(ta.m.connRefused.WithLabelValues(r)); n < 1 {
-			t.Errorf("refused{%s} = %v, want some", r, n)
-		}
-	}
-	// The log has a sample of the refusals, not one line each.
-	if lines := len(ta.logs.match(lineIs("connection refused"))); lines >= dials/2 {
-		t.Errorf("%d refusal lines for %d flood connections: the flood floods the log", lines, dials)
-	}
-	t.Logf("%d flood connections while 20 sidecar sessions got in", dials)
 }
 
 func TestOnePodsSessionsCannotLockAnotherPodOut(t *testing.T) {

@@ -16,7 +16,7 @@ CMDS      := amf-sidecar amf-agent amf-lab
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build bin/amf-sidecar
+build: ## build bin/amf-sidecar, bin/amf-agent and bin/amf-lab (static)
 	@mkdir -p $(BIN)
 	$(foreach c,$(CMDS),CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$(c) ./cmd/$(c);)
 

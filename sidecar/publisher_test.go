@@ -2,6 +2,11 @@ package sidecar
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +63,143 @@ func TestSidecarPublishesThroughItsPublisher(t *testing.T) {
 	for i := 1; i < len(msgs); i++ {
 		if msgs[i].Seq != msgs[i-1].Seq+1 {
 			t.Fatalf("seq %d after %d", msgs[i].Seq, msgs[i-1].Seq)
+		}
+	}
+}
+
+// TestASidecarWhoseHealthPortIsTakenStops: before, it logged "address
+// already in use" and ran on with no endpoint, so the kubelet's readiness
+// gate never opened and nothing said why.
+func TestASidecarWhoseHealthPortIsTakenStops(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	src := &loadSource{}
+	src.memory.Store(10 << 20)
+	rec := NewRecorder()
+	sc, err := New(Config{Source: src, Interval: 10 * time.Millisecond, Model: p1Model(t), Publisher: rec, HTTPAddr: taken.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(t.Context()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "--http") {
+			t.Fatalf("Run = %v, want the bind error and what to do", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sidecar runs on without its health endpoint")
+	}
+	if msgs, _ := rec.Messages(); len(msgs) != 0 {
+		n := len(msgs)
+		t.Errorf("%d signals published by a sidecar that could not start", n)
+	}
+}
+
+func TestASidecarSaysWhereItServes(t *testing.T) {
+	lines := make(chan string, 64)
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		select {
+		case lines <- string(p):
+		default: // the test reads the first lines only
+		}
+		return len(p), nil
+	}), nil))
+	src := &loadSource{}
+	src.memory.Store(10 << 20)
+	sc, err := New(Config{Source: src, Interval: 10 * time.Millisecond, Model: p1Model(t), HTTPAddr: "127.0.0.1:0", Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	const msg, key = `msg="health endpoint serving"`, " addr="
+	for addr := ""; addr == ""; {
+		select {
+		case line := <-lines:
+			if i := strings.Index(line, key); strings.Contains(line, msg) && i >= 0 {
+				addr = strings.Fields(line[i+len(key):])[0]
+				resp, err := http.Get("http://" + addr + "/healthz")
+				if err != nil {
+					t.Fatalf("the logged address %s does not serve: %v", addr, err)
+				}
+				resp.Body.Close()
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no line says where the endpoint serves")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestTheStoppingSignalNamesWhatStoppedTheSidecar: before, SIGINT was
+// reported as "received SIGTERM".
+func TestTheStoppingSignalNamesWhatStoppedTheSidecar(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cause error
+		want  string
+	}{
+		{"a signal named by the cmd", errors.New("received SIGINT"), "sidecar received SIGINT"},
+		{"a plain cancel", nil, "sidecar stopping: its context ended"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &loadSource{}
+			src.memory.Store(10 << 20)
+			rec := NewRecorder()
+			sc, err := New(Config{Source: src, Interval: 10 * time.Millisecond, Model: p1Model(t), Publisher: rec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancelCause(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- sc.Run(ctx) }()
+			awaitRecorded(t, rec, signal.Healthy)
+			cancel(tc.cause)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			msgs, _ := rec.Messages()
+			if last := msgs[len(msgs)-1]; last.State != signal.Stopping || last.Reason != tc.want {
+				t.Fatalf("last message %s %q, want stopping %q", last.State, last.Reason, tc.want)
+			}
+		})
+	}
+}
+
+// TestAnAgentAddressThatCannotWorkIsRefusedAtStart: before, --agent
+// foo://bar was taken and retried forever ("unknown protocol").
+func TestAnAgentAddressThatCannotWorkIsRefusedAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		broker string
+		ok     bool
+	}{
+		{"tcp://10.0.0.5:1884", true},
+		{"mqtt://node-a:1884", true},
+		{"foo://bar", false},
+		{"ws://10.0.0.5:1884", false},
+		{"tcp://10.0.0.5", false},
+		{"10.0.0.5:1884", false},
+		{"tcp://:1884", false},
+		{"tcp://%zz", false},
+	} {
+		_, err := NewSignaller(SignallerConfig{Broker: tc.broker, Namespace: "tod", Pod: "broker-0", Token: "t"})
+		if (err == nil) != tc.ok {
+			t.Errorf("NewSignaller(%q) = %v, want ok %v", tc.broker, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "tcp://") {
+			t.Errorf("NewSignaller(%q): %v does not say what to give", tc.broker, err)
 		}
 	}
 }

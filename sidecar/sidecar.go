@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -207,14 +208,25 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 
+	// The endpoint is bound before anything else starts: the kubelet's
+	// readiness gate and the app's reports need it, so a sidecar that cannot
+	// serve it stops with the reason (the kubelet restarts it) instead of
+	// running on without one.
+	httpErr := make(chan error, 1)
 	if s.cfg.HTTPAddr != "" {
 		srv, err := healthcheck.NewServer(s.serverConfig())
 		if err != nil {
 			return err
 		}
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", s.cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("health endpoint: %w (another process holds the address: free it, or give the sidecar another --http)", err)
+		}
+		s.cfg.Log.Info("health endpoint serving", "addr", ln.Addr().String())
 		wg.Go(func() {
-			if err := srv.ListenAndServe(inner); err != nil {
-				s.cfg.Log.Error("health endpoint stopped", "addr", s.cfg.HTTPAddr, "err", err)
+			if err := srv.Serve(inner, ln); err != nil {
+				httpErr <- err
 			}
 		})
 	}
@@ -265,9 +277,17 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			s.shutdown()
+			reason := "sidecar stopping: its context ended"
+			if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+				reason = "sidecar " + c.Error() // the cmd's cause: "received SIGINT"
+			}
+			s.shutdown(reason)
 			cancel()
 			return nil
+		case err := <-httpErr:
+			s.shutdown("sidecar stopping: its health endpoint stopped")
+			cancel()
+			return fmt.Errorf("health endpoint stopped: %w", err)
 		case f := <-s.events:
 			f()
 		case <-tick.C:
@@ -521,8 +541,8 @@ func (s *Sidecar) appReport(ctx context.Context, r healthcheck.AppReport) error 
 	}
 }
 
-func (s *Sidecar) shutdown() {
-	e := s.pipe.Stop("sidecar received SIGTERM")
+func (s *Sidecar) shutdown(reason string) {
+	e := s.pipe.Stop(reason)
 	s.apply(detect.Emission{Verdict: e.Verdict}, nil) // status only
 	if s.cfg.Publisher == nil {
 		return

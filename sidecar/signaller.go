@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -58,6 +59,15 @@ type Signaller struct {
 func NewSignaller(cfg SignallerConfig) (*Signaller, error) {
 	if cfg.Broker == "" {
 		return nil, errors.New("signaller: no agent address: set --agent to the node agent's broker, e.g. tcp://$(NODE_IP):1884")
+	}
+	// Refused here, at start: paho would only say "unknown protocol" at
+	// every retry, forever.
+	if u, err := url.Parse(cfg.Broker); err != nil {
+		return nil, fmt.Errorf("signaller: agent address %q: %w (want tcp://HOST:PORT, e.g. tcp://$(NODE_IP):1884)", cfg.Broker, err)
+	} else if u.Scheme != "tcp" && u.Scheme != "mqtt" {
+		return nil, fmt.Errorf("signaller: agent address %q: scheme must be tcp or mqtt (the agent speaks plain MQTT on its node), e.g. tcp://$(NODE_IP):1884", cfg.Broker)
+	} else if u.Hostname() == "" || u.Port() == "" {
+		return nil, fmt.Errorf("signaller: agent address %q: want a host and a port, e.g. tcp://$(NODE_IP):1884", cfg.Broker)
 	}
 	if err := signal.ValidateNames(cfg.Namespace, cfg.Pod); err != nil {
 		return nil, fmt.Errorf("signaller: %w (set --namespace/--pod or POD_NAMESPACE/POD_NAME from the downward API)", err)

@@ -71,10 +71,32 @@ type stdio struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	code := run(ctx, os.Args[1:], stdio{os.Stdin, os.Stdout, os.Stderr})
 	stop()
 	os.Exit(code)
+}
+
+// signalContext ends at SIGTERM or SIGINT with the signal's name as its
+// cause, so the sidecar's stopping signal says which one it got; a second
+// signal then has its default effect.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sigs:
+			name := "SIGTERM"
+			if s == syscall.SIGINT {
+				name = "SIGINT"
+			}
+			signal.Stop(sigs)
+			cancel(fmt.Errorf("received %s", name))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(sigs); cancel(nil) }
 }
 
 func run(ctx context.Context, args []string, io stdio) int {

@@ -140,6 +140,11 @@ func parseRawSample(line int, rec []string, idx []int) (infer.Sample, string, er
 		if vals[i], err = parseFinite(f); err != nil {
 			return infer.Sample{}, "", &InputError{Line: line, Column: col, Err: err}
 		}
+		// Counters and gauges of a cgroup are never negative; a negative
+		// one is a broken export, not a load (it gave memory_percent -1.91).
+		if vals[i] < 0 {
+			return infer.Sample{}, "", &InputError{Line: line, Column: col, Err: fmt.Errorf("%q is negative: %s is a count of seconds or bytes", f, col)}
+		}
 	}
 	return infer.Sample{
 		T:                int64(math.Round(secs * 1e3)),

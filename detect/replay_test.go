@@ -87,6 +87,8 @@ func TestReplayRejectsBadInputWithItsLine(t *testing.T) {
 		{"empty time", header + ",0,1,1,1,1\n", 2, "time", "empty", 0},
 		{"negative time", header + "-3,0,1,1,1,1\n", 2, "time", "Unix", 0},
 		{"short row", header + "1,0,1,1,1,1\n2,0,1\n", 3, "", "fields", 1},
+		{"negative counter", header + "1,0,1,1,1,1\n2,0,-5,1,1,1\n", 3, "memory_bytes", "negative", 1},
+		{"negative limit", header + "1,0,1,-100,1,1\n", 2, "memory_limit_bytes", "negative", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -60,37 +60,12 @@ func RunAgentLoad(ctx context.Context, cfg AgentLoadConfig) (*AgentLoadReport, e
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	tokens := make([]string, cfg.Sidecars)
-	var lines strings.Builder
-	for i := range tokens {
-		b := make([]byte, 24)
-		if _, err := crand.Read(b); err != nil {
-			return nil, err
-		}
-		tokens[i] = hex.EncodeToString(b)
-		fmt.Fprintf(&lines, "%s load/sidecar-%d\n", tokens[i], i)
-	}
-	tokenFile := filepath.Join(cfg.WorkDir, "tokens")
-	if err := os.WriteFile(tokenFile, []byte(lines.String()), 0o600); err != nil {
-		return nil, err
-	}
-	mqttAddr, err := proc.FreeAddr()
+	ta, err := startTokenAgent(ctx, cfg.Bin.Agent, cfg.WorkDir, "load", cfg.Sidecars)
 	if err != nil {
 		return nil, err
 	}
-	httpAddr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	agent, err := proc.Start("amf-agent", filepath.Join(cfg.WorkDir, "agent.log"), nil, cfg.Bin.Agent,
-		"--listen", mqttAddr, "--http", httpAddr, "--token-file", tokenFile, "--observe-only", "--log-level", "warn")
-	if err != nil {
-		return nil, err
-	}
-	defer agent.Stop(3 * time.Second)
-	if err := proc.WaitListening(ctx, agent, mqttAddr, 10*time.Second); err != nil {
-		return nil, err
-	}
+	defer ta.proc.Stop(3 * time.Second)
+	agent, mqttAddr, httpAddr, tokens := ta.proc, ta.mqttAddr, ta.httpAddr, ta.tokens
 
 	clients := make([]mqtt.Client, cfg.Sidecars)
 	defer func() {
@@ -165,6 +140,50 @@ func RunAgentLoad(ctx context.Context, cfg AgentLoadConfig) (*AgentLoadReport, e
 		return nil, err
 	}
 	return rep, nil
+}
+
+// tokenAgent is a real amf-agent process with a static token for each of
+// pods pods, named <namespace>/sidecar-<i>, listening on free loopback ports.
+type tokenAgent struct {
+	proc               *proc.Proc
+	mqttAddr, httpAddr string
+	tokens             []string // tokens[i] is <namespace>/sidecar-<i>'s
+}
+
+// startTokenAgent writes the token file into workDir and starts the agent
+// observe-only; the caller stops it.
+func startTokenAgent(ctx context.Context, bin, workDir, namespace string, pods int) (*tokenAgent, error) {
+	a := &tokenAgent{tokens: make([]string, pods)}
+	var lines strings.Builder
+	for i := range a.tokens {
+		b := make([]byte, 24)
+		if _, err := crand.Read(b); err != nil {
+			return nil, err
+		}
+		a.tokens[i] = hex.EncodeToString(b)
+		fmt.Fprintf(&lines, "%s %s/sidecar-%d\n", a.tokens[i], namespace, i)
+	}
+	tokenFile := filepath.Join(workDir, "tokens")
+	if err := os.WriteFile(tokenFile, []byte(lines.String()), 0o600); err != nil {
+		return nil, err
+	}
+	var err error
+	if a.mqttAddr, err = proc.FreeAddr(); err != nil {
+		return nil, err
+	}
+	if a.httpAddr, err = proc.FreeAddr(); err != nil {
+		return nil, err
+	}
+	a.proc, err = proc.Start("amf-agent", filepath.Join(workDir, "agent.log"), nil, bin,
+		"--listen", a.mqttAddr, "--http", a.httpAddr, "--token-file", tokenFile, "--observe-only", "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	if err := proc.WaitListening(ctx, a.proc, a.mqttAddr, 10*time.Second); err != nil {
+		a.proc.Stop(3 * time.Second)
+		return nil, err
+	}
+	return a, nil
 }
 
 // intakeLatency reads the agent's decode+ACL+state-update histogram.

@@ -2,15 +2,10 @@ package bench
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,37 +66,13 @@ func RunFlood(ctx context.Context, cfg FloodConfig) (*FloodReport, error) {
 	if cfg.Sidecars > 250 || cfg.FloodSources > 250 {
 		return nil, fmt.Errorf("at most 250 sidecars and 250 flood sources (one loopback address each)")
 	}
-	tokens := make([]string, cfg.Sidecars+1) // the last: the flooding pod's
-	var lines strings.Builder
-	for i := range tokens {
-		b := make([]byte, 24)
-		if _, err := crand.Read(b); err != nil {
-			return nil, err
-		}
-		tokens[i] = hex.EncodeToString(b)
-		fmt.Fprintf(&lines, "%s flood/sidecar-%d\n", tokens[i], i)
-	}
-	tokenFile := filepath.Join(cfg.WorkDir, "tokens")
-	if err := os.WriteFile(tokenFile, []byte(lines.String()), 0o600); err != nil {
-		return nil, err
-	}
-	mqttAddr, err := proc.FreeAddr()
+	// The last token is the flooding pod's.
+	ta, err := startTokenAgent(ctx, cfg.Bin.Agent, cfg.WorkDir, "flood", cfg.Sidecars+1)
 	if err != nil {
 		return nil, err
 	}
-	httpAddr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	agent, err := proc.Start("amf-agent", filepath.Join(cfg.WorkDir, "agent.log"), nil, cfg.Bin.Agent,
-		"--listen", mqttAddr, "--http", httpAddr, "--token-file", tokenFile, "--observe-only", "--log-level", "warn")
-	if err != nil {
-		return nil, err
-	}
-	defer agent.Stop(3 * time.Second)
-	if err := proc.WaitListening(ctx, agent, mqttAddr, 10*time.Second); err != nil {
-		return nil, err
-	}
+	defer ta.proc.Stop(3 * time.Second)
+	agent, mqttAddr, tokens := ta.proc, ta.mqttAddr, ta.tokens
 
 	rep := &FloodReport{Sidecars: cfg.Sidecars, Rounds: cfg.Rounds}
 	var firstErr atomic.Pointer[string]

@@ -67,6 +67,20 @@ func TestSidecarPublishesThroughItsPublisher(t *testing.T) {
 	}
 }
 
+// newQuietSidecar is a sidecar on a steady fake source (10 MiB), the P1
+// model and a 10 ms interval; cfg adds the rest.
+func newQuietSidecar(t *testing.T, cfg Config) *Sidecar {
+	t.Helper()
+	src := &loadSource{}
+	src.memory.Store(10 << 20)
+	cfg.Source, cfg.Interval, cfg.Model = src, 10*time.Millisecond, p1Model(t)
+	sc, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
 // TestASidecarWhoseHealthPortIsTakenStops: before, it logged "address
 // already in use" and ran on with no endpoint, so the kubelet's readiness
 // gate never opened and nothing said why.
@@ -76,13 +90,8 @@ func TestASidecarWhoseHealthPortIsTakenStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	src := &loadSource{}
-	src.memory.Store(10 << 20)
 	rec := NewRecorder()
-	sc, err := New(Config{Source: src, Interval: 10 * time.Millisecond, Model: p1Model(t), Publisher: rec, HTTPAddr: taken.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := newQuietSidecar(t, Config{Publisher: rec, HTTPAddr: taken.Addr().String()})
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(t.Context()) }()
 	select {
@@ -108,12 +117,7 @@ func TestASidecarSaysWhereItServes(t *testing.T) {
 		}
 		return len(p), nil
 	}), nil))
-	src := &loadSource{}
-	src.memory.Store(10 << 20)
-	sc, err := New(Config{Source: src, Interval: 10 * time.Millisecond, Model: p1Model(t), HTTPAddr: "127.0.0.1:0", Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := newQuietSidecar(t, Config{HTTPAddr: "127.0.0.1:0", Log: log})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(ctx) }()
@@ -155,13 +159,8 @@ func TestTheStoppingSignalNamesWhatStoppedTheSidecar(t *testing.T) {
 		{"a plain cancel", nil, "sidecar stopping: its context ended"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := &loadSource{}
-			src.memory.Store(10 << 20)
 			rec := NewRecorder()
-			sc, err := New(Config{Source: src, Interval: 10 * time.Millisecond, Model: p1Model(t), Publisher: rec})
-			if err != nil {
-				t.Fatal(err)
-			}
+			sc := newQuietSidecar(t, Config{Publisher: rec})
 			ctx, cancel := context.WithCancelCause(t.Context())
 			done := make(chan error, 1)
 			go func() { done <- sc.Run(ctx) }()

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -56,10 +57,13 @@ type FloodReport struct {
 // several addresses and one pod's stream of new sessions try to take every
 // place. Everything runs on loopback addresses.
 func RunFlood(ctx context.Context, cfg FloodConfig) (*FloodReport, error) {
-	cfg.Sidecars = cmpOr(cfg.Sidecars, 110)
-	cfg.Rounds = cmpOr(cfg.Rounds, 5)
-	cfg.FloodSources = cmpOr(cfg.FloodSources, 48)
-	cfg.FloodPerSource = cmpOr(cfg.FloodPerSource, 16)
+	if cfg.Sidecars < 0 || cfg.Rounds < 0 || cfg.FloodSources < 0 || cfg.FloodPerSource < 0 {
+		return nil, fmt.Errorf("negative sidecars, rounds or flood size: %+v", cfg)
+	}
+	cfg.Sidecars = cmp.Or(cfg.Sidecars, 110)
+	cfg.Rounds = cmp.Or(cfg.Rounds, 5)
+	cfg.FloodSources = cmp.Or(cfg.FloodSources, 48)
+	cfg.FloodPerSource = cmp.Or(cfg.FloodPerSource, 16)
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
@@ -221,11 +225,4 @@ func PrintFlood(w io.Writer, r *FloodReport) error {
 		fmt.Fprintf(w, "first failed connect: %s\n", r.FirstError)
 	}
 	return json.NewEncoder(w).Encode(r)
-}
-
-func cmpOr(v, def int) int {
-	if v <= 0 {
-		return def
-	}
-	return v
 }

@@ -37,6 +37,12 @@
 // they are; the scheduler keeps an existing pod's anti-affinity for an
 // incoming pod too, so the primary's pods avoid the standby's node as well.
 //
+// A standby gets a PersistentVolumeClaim of its own for every claim its
+// primary writes, copied from the claim in the input, or is refused when the
+// claim is not there; ConfigMaps, Secrets and read-only claims stay shared,
+// and a warning names them (storage.go). StatefulSets are refused: the agent
+// pairs Deployments.
+//
 // A v1 List (kubectl get -o yaml of several objects) is written as its items,
 // one document each. Fields the server writes (uid, resourceVersion,
 // generation, creationTimestamp, managedFields, status) are dropped from
@@ -192,8 +198,9 @@ var separator = regexp.MustCompile(`(?m)^---[ \t]*(#.*)?$`)
 // document is one YAML document of the stream.
 type document struct {
 	raw        []byte
-	deployment *appsv1.Deployment // nil: pass through
-	where      string             // for messages: "document 2 (Deployment x)"
+	deployment *appsv1.Deployment            // nil: pass through
+	claim      *corev1.PersistentVolumeClaim // passed through; read for a standby's own
+	where      string                        // for messages: "document 2 (Deployment x)"
 }
 
 // Inject injects the sidecar into every Deployment of a YAML stream and
@@ -229,7 +236,11 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 	hotStandby := map[string]bool{}              // of those, the hot ones
 	byKey := map[string]*appsv1.Deployment{}     // the stream's Deployments as read
 	primaryOf := map[string]*appsv1.Deployment{} // a standby's namespace/name → the primary naming it
+	claims := map[string]*corev1.PersistentVolumeClaim{}
 	for _, d := range docs {
+		if c := d.claim; c != nil {
+			claims[key(c.Namespace, c.Name)] = c
+		}
 		if dep := d.deployment; dep != nil {
 			present[key(dep.Namespace, dep.Name)] = true
 			byKey[key(dep.Namespace, dep.Name)] = dep.DeepCopy()
@@ -266,7 +277,11 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 		}
 		res.Warnings = append(res.Warnings, limitWarnings(dep.Name, broker)...)
 		res.Injected = append(res.Injected, dep.Name)
-		var standby, partner *appsv1.Deployment // partner: the other of dep's pair in the stream
+		var (
+			standby, partner *appsv1.Deployment // partner: the other of dep's pair in the stream
+			standbyClaimsOut []ownClaim
+			shared           []string // what the written standby shares with dep
+		)
 		if !isStandby {
 			if err := setPolicy(dep); err != nil {
 				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
@@ -287,6 +302,13 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 				if standby, err = standbyFor(dep); err != nil {
 					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
 				}
+				var w []string
+				standbyClaimsOut, shared, w, err = standbyClaims(standby, dep, claims)
+				if err != nil {
+					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+				}
+				res.Warnings = append(res.Warnings, w...)
+				shared = append(sharedConfig(&standby.Spec.Template.Spec), shared...)
 				present[key(dep.Namespace, name)] = true
 				// Each avoids the other's pods; the new standby in
 				// either mode, the primary unless its template is to
@@ -305,6 +327,12 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			partner = p
 		} else {
 			partner = byKey[key(dep.Namespace, dep.Annotations[contract.AnnPrimary])]
+		}
+		if partner != nil {
+			if c := sharedClaim(dep, partner); c != "" {
+				return nil, Result{}, fmt.Errorf("%s: %s and %s, a pair, both mount PersistentVolumeClaim %q writable: two brokers cannot share one persistence file, and a ReadWriteOnce claim attaches to one node, where a standby kept off its primary's node never starts; "+
+					"give the standby a claim of its own (remove the standby from the input and inject --standby writes it one, with the claim in the input)", d.where, dep.Name, partner.Name, c)
+			}
 		}
 		if opts.Standby && opts.Mode == contract.ModeSidecar && partner != nil {
 			// A pair both in the stream (written earlier, or by hand):
@@ -326,13 +354,28 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			if err != nil {
 				return nil, Result{}, fmt.Errorf("%s: standby: %w", d.where, err)
 			}
+			redundancy := contract.Redundancy(dep.Annotations[contract.AnnRedundancy])
 			out.WriteString("---\n")
-			out.WriteString(standbyComment(dep.Name, contract.Redundancy(dep.Annotations[contract.AnnRedundancy])))
+			out.WriteString(standbyComment(dep.Name, redundancy, shared))
 			out.Write(b)
 			res.Standbys = append(res.Standbys, standby.Name)
-			res.Warnings = append(res.Warnings, fmt.Sprintf(
-				"standby %s shares the ConfigMaps and Secrets of %s: give it its own MQTT client IDs (bridge local_clientid/remote_clientid) before both run at once",
-				standby.Name, dep.Name))
+			if len(shared) > 0 {
+				res.Warnings = append(res.Warnings, fmt.Sprintf(
+					"standby %s shares %s with %s: where they set MQTT client IDs (a bridge's local_clientid/remote_clientid, a client's ID), give the standby its own before both run at once",
+					standby.Name, joinNames(shared), dep.Name))
+			}
+			if w := recreateWarning(dep, standby.Name, redundancy == contract.Hot); w != "" {
+				res.Warnings = append(res.Warnings, w)
+			}
+			for _, c := range standbyClaimsOut {
+				b, err := marshalClaim(c.PersistentVolumeClaim)
+				if err != nil {
+					return nil, Result{}, fmt.Errorf("%s: claim of the standby: %w", d.where, err)
+				}
+				out.WriteString("---\n")
+				out.WriteString(claimComment(c.From, standby.Name))
+				out.Write(b)
+			}
 		}
 	}
 	if isPath(opts.Model) && len(res.Injected) > 0 && opts.Mode == contract.ModeSidecar {
@@ -360,10 +403,13 @@ func leadingComments(raw []byte) []byte {
 
 func key(namespace, name string) string { return namespace + "/" + name }
 
-func standbyComment(primary string, r contract.Redundancy) string {
-	return "# " + strings.ToUpper(string(r[:1])) + string(r[1:]) + " standby of " + primary + " written by amf-agent inject --standby. It mounts\n" +
-		"# the primary's ConfigMaps: give it its own MQTT client IDs (bridge\n" +
-		"# local_clientid/remote_clientid) so both can run during a switchover.\n"
+func standbyComment(primary string, r contract.Redundancy, shared []string) string {
+	c := "# " + strings.ToUpper(string(r[:1])) + string(r[1:]) + " standby of " + primary + " written by amf-agent inject --standby.\n"
+	if len(shared) > 0 {
+		c += "# It shares " + joinNames(shared) + " with the primary: give it its own\n" +
+			"# MQTT client IDs (bridge local_clientid/remote_clientid) so both can run during a switchover.\n"
+	}
+	return c
 }
 
 // parse splits the stream and decodes its apps/v1 Deployments.
@@ -452,6 +498,16 @@ func parseDocument(raw []byte, where string) (document, error) {
 		d.deployment = &dep
 	case meta.Kind == "Deployment":
 		return d, fmt.Errorf("%s: apiVersion %q: only apps/v1 Deployments can be injected", d.where, meta.APIVersion)
+	case meta.Kind == "StatefulSet":
+		return d, fmt.Errorf("%s: a StatefulSet is not injected: AMF pairs a primary Deployment with a standby Deployment, which its agent scales; "+
+			"run a one-replica broker as a Deployment (strategy Recreate, its claim in the input: inject --standby gives the standby a claim of its own), "+
+			"or leave this StatefulSet out of the input if it is not the broker", d.where)
+	case meta.Kind == "PersistentVolumeClaim" && meta.APIVersion == "v1":
+		var c corev1.PersistentVolumeClaim
+		if err := yaml.Unmarshal(raw, &c); err != nil {
+			return d, fmt.Errorf("%s: not a v1 PersistentVolumeClaim: %w", d.where, err)
+		}
+		d.claim = &c
 	case strings.HasSuffix(meta.Kind, "List"):
 		return d, fmt.Errorf("%s: a %s %s is not injected: give its items as separate documents (for example kubectl get deployment NAME -o yaml)", d.where, meta.APIVersion, meta.Kind)
 	}

@@ -53,6 +53,7 @@ var goldenCases = []struct {
 	{name: "node-mode-annotates-primary-and-standby-and-leaves-the-pod-template", in: "exporter", opts: inject.Options{Mode: contract.ModeNode, Standby: true, Model: "leadtime"}},
 	{name: "spread-required-keeps-the-pair-on-two-nodes-or-the-standby-pending", in: "mosquitto", opts: inject.Options{Standby: true, Spread: inject.SpreadRequired}},
 	{name: "users-affinity-is-kept-and-the-spread-merged-into-it", in: "affinity", opts: inject.Options{Standby: true}},
+	{name: "standby-gets-a-claim-of-its-own-like-the-primarys", in: "claim", opts: inject.Options{Standby: true}},
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -172,6 +173,16 @@ func TestInjectRefuses(t *testing.T) {
 			inject.Options{Mode: contract.ModeNode}, `none exposes a port named "mqtt"`},
 		{"node-mode-model-path", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
 			inject.Options{Mode: contract.ModeNode, Model: "/m/model.txt"}, "in node mode the agent scores with a model embedded in its own image"},
+		{"writable-claim-not-in-the-input", header + "      containers: [{name: m, image: eclipse-mosquitto:2, volumeMounts: [{name: data, mountPath: /mosquitto/data}]}]\n      volumes: [{name: data, persistentVolumeClaim: {claimName: b-data}}]\n",
+			inject.Options{Standby: true}, `volume "data" mounts PersistentVolumeClaim "b-data" writable, which is not in the input: the standby needs a claim of its own`},
+		{"pair-in-the-input-shares-a-writable-claim", header + "      containers: [{name: m, image: eclipse-mosquitto:2, volumeMounts: [{name: data, mountPath: /mosquitto/data}]}]\n      volumes: [{name: data, persistentVolumeClaim: {claimName: b-data}}]\n---\n" +
+			strings.Replace(strings.Replace(header, "  name: b\n", "  name: b-standby\n  annotations: {amf.io/role: standby, amf.io/primary: b}\n", 1), "{app: b}", "{app: b, amf.io/standby-of: b}", 2) +
+			"      containers: [{name: m, image: eclipse-mosquitto:2, volumeMounts: [{name: data, mountPath: /mosquitto/data}]}]\n      volumes: [{name: data, persistentVolumeClaim: {claimName: b-data}}]\n",
+			inject.Options{}, `b and b-standby, a pair, both mount PersistentVolumeClaim "b-data" writable`},
+		{"statefulset-alone", "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: emqx\n",
+			inject.Options{Standby: true}, "document 1 (StatefulSet emqx): a StatefulSet is not injected: AMF pairs a primary Deployment with a standby Deployment"},
+		{"statefulset-in-a-stream-with-a-deployment", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: emqx\n",
+			inject.Options{}, "document 2 (StatefulSet emqx): a StatefulSet is not injected"},
 		{"unknown-mode-option", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
 			inject.Options{Mode: "daemon"}, `mode "daemon": want sidecar or node`},
 	} {
@@ -470,13 +481,44 @@ func sidecarArgs(t *testing.T, stream []byte) []string {
 	return deployments(t, stream)[0].Spec.Template.Spec.InitContainers[0].Args
 }
 
-func TestStandbyWarnsAboutSharedClientIDs(t *testing.T) {
-	_, res, err := inject.Inject(read(t, "mosquitto.in.yaml"), inject.Options{Standby: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Standbys) != 1 || res.Standbys[0] != "mosquitto-standby" || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "client IDs") {
-		t.Errorf("result %+v, want standby mosquitto-standby and a warning about client IDs", res)
+// TestStandbyWarningsSayWhatThePairShares: the shared-configuration warning
+// names what is shared and appears only when something is; Recreate is said
+// for what it means to the pair; a claim left shared is one read-only.
+func TestStandbyWarningsSayWhatThePairShares(t *testing.T) {
+	claim := string(read(t, "claim.in.yaml"))
+	for _, tt := range []struct {
+		name, in string
+		want     []string // one warning containing each, in this order
+	}{
+		{"configmap-is-named", string(read(t, "mosquitto.in.yaml")),
+			[]string{"standby mosquitto-standby shares ConfigMap mosquitto with mosquitto: where they set MQTT client IDs"}},
+		{"claim-alone-shares-nothing-and-recreate-is-said", claim,
+			[]string{"mosquitto has strategy Recreate, kept, and mosquitto-standby gets it too: a rollout stops the old pod before the new one starts, which an orderly stop does not make a switchover: with a cold standby its clients wait for the new pod"}},
+		{"hot-pair-recreate", strings.Replace(claim, "  name: mosquitto\n  namespace: mqtt\n  labels:\n    app.kubernetes.io/name: mosquitto\n    app.kubernetes.io/instance", "  name: mosquitto\n  namespace: mqtt\n  annotations: {amf.io/redundancy: hot}\n  labels:\n    app.kubernetes.io/name: mosquitto\n    app.kubernetes.io/instance", 1),
+			[]string{"the hot standby mosquitto-standby serves its clients meanwhile"}},
+		{"read-only-claim-and-secret-are-shared", strings.NewReplacer("            - name: data\n              mountPath: /mosquitto/data\n",
+			"            - name: data\n              mountPath: /mosquitto/data\n              readOnly: true\n          envFrom: [{secretRef: {name: mqtt-users}}]\n").Replace(claim),
+			[]string{"standby mosquitto-standby shares Secret mqtt-users, PersistentVolumeClaim mosquitto-data (read-only) with mosquitto", "strategy Recreate"}},
+		{"claim-of-no-class", strings.Replace(claim, "storageClassName: local-path", `storageClassName: ""`, 1),
+			[]string{`claim data-mosquitto-standby of standby mosquitto-standby has storageClassName "" as mosquitto-data has: nothing provisions it`, "strategy Recreate"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, res, err := inject.Inject([]byte(tt.in), inject.Options{Standby: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Standbys) != 1 || res.Standbys[0] != "mosquitto-standby" {
+				t.Errorf("standbys %q, want mosquitto-standby", res.Standbys)
+			}
+			if len(res.Warnings) != len(tt.want) {
+				t.Fatalf("warnings %q, want %d", res.Warnings, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(res.Warnings[i], w) {
+					t.Errorf("warning %d %q, want one containing %q", i, res.Warnings[i], w)
+				}
+			}
+		})
 	}
 }
 

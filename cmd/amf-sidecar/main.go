@@ -39,6 +39,9 @@ Usage:
       features from recorded raw samples (CSV in, CSV out), to check them against PromQL
   amf-sidecar score --in features.csv [--model NAME|PATH]
       append probability and anomaly (0/1) to rows with the six feature columns
+  amf-sidecar state save|load [--file /mosquitto/data/mosquitto.db]
+      Mosquitto's state (its persistence file) out to standard output, or in from
+      standard input with the broker restarted on it (amf-sidecar state for more)
 
 --model takes the name of an embedded model (%s; the default is %s)
 or the path of a model file m.txt with its manifest m.manifest.json beside it.
@@ -109,6 +112,7 @@ func run(ctx context.Context, args []string, io stdio) int {
 		"sample": runSample,
 		"run":    runRun,
 		"score":  runScore,
+		"state":  runState,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {

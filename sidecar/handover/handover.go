@@ -40,6 +40,9 @@ const DefaultComm = "mosquitto"
 
 // Broker is the Mosquitto of one container, as the sidecar sees it.
 type Broker struct {
+	// Container is the broker's container. With no Leaf, every process of
+	// the name Comm that this process sees is the broker's: in a pod that
+	// shares its process namespace, the pod's.
 	Container pause.Container
 	// File is the broker's persistence file as this process sees it (the
 	// broker's persistence_location and persistence_file, under the data
@@ -49,6 +52,8 @@ type Broker struct {
 	// processes are signalled: SIGUSR1 ends a process that does not handle
 	// it, such as a shell that started the broker.
 	Comm string
+	// PID, when not 0, is the broker's process, and the only one signalled.
+	PID int
 }
 
 // State is one persistence file and what it holds.
@@ -72,13 +77,29 @@ func (b Broker) comm() string {
 
 // pids are the container's processes named Comm.
 func (b Broker) pids() ([]int, error) {
-	all, err := b.Container.PIDs()
-	if err != nil {
-		return nil, err
-	}
 	proc := b.Container.Proc
 	if proc == "" {
 		proc = "/proc"
+	}
+	var all []int
+	switch {
+	case b.PID != 0:
+		all = []int{b.PID}
+	case b.Container.Leaf == "":
+		entries, err := os.ReadDir(proc)
+		if err != nil {
+			return nil, fmt.Errorf("handover: list processes: %w", err)
+		}
+		for _, e := range entries {
+			if pid, err := strconv.Atoi(e.Name()); err == nil && pid != os.Getpid() {
+				all = append(all, pid)
+			}
+		}
+	default:
+		var err error
+		if all, err = b.Container.PIDs(); err != nil {
+			return nil, err
+		}
 	}
 	var pids []int
 	for _, pid := range all {
@@ -88,7 +109,13 @@ func (b Broker) pids() ([]int, error) {
 		}
 	}
 	if len(pids) == 0 {
-		return nil, fmt.Errorf("%w: no process named %q in container cgroup %s (the pod must share its process namespace)", ErrNoBroker, b.comm(), b.Container.Leaf)
+		where := "among the processes visible here"
+		if b.PID != 0 {
+			where = "at pid " + strconv.Itoa(b.PID)
+		} else if b.Container.Leaf != "" {
+			where = "in container cgroup " + b.Container.Leaf
+		}
+		return nil, fmt.Errorf("%w: no process named %q %s (the pod must share its process namespace: shareProcessNamespace: true)", ErrNoBroker, b.comm(), where)
 	}
 	return pids, nil
 }

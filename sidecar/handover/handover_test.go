@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +16,6 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/lab/brokerstate"
-	"github.com/amf-edge/amf/lab/proc"
 	"github.com/amf-edge/amf/mosquittodb"
 	"github.com/amf-edge/amf/sidecar/pause"
 )
@@ -26,14 +23,10 @@ import (
 // broker is a real Mosquitto in a real cgroup of its own, which the test can
 // restart as a kubelet restarts a container whose process died.
 type broker struct {
-	t          *testing.T
-	bin, conf  string
-	addr, file string
-	cgroup     string // cgroup.procs of the container's cgroup
-	leaf       string
-	cmd        *exec.Cmd
-	exited     chan error
-	log        bytes.Buffer
+	*brokerstate.Mosquitto
+	t      *testing.T
+	cgroup string // cgroup.procs of the container's cgroup
+	leaf   string
 }
 
 func skipUnlessReal(t *testing.T) string {
@@ -86,81 +79,39 @@ func containerCgroup(t *testing.T) (procs, leaf string) {
 
 func newBroker(t *testing.T, bin string, persistence bool) *broker {
 	t.Helper()
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	b := &broker{t: t}
+	b.cgroup, b.leaf = containerCgroup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := brokerstate.StartMosquitto(ctx, bin, t.TempDir(), persistence)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	b := &broker{t: t, bin: bin, addr: addr, conf: filepath.Join(dir, "mosquitto.conf"), file: filepath.Join(dir, "mosquitto.db")}
-	b.cgroup, b.leaf = containerCgroup(t)
-	conf := fmt.Sprintf("listener %s 127.0.0.1\nallow_anonymous true\nlog_dest stderr\nlog_type error\nlog_type warning\n%spersistence %v\npersistence_location %s/\nautosave_interval 0\n",
-		port, proc.MosquittoStaysUser(), persistence, dir)
-	if err := os.WriteFile(b.conf, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	b.start()
-	t.Cleanup(b.kill) // before the cgroup's removal, which runs later
+	b.Mosquitto = m
+	t.Cleanup(m.Kill) // before the cgroup's removal, which runs later
+	b.join()
 	return b
 }
 
-func (b *broker) start() {
+// join moves the broker's process into its container cgroup.
+func (b *broker) join() {
 	b.t.Helper()
-	b.cmd = exec.Command(b.bin, "-c", b.conf)
-	b.cmd.Stdout, b.cmd.Stderr = &b.log, &b.log
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := b.cmd.Start(); err != nil {
+	if err := os.WriteFile(b.cgroup, []byte(strconv.Itoa(b.PID())), 0o644); err != nil {
 		b.t.Fatal(err)
-	}
-	b.exited = make(chan error, 1)
-	go func(c *exec.Cmd, ch chan error) { ch <- c.Wait() }(b.cmd, b.exited)
-	if err := os.WriteFile(b.cgroup, []byte(strconv.Itoa(b.cmd.Process.Pid)), 0o644); err != nil {
-		b.t.Fatal(err)
-	}
-	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
-		if c, err := net.Dial("tcp", b.addr); err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case err := <-b.exited:
-			b.t.Fatalf("mosquitto exited before listening: %v\n%s", err, b.log.String())
-		case <-time.After(delay):
-		}
 	}
 }
 
-// waitExit waits for the broker's process to end.
-func (b *broker) waitExit() error {
+// restart starts the broker again, as its kubelet does.
+func (b *broker) restart(ctx context.Context) {
 	b.t.Helper()
-	select {
-	case err := <-b.exited:
-		b.exited <- err
-		return err
-	case <-time.After(30 * time.Second):
-		b.t.Fatal("the broker did not end within 30 s")
-		return nil
+	if err := b.Start(ctx); err != nil {
+		b.t.Fatal(err)
 	}
-}
-
-func (b *broker) kill() {
-	if b.cmd == nil || b.cmd.Process == nil {
-		return
-	}
-	select {
-	case err := <-b.exited:
-		b.exited <- err
-	default:
-		_ = b.cmd.Process.Signal(syscall.SIGCONT)
-		_ = b.cmd.Process.Kill()
-		b.exited <- <-b.exited
-	}
+	b.join()
 }
 
 func (b *broker) handover() Broker {
-	return Broker{Container: pause.Container{Leaf: b.leaf}, File: b.file}
+	return Broker{Container: pause.Container{Leaf: b.leaf}, File: b.File}
 }
 
 func mosquittoSub(t *testing.T) string {
@@ -189,7 +140,7 @@ func TestFinalStateRestartsAnotherBrokerWithEverythingItHeld(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	primary, standby := newBroker(t, bin, true), newBroker(t, bin, true)
-	if err := brokerstate.Seed(ctx, primary.addr, plan); err != nil {
+	if err := brokerstate.Seed(ctx, primary.Addr, plan); err != nil {
 		t.Fatal(err)
 	}
 
@@ -210,14 +161,16 @@ func TestFinalStateRestartsAnotherBrokerWithEverythingItHeld(t *testing.T) {
 	}
 	want(snap.Summary, false)
 
-	final, err := primary.handover().Final(ctx, func() { _ = primary.cmd.Process.Signal(syscall.SIGTERM) })
+	final, err := primary.handover().Final(ctx, func() { _ = primary.Signal(syscall.SIGTERM) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	primary.waitExit()
+	if err := primary.WaitExit(ctx); err != nil {
+		t.Fatalf("the primary's broker did not end cleanly on SIGTERM: %v", err)
+	}
 	want(final.Summary, true)
 
-	before, err := brokerstate.Check(ctx, standby.addr, plan)
+	before, err := brokerstate.Check(ctx, standby.Addr, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,12 +183,12 @@ func TestFinalStateRestartsAnotherBrokerWithEverythingItHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(sum, true)
-	if err := standby.waitExit(); err == nil {
+	if err := standby.WaitExit(ctx); err == nil {
 		t.Fatal("the standby's broker ended cleanly; Install must kill it (a stopping Mosquitto saves over the file)")
 	}
-	standby.start() // as its kubelet does
+	standby.restart(ctx)
 
-	after, err := brokerstate.Check(ctx, standby.addr, plan)
+	after, err := brokerstate.Check(ctx, standby.Addr, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +204,7 @@ func TestInstallRefusesAForeignOrTornFileAndChangesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b := newBroker(t, bin, true)
-	if err := brokerstate.Seed(ctx, b.addr, brokerstate.Plan{Retained: 3}); err != nil {
+	if err := brokerstate.Seed(ctx, b.Addr, brokerstate.Plan{Retained: 3}); err != nil {
 		t.Fatal(err)
 	}
 	own, err := b.handover().Snapshot(ctx)
@@ -268,15 +221,15 @@ func TestInstallRefusesAForeignOrTornFileAndChangesNothing(t *testing.T) {
 			if !errors.Is(err, mosquittodb.ErrFormat) {
 				t.Fatalf("Install = %v, want a refusal wrapping mosquittodb.ErrFormat", err)
 			}
-			if got, _ := os.ReadFile(b.file); !bytes.Equal(got, own.Data) {
+			if got, _ := os.ReadFile(b.File); !bytes.Equal(got, own.Data) {
 				t.Error("the broker's file changed")
 			}
 			select {
-			case err := <-b.exited:
-				t.Fatalf("the broker ended: %v", err)
+			case <-b.Exited():
+				t.Fatalf("the broker ended: %v", b.Err())
 			default:
 			}
-			if res, err := brokerstate.Check(ctx, b.addr, brokerstate.Plan{Retained: 3}); err != nil || res.RetainedFound != 3 {
+			if res, err := brokerstate.Check(ctx, b.Addr, brokerstate.Plan{Retained: 3}); err != nil || res.RetainedFound != 3 {
 				t.Errorf("the broker no longer serves its state: %v, %v", res, err)
 			}
 		})
@@ -295,8 +248,8 @@ func TestSnapshotOfABrokerWithoutPersistenceSaysSo(t *testing.T) {
 		t.Fatalf("Snapshot = %v, want the deadline and a hint about persistence", err)
 	}
 	select {
-	case err := <-b.exited:
-		t.Fatalf("SIGUSR1 ended the broker: %v", err)
+	case <-b.Exited():
+		t.Fatalf("SIGUSR1 ended the broker: %v", b.Err())
 	default:
 	}
 }
@@ -325,8 +278,8 @@ func TestOnlyTheBrokerIsSignalled(t *testing.T) {
 		t.Fatalf("the container's processes = %v, %v; want the broker and sleep", all, err)
 	}
 	pids, err := b.handover().pids()
-	if err != nil || !slices.Equal(pids, []int{b.cmd.Process.Pid}) {
-		t.Fatalf("signalled %v (%v), want only the broker %d", pids, err, b.cmd.Process.Pid)
+	if err != nil || !slices.Equal(pids, []int{b.PID()}) {
+		t.Fatalf("signalled %v (%v), want only the broker %d", pids, err, b.PID())
 	}
 	if _, err := b.handover().Snapshot(ctx); err != nil {
 		t.Fatal(err)

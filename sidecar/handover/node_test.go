@@ -1,0 +1,233 @@
+package handover_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/inject"
+	"github.com/amf-edge/amf/lab/brokerstate"
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
+	"github.com/amf-edge/amf/mosquittodb"
+)
+
+const (
+	nodeNS   = "mqtt"
+	dataDir  = "/mosquitto/data"
+	stateArg = "--file=" + dataDir + "/mosquitto.db"
+)
+
+// brokerPair is a hot pair as inject --standby writes it (shared process
+// namespace, the sidecar as the broker's user), running the lab's image of
+// Debian's Mosquitto with persistence on an emptyDir, and the sidecar given
+// the broker's data volume, which inject does not mount for it yet.
+func brokerPair(t *testing.T) []*appsv1.Deployment {
+	t.Helper()
+	in := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: "broker", Namespace: nodeNS, Annotations: map[string]string{contract.AnnRedundancy: string(contract.Hot)}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/instance": "broker"}},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/instance": "broker"}},
+				Spec: corev1.PodSpec{
+					SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](images.MosquittoUser), RunAsGroup: ptr.To[int64](images.MosquittoUser)},
+					Containers: []corev1.Container{{
+						Name: "mosquitto", Image: images.MosquittoRef, ImagePullPolicy: corev1.PullNever,
+						Ports: []corev1.ContainerPort{{Name: "mqtt", ContainerPort: 1883}},
+						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+							corev1.ResourceMemory: resource.MustParse("100Mi"), corev1.ResourceCPU: resource.MustParse("500m")}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/mosquitto/config"}, {Name: "data", MountPath: dataDir}},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "broker"}}}},
+						{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					},
+				},
+			},
+		},
+	}
+	raw, err := yaml.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := inject.Inject(raw, inject.Options{Standby: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deps []*appsv1.Deployment
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatal(err)
+		}
+		spec := &d.Spec.Template.Spec
+		if !ptr.Deref(spec.ShareProcessNamespace, false) {
+			t.Fatalf("inject did not share %s's process namespace", d.Name)
+		}
+		for i := range spec.InitContainers {
+			if spec.InitContainers[i].Name == inject.SidecarName {
+				spec.InitContainers[i].VolumeMounts = append(spec.InitContainers[i].VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: dataDir})
+				spec.InitContainers[i].ImagePullPolicy = corev1.PullNever
+			}
+		}
+		deps = append(deps, &d)
+	}
+	if len(deps) != 2 {
+		t.Fatalf("inject --standby wrote %d Deployments, want 2", len(deps))
+	}
+	return deps
+}
+
+// TestTheKubeletRestartsTheStandbyOnTheStateItWasHanded: the handover's
+// levers on a real kubelet and containerd, in the sidecar containers as
+// inject writes them (non-root, read-only root, no capability): the
+// primary's state saved by its sidecar, loaded by the standby's, whose
+// broker the kubelet restarts on it; real clients then find every retained
+// message, their sessions and what was queued for them. The standby held
+// none of it before, so the check can fail.
+func TestTheKubeletRestartsTheStandbyOnTheStateItWasHanded(t *testing.T) {
+	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
+	sub, err := brokerstate.MosquittoSub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := cp.Client()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	conf := "listener 1883\nallow_anonymous true\npersistence true\npersistence_location " + dataDir + "/\nlog_dest stdout\n"
+	if _, err := c.CoreV1().ConfigMaps(nodeNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "broker"}, Data: map[string]string{"mosquitto.conf": conf}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range brokerPair(t) {
+		if _, err := c.AppsV1().Deployments(nodeNS).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	primary := runningPod(ctx, t, c, "broker")
+	standby := runningPod(ctx, t, c, "broker-standby")
+	addr := func(p *corev1.Pod) string { return net.JoinHostPort(p.Status.PodIP, "1883") }
+	for _, p := range []*corev1.Pod{primary, standby} {
+		if err := waitListening(ctx, addr(p)); err != nil {
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+	}
+
+	plan := brokerstate.Plan{Retained: 100, Sessions: 2, V5Sessions: 1, Queued: 5, MosquittoSub: sub}
+	if err := brokerstate.Seed(ctx, addr(primary), plan); err != nil {
+		t.Fatal(err)
+	}
+	before, err := brokerstate.Check(ctx, addr(standby), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.RetainedFound != 0 || len(before.SessionsLost) != len(plan.SessionIDs()) {
+		t.Fatalf("the standby held state before the handover: %v", before)
+	}
+
+	state, err := sidecarExec(ctx, cp, primary.Name, nil, "/"+inject.SidecarName, "state", "save", stateArg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := mosquittodb.Read(state)
+	if err != nil {
+		t.Fatalf("the primary's sidecar saved no whole state: %v", err)
+	}
+	t.Logf("the primary's state: %d bytes, %d retained, sessions %v, %d queued", sum.Bytes, sum.Retained, sum.Sessions, sum.Queued)
+
+	evs, stop := n.Subscribe(ctx)
+	defer stop()
+	t0 := time.Now()
+	if _, err := sidecarExec(ctx, cp, standby.Name, state, "/"+inject.SidecarName, "state", "load", stateArg); err != nil {
+		t.Fatal(err)
+	}
+	loaded := time.Since(t0)
+	for restarted := false; !restarted; {
+		select {
+		case ev := <-evs:
+			restarted = ev.Pod == standby.Name && ev.Container == "mosquitto" && ev.Type == kubenode.EventRestarted
+		case <-ctx.Done():
+			t.Fatalf("the kubelet did not restart the standby's broker: %v", ctx.Err())
+		}
+	}
+	restartedAfter := time.Since(t0)
+	if err := waitListening(ctx, addr(standby)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("load took %v; the kubelet's restart seen %v after the load began, the broker listening %v after",
+		loaded.Round(time.Millisecond), restartedAfter.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+
+	after, err := brokerstate.Check(ctx, addr(standby), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Lossless() || after.Duplicates != 0 || after.RetainedFound != plan.Retained || after.QueuedFound != 3*plan.Queued {
+		t.Errorf("the standby after the handover: %v; want all %d retained, %d queued, no session lost, no duplicate", after, plan.Retained, 3*plan.Queued)
+	}
+}
+
+// runningPod waits for the pod of Deployment d whose broker container runs
+// (the pods are not Ready: no agent sets amf.io/healthy here).
+func runningPod(ctx context.Context, t *testing.T, c kubernetes.Interface, d string) *corev1.Pod {
+	t.Helper()
+	for {
+		pods, err := c.CoreV1().Pods(nodeNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + d})
+		if err == nil {
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				for _, s := range p.Status.ContainerStatuses {
+					if s.Name == "mosquitto" && s.State.Running != nil && p.Status.PodIP != "" {
+						return p
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no running broker for %s: %v (%v)", d, ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond): // a poll of the API server, not a synchronisation
+		}
+	}
+}
+
+func waitListening(ctx context.Context, addr string) error {
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not listening: %w (%v)", addr, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// sidecarExec runs argv in pod's sidecar container (kubectl exec -i), stdin
+// given, and returns its standard output.
+func sidecarExec(ctx context.Context, cp *controlplane.ControlPlane, pod string, stdin []byte, argv ...string) ([]byte, error) {
+	return cp.Kubectl(ctx, bytes.NewReader(stdin), append([]string{"exec", "-i", "-n", nodeNS, pod, "-c", inject.SidecarName, "--"}, argv...)...)
+}

@@ -60,6 +60,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -161,6 +162,13 @@ type Options struct {
 	// Spread is the anti-affinity written on a pair with Standby: default
 	// SpreadPreferred.
 	Spread Spread
+	// StateDir, when set, is the folder of the broker's persistence file
+	// (Mosquitto's persistence_location; its image's is /mosquitto/data):
+	// the broker's volume there is mounted into the sidecar at the same
+	// path, and the sidecar runs as the broker's user in the pod's process
+	// namespace, so that it can save and load the broker's state
+	// (amf-sidecar state save|load). Sidecar mode only.
+	StateDir string
 	// Container names the broker container, which the sidecar watches.
 	// Default: the one already named by an injected sidecar, else the pod's
 	// only container, else the one exposing a port named MQTTPortName. A
@@ -219,6 +227,9 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 		}
 	default:
 		return nil, Result{}, fmt.Errorf("mode %q: want %s or %s", opts.Mode, contract.ModeSidecar, contract.ModeNode)
+	}
+	if opts.StateDir != "" && opts.Mode == contract.ModeNode {
+		return nil, Result{}, errors.New("a state folder is for the sidecar, which saves and loads the broker's state: node mode has none")
 	}
 	switch opts.Spread {
 	case "":
@@ -288,6 +299,16 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			}
 		}
 		hot := hotStandby[key(dep.Namespace, dep.Name)] || !isStandby && contract.Redundancy(dep.Annotations[contract.AnnRedundancy]) == contract.Hot
+		if opts.StateDir != "" && opts.Mode == contract.ModeSidecar {
+			// Before the standby is derived, which copies the pod template.
+			w, err := stateLever(dep.Name, &dep.Spec.Template.Spec, broker, opts.StateDir)
+			if err != nil {
+				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+			}
+			if w != "" {
+				res.Warnings = append(res.Warnings, w)
+			}
+		}
 		if hot && opts.Mode == contract.ModeSidecar {
 			// Before the standby is derived, which copies the pod template:
 			// after a role exchange the standby is the primary.
@@ -774,13 +795,24 @@ func sidecarContainer(image, probe, model, broker string, logs bool) corev1.Cont
 }
 
 // fenceLever lets a hot pair's sidecar pause its broker when the node
-// agent fences (DESIGN.md, "Losing a whole node"; sidecar/pause): the pod's
-// process namespace shared, so the sidecar sees the broker's processes, and
-// the sidecar running as the broker's user, who may signal its own
-// processes without any capability. A broker whose user is not in the pod
-// template (the image's) or is root gets neither, with a warning: the
-// sidecar never runs as root, and the fence is then only reported.
+// agent fences (DESIGN.md, "Losing a whole node"; sidecar/pause), by
+// brokerUser. A broker whose user is not in the pod template (the image's) or
+// is root gets a warning instead: the sidecar never runs as root, and the
+// fence is then only reported.
 func fenceLever(deployment string, spec *corev1.PodSpec, broker corev1.Container) (warning string) {
+	if who := brokerUser(spec, broker); who != "" {
+		return fmt.Sprintf("%s is hot, but its broker's user is %s: set a non-root runAsUser on the %s container (or the pod) so that its sidecar can pause it when the node agent fences; until then a fence is only reported",
+			deployment, who, broker.Name)
+	}
+	return ""
+}
+
+// brokerUser gives the sidecar what it needs to signal the broker: the
+// pod's process namespace shared, so the sidecar sees the broker's
+// processes, and the sidecar running as the broker's user, who may signal
+// its own processes without any capability. It returns "" once done, or
+// why it cannot be ("root", "not in the pod template").
+func brokerUser(spec *corev1.PodSpec, broker corev1.Container) (cannot string) {
 	var uid, gid *int64
 	if sc := spec.SecurityContext; sc != nil {
 		uid, gid = sc.RunAsUser, sc.RunAsGroup
@@ -789,8 +821,7 @@ func fenceLever(deployment string, spec *corev1.PodSpec, broker corev1.Container
 		uid, gid = cmp.Or(sc.RunAsUser, uid), cmp.Or(sc.RunAsGroup, gid)
 	}
 	if uid == nil || *uid == 0 {
-		return fmt.Sprintf("%s is hot, but its broker's user is %s: set a non-root runAsUser on the %s container (or the pod) so that its sidecar can pause it when the node agent fences; until then a fence is only reported",
-			deployment, map[bool]string{true: "root", false: "not in the pod template"}[uid != nil], broker.Name)
+		return map[bool]string{true: "root", false: "not in the pod template"}[uid != nil]
 	}
 	spec.ShareProcessNamespace = ptr.To(true)
 	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
@@ -800,6 +831,35 @@ func fenceLever(deployment string, spec *corev1.PodSpec, broker corev1.Container
 		sc.RunAsGroup = ptr.To(*gid)
 	}
 	return ""
+}
+
+// stateLever lets the sidecar save and load the broker's state
+// (sidecar/handover; amf-sidecar state save|load): the broker's volume that
+// holds dir mounted into the sidecar at the same path, writable, and
+// brokerUser. A broker without a volume there is refused: its state would
+// not outlive its container, so there is nothing to hand over.
+func stateLever(deployment string, spec *corev1.PodSpec, broker corev1.Container, dir string) (warning string, err error) {
+	dir = path.Clean(dir)
+	i := slices.IndexFunc(broker.VolumeMounts, func(m corev1.VolumeMount) bool {
+		mp := path.Clean(m.MountPath)
+		return mp == dir || strings.HasPrefix(dir, mp+"/")
+	})
+	if i < 0 {
+		return "", fmt.Errorf("the broker container %s mounts no volume at %s (--state-dir): its persistence file there would not outlive the container; mount one there (an emptyDir keeps it across container restarts, a claim across pod restarts), or give the folder of its persistence_location", broker.Name, dir)
+	}
+	m := broker.VolumeMounts[i]
+	mount := corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, SubPath: m.SubPath, SubPathExpr: m.SubPathExpr}
+	j := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	sc := &spec.InitContainers[j]
+	if k := slices.IndexFunc(sc.VolumeMounts, func(v corev1.VolumeMount) bool { return path.Clean(v.MountPath) == path.Clean(m.MountPath) }); k >= 0 {
+		return "", fmt.Errorf("the %s container already mounts %s at %s", SidecarName, sc.VolumeMounts[k].Name, m.MountPath)
+	}
+	sc.VolumeMounts = append(sc.VolumeMounts, mount)
+	if who := brokerUser(spec, broker); who != "" {
+		return fmt.Sprintf("%s: its broker's user is %s: set a non-root runAsUser on the %s container (or the pod), the user its persistence file belongs to, so that its sidecar can save and load the broker's state; until then amf-sidecar state save|load cannot",
+			deployment, who, broker.Name), nil
+	}
+	return "", nil
 }
 
 // logsVolume is the host's KubeletLogDir: the kubelet creates it at start,

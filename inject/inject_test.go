@@ -54,6 +54,7 @@ var goldenCases = []struct {
 	{name: "spread-required-keeps-the-pair-on-two-nodes-or-the-standby-pending", in: "mosquitto", opts: inject.Options{Standby: true, Spread: inject.SpreadRequired}},
 	{name: "users-affinity-is-kept-and-the-spread-merged-into-it", in: "affinity", opts: inject.Options{Standby: true}},
 	{name: "standby-gets-a-claim-of-its-own-like-the-primarys", in: "claim", opts: inject.Options{Standby: true}},
+	{name: "state-dir-gives-both-sidecars-the-brokers-data-and-user", in: "claim", opts: inject.Options{Standby: true, StateDir: "/mosquitto/data"}},
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -179,6 +180,10 @@ func TestInjectRefuses(t *testing.T) {
 			strings.Replace(strings.Replace(header, "  name: b\n", "  name: b-standby\n  annotations: {amf.io/role: standby, amf.io/primary: b}\n", 1), "{app: b}", "{app: b, amf.io/standby-of: b}", 2) +
 			"      containers: [{name: m, image: eclipse-mosquitto:2, volumeMounts: [{name: data, mountPath: /mosquitto/data}]}]\n      volumes: [{name: data, persistentVolumeClaim: {claimName: b-data}}]\n",
 			inject.Options{}, `b and b-standby, a pair, both mount PersistentVolumeClaim "b-data" writable`},
+		{"state-dir-without-a-volume-there", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{StateDir: "/mosquitto/data"}, "the broker container m mounts no volume at /mosquitto/data (--state-dir)"},
+		{"state-dir-in-node-mode", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{StateDir: "/mosquitto/data", Mode: contract.ModeNode}, "node mode has none"},
 		{"statefulset-alone", "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: emqx\n",
 			inject.Options{Standby: true}, "document 1 (StatefulSet emqx): a StatefulSet is not injected: AMF pairs a primary Deployment with a standby Deployment"},
 		{"statefulset-in-a-stream-with-a-deployment", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: emqx\n",

@@ -11,7 +11,7 @@ import (
 	"github.com/amf-edge/amf/inject"
 )
 
-const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--mode sidecar|node] [--standby [--spread preferred|required]] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
+const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--mode sidecar|node] [--standby [--spread preferred|required]] [--state-dir DIR] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
 
 Writes the Deployments of FILE (default: standard input; multi-document YAML)
 to standard output with the AMF sidecar injected: native sidecar, projected
@@ -55,6 +55,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	spread := fs.String("spread", string(inject.SpreadPreferred), "with --standby, how the pair is kept off one node: preferred (on two nodes when there are) or required (never on one; the second stays Pending without another node)")
 	fs.StringVar(&opts.SidecarImage, "sidecar-image", inject.DefaultSidecarImage, "sidecar `image`")
 	fs.StringVar(&opts.ProbeMQTT, "probe-mqtt", "", "sidecar's app-logic probe `URL` (default tcp://127.0.0.1:<the broker's port named mqtt, else 1883>)")
+	fs.StringVar(&opts.StateDir, "state-dir", "", "the `folder` of the broker's persistence file (Mosquitto's persistence_location; the eclipse-mosquitto image's is /mosquitto/data): its volume there is mounted into the sidecar, which runs as the broker's user in the pod's process namespace, so that amf-sidecar state save|load can move the broker's state")
 	fs.StringVar(&opts.Container, "container", "", "the broker `container` the sidecar watches (default: the one an injected sidecar already watches, else the pod's only container, else the one exposing a port named "+inject.MQTTPortName+")")
 	fs.StringVar(&opts.Model, "model", "", "sidecar's `model`: the name of a model embedded in the sidecar image (amf-sidecar --help lists them), or a path inside the sidecar container that you mount there (model file, manifest beside it); default: the image's default model")
 	if err := fs.Parse(args); err != nil {

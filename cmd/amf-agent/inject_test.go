@@ -67,6 +67,8 @@ func TestInjectCommand(t *testing.T) {
 			wantErr: `mode "daemon": want sidecar or node`},
 		{name: "no-deployment-is-an-error", stdin: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
 			wantErr: "no apps/v1 Deployment in the input"},
+		{name: "state-dir-without-a-volume-there-is-refused", args: []string{"--state-dir", "/mosquitto/data"}, stdin: plainDeployment,
+			wantErr: "mounts no volume at /mosquitto/data (--state-dir)"},
 		{name: "a-statefulset-alone-is-refused-for-what-it-is", stdin: "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: emqx}\n",
 			wantErr: "inject: document 1 (StatefulSet emqx): a StatefulSet is not injected"},
 		{name: "refusal-names-the-document", stdin: "apiVersion: apps/v1\nkind: DeploymentList\nitems: []\n",

@@ -33,10 +33,10 @@ const (
 	stateArg = "--file=" + dataDir + "/mosquitto.db"
 )
 
-// brokerPair is a hot pair as inject --standby writes it (shared process
-// namespace, the sidecar as the broker's user), running the lab's image of
-// Debian's Mosquitto with persistence on an emptyDir, and the sidecar given
-// the broker's data volume, which inject does not mount for it yet.
+// brokerPair is a hot pair as inject --standby --state-dir writes it (the
+// broker's data volume in the sidecar, the sidecar as the broker's user in
+// the pod's process namespace), running the lab's image of Debian's
+// Mosquitto with persistence on an emptyDir.
 func brokerPair(t *testing.T) []*appsv1.Deployment {
 	t.Helper()
 	in := &appsv1.Deployment{
@@ -69,7 +69,7 @@ func brokerPair(t *testing.T) []*appsv1.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := inject.Inject(raw, inject.Options{Standby: true})
+	out, _, err := inject.Inject(raw, inject.Options{Standby: true, StateDir: dataDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,6 @@ func brokerPair(t *testing.T) []*appsv1.Deployment {
 		}
 		for i := range spec.InitContainers {
 			if spec.InitContainers[i].Name == inject.SidecarName {
-				spec.InitContainers[i].VolumeMounts = append(spec.InitContainers[i].VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: dataDir})
 				spec.InitContainers[i].ImagePullPolicy = corev1.PullNever
 			}
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/inject"
+	"github.com/amf-edge/amf/internal/exitcode"
 )
 
 const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--mode sidecar|node] [--standby [--spread preferred|required]] [--state-dir DIR] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
@@ -59,10 +59,10 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&opts.Container, "container", "", "the broker `container` the sidecar watches (default: the one an injected sidecar already watches, else the pod's only container, else the one exposing a port named "+inject.MQTTPortName+")")
 	fs.StringVar(&opts.Model, "model", "", "sidecar's `model`: the name of a model embedded in the sidecar image (amf-sidecar --help lists them), or a path inside the sidecar container that you mount there (model file, manifest beside it); default: the image's default model")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseErr(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("inject: unexpected arguments %q (use -f FILE)", fs.Args())
+		return exitcode.Usagef("inject: unexpected arguments %q (use -f FILE)", fs.Args())
 	}
 	opts.Mode = contract.Mode(*mode)
 	opts.Spread = inject.Spread(*spread)
@@ -76,14 +76,14 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		in, err = os.ReadFile(*file)
 	}
 	if err != nil {
-		return fmt.Errorf("inject: %w", err)
+		return exitcode.Usagef("inject: %w", err)
 	}
 	out, res, err := inject.Inject(in, opts)
 	if err != nil {
-		return fmt.Errorf("inject: %w", err)
+		return exitcode.Usagef("inject: %w", err)
 	}
 	if len(res.Injected) == 0 {
-		return errors.New("inject: no apps/v1 Deployment in the input")
+		return exitcode.Usagef("inject: no apps/v1 Deployment in the input")
 	}
 	if _, err := stdout.Write(out); err != nil {
 		return fmt.Errorf("inject: %w", err)

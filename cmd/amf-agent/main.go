@@ -37,24 +37,38 @@ import (
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/nodewatch"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 func main() {
+	os.Exit(mainCode(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// parseErr is a FlagSet's Parse error as run returns it: flag.ErrHelp as it
+// is (the usage was printed, exit 0), any other a usage error.
+func parseErr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return exitcode.UsageErr(err)
+}
+
+// mainCode runs the agent or inject and returns the exit status, as package
+// exitcode says: 0 done (-h included), 2 a wrong command line or input, 1 a
+// failure while running.
+func mainCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "inject" {
-		err = runInject(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	if len(args) > 0 && args[0] == "inject" {
+		err = runInject(args[1:], stdin, stdout, stderr)
 	} else {
-		err = run(os.Args[1:], os.Stderr)
+		err = run(args, stderr)
 	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "amf-agent:", err)
-		os.Exit(1)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(stderr, "amf-agent:", err)
 	}
+	return exitcode.Of(err)
 }
 
 func run(args []string, stderr io.Writer) error {
@@ -83,17 +97,17 @@ func run(args []string, stderr io.Writer) error {
 		live         = addLivenessFlags(fs)
 	)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseErr(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return exitcode.Usagef("unexpected arguments %q", fs.Args())
 	}
 	if err := live.check(*actuation, *nodeName); err != nil {
-		return err
+		return exitcode.UsageErr(err)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return exitcode.Usagef("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// client-go logs through klog (throttling, retries); keep those lines JSON too.
@@ -108,17 +122,17 @@ func run(args []string, stderr io.Writer) error {
 	)
 	switch {
 	case *nodeMode && *tokenFile != "":
-		return errors.New("--node-mode needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file")
+		return exitcode.UsageErr(errors.New("--node-mode needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file"))
 	case *nodeMode && *nodeName == "":
-		return errors.New("--node-mode needs --node-name (the DaemonSet passes spec.nodeName): the agent watches only its own node's pods")
+		return exitcode.UsageErr(errors.New("--node-mode needs --node-name (the DaemonSet passes spec.nodeName): the agent watches only its own node's pods"))
 	case !*nodeMode && (*hostCgroup != "" || *kubeletRoot != ""):
-		return errors.New("--host-cgroup-root and --kubelet-cgroup-root are for --node-mode")
+		return exitcode.UsageErr(errors.New("--host-cgroup-root and --kubelet-cgroup-root are for --node-mode"))
 	case *resume && !*actuation:
-		return errors.New("--resume-on-start needs --actuate")
+		return exitcode.UsageErr(errors.New("--resume-on-start needs --actuate"))
 	case *actuation && *tokenFile != "":
-		return errors.New("--actuate needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file")
+		return exitcode.UsageErr(errors.New("--actuate needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file"))
 	case *tokenFile != "" && (*kubeconfig != "" || *nodeName != ""):
-		return errors.New("--token-file excludes --kubeconfig and --node-name (TokenReview options)")
+		return exitcode.UsageErr(errors.New("--token-file excludes --kubeconfig and --node-name (TokenReview options)"))
 	case *tokenFile != "":
 		tokens, err := agent.LoadStaticTokens(*tokenFile)
 		if err != nil {

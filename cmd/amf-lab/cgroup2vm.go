@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/cgroup2vm"
 )
 
@@ -36,10 +37,7 @@ func runCgroup2VM(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&cfg.Repo, "repo", ".", "the repository root")
 	pkgs := fs.String("packages", strings.Join(cgroup2vm.DefaultPackages, ","), "package directories whose tests run in the guest")
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+		return exitcode.ForParse(err)
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/bench"
 	"github.com/amf-edge/amf/lab/corpus"
 	"github.com/amf-edge/amf/lab/experiment"
@@ -33,7 +34,7 @@ func runCorpus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	scale := fs.Float64("scale", 1, "multiply every phase's and burst's duration by this (not the lead-in; ramp rates are kept, so a shortened ramp may stop short)")
 	appendRuns := fs.Bool("append", false, "add the runs to the corpus already in --out (refuses run IDs it has, another header, seed or --lead-in)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.ForParse(err)
 	}
 	var only []string
 	if *families != "" {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/bench"
 	"github.com/amf-edge/amf/lab/experiment"
 	"github.com/amf-edge/amf/lab/testbed"
@@ -35,7 +36,7 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	out := fs.String("out", "", "results folder (default results/<UTC time>; results/latest points to the newest)")
 	verbose := fs.Bool("v", false, "log the node and control plane to standard error")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.ForParse(err)
 	}
 	if fs.NArg() > 0 || *runs < 1 || *reactiveRuns < 0 || *scale <= 0 || *scale > 1 {
 		fmt.Fprintln(stderr, "amf-lab experiment: --runs ≥ 1, --reactive-runs ≥ 0 and 0 < --scale ≤ 1, no arguments")

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/nodeloss"
 	"github.com/amf-edge/amf/liveness"
 )
@@ -28,7 +29,7 @@ func runLiveness(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fence := fs.Duration("fence", liveness.DefaultTiming.Fence, "fence after this long cut off")
 	lost := fs.Duration("lost", liveness.DefaultTiming.Lost, "a guarded node is lost after this long silent")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.ForParse(err)
 	}
 	if *node == "" || *listen == "" {
 		fmt.Fprintln(stderr, "amf-lab liveness: --node and --listen are required")

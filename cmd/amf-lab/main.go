@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/bench"
 	"github.com/amf-edge/amf/lab/broker"
 	"github.com/amf-edge/amf/lab/kubenode"
@@ -97,11 +99,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case len(args) >= 1 && args[0] == "corpus":
 		return runCorpus(ctx, args[1:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "stress":
-		if err := runStress(ctx, args[1:], stdout, stderr); err != nil {
+		err := runStress(ctx, args[1:], stdout, stderr)
+		if err != nil && !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "amf-lab stress: %v\n", err)
-			return 1
 		}
-		return 0
+		return exitcode.Of(err)
 	case len(args) >= 1 && args[0] == "cgroup2vm":
 		return runCgroup2VM(ctx, args[1:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "liveness":
@@ -147,7 +149,7 @@ func benchSignal(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	loadFor := fs.Duration("load-for", bench.DefaultLoads[0].Duration, "--node: length of each load in case (c)")
 	verbose := fs.Bool("v", false, "--node: log the node and the control plane to standard error")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.ForParse(err)
 	}
 	var modeList []string
 	for _, m := range strings.Split(*modes, ",") {
@@ -236,7 +238,7 @@ func benchAgent(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	mode := fs.String("mode", "sidecar", "sidecar: simulated sidecars signal the agent; node: the agent runs a pipeline per pod itself (--node-mode), against a real API server and real cgroups with a real process each (root, make k8s)")
 	pods := fs.Int("pods", 110, "--mode node: pods on the node")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.ForParse(err)
 	}
 	bins, dir, done, err := prepare(keep, stderr)
 	if err != nil {
@@ -282,7 +284,7 @@ func benchFlood(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	agentBin := fs.String("agent", "", "the amf-agent binary to measure (default: the one beside amf-lab)")
 	keep := fs.Bool("keep", false, "keep the run's logs")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.ForParse(err)
 	}
 	bins, dir, done, err := prepare(keep, stderr)
 	if err != nil {
@@ -311,7 +313,7 @@ func runBroker(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("listen", "127.0.0.1:1883", "MQTT listen address")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.ForParse(err)
 	}
 	if err := broker.Run(ctx, *addr, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
 		fmt.Fprintf(stderr, "amf-lab broker: %v\n", err)

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/nodeloss"
 	"github.com/amf-edge/amf/lab/testbed"
@@ -30,7 +31,7 @@ func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer)
 	keep := fs.Bool("keep", false, "keep the run's files")
 	verbose := fs.Bool("v", false, "log the nodes and the control plane to standard error")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitcode.ForParse(err)
 	}
 	if err := kubenode.Check(); err != nil {
 		fmt.Fprintf(stderr, "amf-lab bench node-loss: cannot run lab nodes here: %v\n", err)

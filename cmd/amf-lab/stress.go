@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/stress"
 )
 
@@ -69,20 +70,23 @@ func runStress(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	verbose := fs.Bool("verbose", false, "print every change of the memory held to stderr")
 	memfile := fs.Bool("memory-file", false, "hold the memory in a memory file (shmem: charged to the cgroup, outside this process's RSS), and lower this process's oom_score_adj as far as allowed, so that on cgroup v1 the kernel's OOM killer ends the container's main process, not the injector (as cgroup v2's memory.oom.group ends the whole container)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return exitcode.UsageErr(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (the profile goes in --profile)", fs.Arg(0))
+		return exitcode.Usagef("unexpected argument %q (the profile goes in --profile)", fs.Arg(0))
 	}
 	if *spec == "" {
-		return errors.New("--profile is required, e.g. --profile '60s;120s:mem=60Mi,cpu=0.4;60s:mem=150Mi'")
+		return exitcode.Usagef("--profile is required, e.g. --profile '60s;120s:mem=60Mi,cpu=0.4;60s:mem=150Mi'")
 	}
 	p, err := stress.ParseProfile(*spec)
 	if err != nil {
-		return fmt.Errorf("--profile: %w", err)
+		return exitcode.Usagef("--profile: %w", err)
 	}
 	if p, err = p.Scale(*scale); err != nil {
-		return fmt.Errorf("--scale: %w", err)
+		return exitcode.Usagef("--scale: %w", err)
 	}
 
 	enc := json.NewEncoder(stdout)

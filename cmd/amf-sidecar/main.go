@@ -19,13 +19,14 @@ import (
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/internal/exitcode"
 )
 
-// Exit codes: 2 for bad input or usage, as the replay and score contracts say.
+// Exit statuses: package exitcode's convention, shared by the three binaries.
 const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitOK    = exitcode.OK
+	exitFail  = exitcode.Failure
+	exitUsage = exitcode.Usage
 )
 
 const usage = `amf-sidecar — per-pod availability sidecar
@@ -228,7 +229,7 @@ func runReplay(_ context.Context, args []string, io stdio) int {
 	predictWindow := fs.Duration("predict-window", 0, "W of the memory projection predict_linear(memory_bytes[W], H) / limit * 100, written as a last column "+infer.ProjectionName+" (0: none); with a model, only its own (--model predict-linear)")
 	predictHorizon := fs.Duration("predict-horizon", 0, "H of that projection")
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return exitcode.ForParse(err)
 	}
 	if *in == "" || fs.NArg() > 0 {
 		fmt.Fprintln(io.err, "amf-sidecar replay: --in FILE is required (- for standard input)")

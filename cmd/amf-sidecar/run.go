@@ -12,6 +12,7 @@ import (
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/sidecar"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
@@ -108,7 +109,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	memoryRef := registerMemoryReference(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return exitcode.ForParse(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(io.err, "amf-sidecar run: unexpected argument %q\n", fs.Arg(0))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/detect"
+	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
@@ -20,7 +21,7 @@ func runSample(ctx context.Context, args []string, io stdio) int {
 	windows := registerWindowFlags(fs)
 	memoryRef := registerMemoryReference(fs)
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return exitcode.ForParse(err)
 	}
 	if (*pid == 0) == (*path == "") || fs.NArg() > 0 {
 		fmt.Fprintln(io.err, "amf-sidecar sample: give exactly one of --pid N or --cgroup-path P")

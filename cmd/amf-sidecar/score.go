@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/amf-edge/amf/detect"
+	"github.com/amf-edge/amf/internal/exitcode"
 )
 
 func runScore(_ context.Context, args []string, io stdio) int {
@@ -16,7 +17,7 @@ func runScore(_ context.Context, args []string, io stdio) int {
 	// they state how the input was computed and are checked against the model.
 	windows := registerWindowFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return exitUsage
+		return exitcode.ForParse(err)
 	}
 	if *in == "" || fs.NArg() > 0 {
 		fmt.Fprintln(io.err, "amf-sidecar score: --in FILE is required (- for standard input)")

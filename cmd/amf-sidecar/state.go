@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/amf-edge/amf/internal/exitcode"
+	"github.com/amf-edge/amf/mosquittodb"
 	"github.com/amf-edge/amf/sidecar/handover"
 )
 
@@ -42,7 +45,7 @@ func runState(ctx context.Context, args []string, io stdio) int {
 	final := fs.Bool("final", false, "save: wait for the state the broker writes as it stops, instead of asking for one now")
 	timeout := fs.Duration("timeout", 30*time.Second, "save: how long to wait for the broker's file")
 	if err := fs.Parse(args[1:]); err != nil {
-		return exitUsage
+		return exitcode.ForParse(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(io.err, "amf-sidecar state %s: unexpected arguments %q\n", verb, fs.Args())
@@ -84,6 +87,9 @@ func loadState(b handover.Broker, io stdio) int {
 	sum, err := b.Install(data)
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar state load: %v\n", err)
+		if errors.Is(err, mosquittodb.ErrFormat) {
+			return exitUsage // the input is wrong; nothing was changed
+		}
 		return exitFail
 	}
 	fmt.Fprintf(io.err, "amf-sidecar state load: broker restarting on %s\n", describe(sum.Bytes, sum.Retained, len(sum.Sessions), sum.Queued, sum.Shutdown))

@@ -89,7 +89,7 @@ func TestStateRefusesWhatItCannotDo(t *testing.T) {
 		{"no verb", []string{"state"}, "", exitUsage, "amf-sidecar state save"},
 		{"unknown verb", []string{"state", "copy"}, "", exitUsage, "amf-sidecar state load"},
 		{"stray argument", []string{"state", "save", "x"}, "", exitUsage, `unexpected arguments ["x"]`},
-		{"not a state", []string{"state", "load", "--file", "/nonexistent/mosquitto.db"}, "hello", exitFail, "refused state: mosquittodb: not a whole Mosquitto persistence file"},
+		{"not a state", []string{"state", "load", "--file", "/nonexistent/mosquitto.db"}, "hello", exitUsage, "refused state: mosquittodb: not a whole Mosquitto persistence file"},
 		{"no broker to save from", []string{"state", "save", "--file", "/tmp/mosquitto.db", "--process", "amf-no-such-broker"}, "", exitFail, `no process named "amf-no-such-broker"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,13 +7,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 // DefaultBroker is the broker in the same pod: containers of a pod share one
@@ -79,17 +80,8 @@ func NewMQTTProber(cfg MQTTConfig) (*MQTTProber, error) {
 	if cfg.Broker == "" {
 		cfg.Broker = DefaultBroker
 	}
-	u, err := url.Parse(cfg.Broker)
-	if err != nil {
-		return nil, fmt.Errorf("healthcheck: broker URL: %w", err)
-	}
-	switch u.Scheme {
-	case "tcp", "mqtt", "ssl", "tls", "ws", "wss":
-	default:
-		return nil, fmt.Errorf("healthcheck: broker URL %q: scheme must be tcp, mqtt, ssl, tls, ws or wss", cfg.Broker)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("healthcheck: broker URL %q has no host", cfg.Broker)
+	if err := contract.CheckBrokerURL(cfg.Broker); err != nil {
+		return nil, fmt.Errorf("healthcheck: %w", err)
 	}
 	var nonce [6]byte
 	if _, err := rand.Read(nonce[:]); err != nil {

@@ -162,6 +162,10 @@ type Options struct {
 	// Spread is the anti-affinity written on a pair with Standby: default
 	// SpreadPreferred.
 	Spread Spread
+	// EmbeddedModels are the names of the models the sidecar image embeds
+	// (amf-agent passes its own: one release). A Model that is neither one
+	// of them nor a path is refused; nil checks nothing.
+	EmbeddedModels []string
 	// StateDir, when set, is the folder of the broker's persistence file
 	// (Mosquitto's persistence_location; its image's is /mosquitto/data):
 	// the broker's volume there is mounted into the sidecar at the same
@@ -227,6 +231,15 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 		}
 	default:
 		return nil, Result{}, fmt.Errorf("mode %q: want %s or %s", opts.Mode, contract.ModeSidecar, contract.ModeNode)
+	}
+	if opts.ProbeMQTT != "" {
+		if err := contract.CheckBrokerURL(opts.ProbeMQTT); err != nil {
+			return nil, Result{}, fmt.Errorf("probe: %w", err)
+		}
+	}
+	if opts.Model != "" && !isPath(opts.Model) && len(opts.EmbeddedModels) > 0 && !slices.Contains(opts.EmbeddedModels, opts.Model) {
+		return nil, Result{}, fmt.Errorf("model %q is not embedded in the sidecar (%s): give one of those, or the path of a model file inside the sidecar container (./%s for a file of that name)",
+			opts.Model, strings.Join(opts.EmbeddedModels, ", "), opts.Model)
 	}
 	if opts.StateDir != "" && opts.Mode == contract.ModeNode {
 		return nil, Result{}, errors.New("a state folder is for the sidecar, which saves and loads the broker's state: node mode has none")
@@ -612,9 +625,20 @@ func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 		return corev1.Container{}, err
 	}
 
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		for _, p := range c.Ports {
+			if c.Name != SidecarName && p.ContainerPort == HealthPort && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+				return corev1.Container{}, fmt.Errorf("container %q declares port %d/TCP, where the sidecar serves its health endpoint (its liveness probe): the two cannot share it in one pod; move that container's port", c.Name, HealthPort)
+			}
+		}
+	}
 	probe := opts.ProbeMQTT
 	if probe == "" {
-		probe = "tcp://127.0.0.1:" + strconv.Itoa(int(mqttPort(broker)))
+		port, err := mqttPort(broker)
+		if err != nil {
+			return corev1.Container{}, err
+		}
+		probe = "tcp://127.0.0.1:" + strconv.Itoa(int(port))
 	}
 	sidecar := sidecarContainer(opts.SidecarImage, probe, opts.Model, broker.Name, company > 0)
 	if existing >= 0 {
@@ -659,6 +683,9 @@ func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 // (Options.Container, or the injected sidecar's --container), else the only
 // one, else the one exposing a port named MQTTPortName.
 func brokerContainer(cs []corev1.Container, name string) (corev1.Container, error) {
+	if len(cs) == 0 {
+		return corev1.Container{}, errors.New("the pod template has no containers: there is no broker to watch")
+	}
 	names := make([]string, len(cs))
 	for i, c := range cs {
 		names[i] = c.Name
@@ -718,13 +745,26 @@ func limitWarnings(deployment string, broker corev1.Container) []string {
 }
 
 // mqttPort is the broker container's port named MQTTPortName, else 1883.
-func mqttPort(c corev1.Container) int32 {
+func mqttPort(c corev1.Container) (int32, error) {
 	for _, p := range c.Ports {
 		if p.Name == MQTTPortName {
-			return p.ContainerPort
+			return p.ContainerPort, nil
 		}
 	}
-	return 1883
+	var declared []string
+	for _, p := range c.Ports {
+		if p.ContainerPort == 1883 {
+			return 1883, nil
+		}
+		declared = append(declared, cmp.Or(p.Name, "unnamed")+"/"+strconv.Itoa(int(p.ContainerPort)))
+	}
+	if len(declared) > 0 {
+		// A broker that declares only mqtts (8883) or another port: probing
+		// 1883 would keep the sidecar starting for good.
+		return 0, fmt.Errorf("the broker container %s declares ports %s, none named %q nor 1883: the sidecar's probe needs the broker's plain MQTT listener on loopback; name that port %q, or give --probe-mqtt",
+			c.Name, strings.Join(declared, ", "), MQTTPortName, MQTTPortName)
+	}
+	return 1883, nil // none declared: Mosquitto's default
 }
 
 // repository is an image reference without its tag or digest.

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/inject"
 	"github.com/amf-edge/amf/internal/exitcode"
 )
@@ -65,6 +66,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return exitcode.Usagef("inject: unexpected arguments %q (use -f FILE)", fs.Args())
 	}
 	opts.Mode = contract.Mode(*mode)
+	opts.EmbeddedModels = model.EmbeddedNames()
 	opts.Spread = inject.Spread(*spread)
 	var (
 		in  []byte

@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -33,5 +37,25 @@ func TestExitStatusesFollowTheConvention(t *testing.T) {
 				t.Errorf("exit %d, want %d; stderr:\n%s", got, tt.want, errb.String())
 			}
 		})
+	}
+}
+
+// TestTheFirstLogLineSaysWhereTheSidecarServes: before anything can go
+// wrong; here the address is taken, so the sidecar then stops with exit 1.
+func TestTheFirstLogLineSaysWhereTheSidecarServes(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	var errb bytes.Buffer
+	code := run(context.Background(), []string{"run", "--pid", strconv.Itoa(os.Getpid()), "--http", taken.Addr().String()}, stdio{strings.NewReader(""), &strings.Builder{}, &errb})
+	if code != exitcode.Failure {
+		t.Errorf("exit %d with the endpoint's address taken, want %d", code, exitcode.Failure)
+	}
+	first, _, _ := strings.Cut(errb.String(), "\n")
+	var line struct{ Msg, HTTP string }
+	if err := json.Unmarshal([]byte(first), &line); err != nil || line.Msg != "sidecar starting" || line.HTTP != taken.Addr().String() {
+		t.Errorf("first log line %q, want \"sidecar starting\" with http %s", first, taken.Addr())
 	}
 }

@@ -121,6 +121,9 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		return exitUsage
 	}
 	log := slog.New(slog.NewJSONHandler(io.err, &slog.HandlerOptions{Level: level}))
+	// First, so that whoever reads the log learns where to look before
+	// anything can go wrong ("health endpoint serving" follows once bound).
+	log.Info("sidecar starting", "http", *httpAddr)
 
 	if *interval <= 0 {
 		fmt.Fprintln(io.err, "amf-sidecar run: --interval must be positive")

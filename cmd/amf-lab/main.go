@@ -50,6 +50,11 @@ Usage:
       sidecars reconnecting all at once to a real agent, quiet and then during a flood of
       idle sockets from several loopback addresses and one pod's stream of new sessions:
       connect time (dial to CONNACK) p50/p99/max and failures side by side; last line JSON
+  amf-lab bench state [--retained 300] [--sessions 3] [--v5-sessions 1] [--queued 20] [--keep] [-v]
+      a lab node, Mosquitto with its data on the pod's volume, state put in by paho and
+      mosquitto_sub -V 5: what survives Kubernetes restarting the broker in place (a
+      crash, default autosave and autosave_on_changes; a clean stop) and AMF's handover
+      levers; last line JSON (root; make deps k8s first)
   amf-lab bench node-loss [--cuts 10] [--k8s-toleration 300s] [--k8s-wait 10m] [--keep] [-v]
       three lab nodes, the agent DaemonSet, a hot broker pair bridging RDS and
       OBU: power cuts of the primary's node, the standby's failover and the
@@ -90,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return benchAgent(ctx, args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "bench" && args[1] == "flood":
 		return benchFlood(ctx, args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "bench" && args[1] == "state":
+		return benchState(ctx, args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "bench" && args[1] == "node-loss":
 		return benchNodeLoss(ctx, args[2:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "demo":

@@ -11,7 +11,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -21,7 +20,6 @@ import (
 	"github.com/amf-edge/amf/inject"
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/controlplane"
-	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/mosquittodb"
@@ -29,7 +27,7 @@ import (
 
 const (
 	nodeNS   = "mqtt"
-	dataDir  = "/mosquitto/data"
+	dataDir  = brokerstate.DataDir
 	stateArg = "--file=" + dataDir + "/mosquitto.db"
 )
 
@@ -39,32 +37,7 @@ const (
 // Mosquitto with persistence on an emptyDir.
 func brokerPair(t *testing.T) []*appsv1.Deployment {
 	t.Helper()
-	in := &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "broker", Namespace: nodeNS, Annotations: map[string]string{contract.AnnRedundancy: string(contract.Hot)}},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/instance": "broker"}},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/instance": "broker"}},
-				Spec: corev1.PodSpec{
-					SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](images.MosquittoUser), RunAsGroup: ptr.To[int64](images.MosquittoUser)},
-					Containers: []corev1.Container{{
-						Name: "mosquitto", Image: images.MosquittoRef, ImagePullPolicy: corev1.PullNever,
-						Ports: []corev1.ContainerPort{{Name: "mqtt", ContainerPort: 1883}},
-						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-							corev1.ResourceMemory: resource.MustParse("100Mi"), corev1.ResourceCPU: resource.MustParse("500m")}},
-						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/mosquitto/config"}, {Name: "data", MountPath: dataDir}},
-					}},
-					Volumes: []corev1.Volume{
-						{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "broker"}}}},
-						{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-					},
-				},
-			},
-		},
-	}
+	in := brokerstate.Deployment(nodeNS, "broker", "broker", map[string]string{contract.AnnRedundancy: string(contract.Hot)})
 	raw, err := yaml.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +88,7 @@ func TestTheKubeletRestartsTheStandbyOnTheStateItWasHanded(t *testing.T) {
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	conf := "listener 1883\nallow_anonymous true\npersistence true\npersistence_location " + dataDir + "/\nlog_dest stdout\n"
-	if _, err := c.CoreV1().ConfigMaps(nodeNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "broker"}, Data: map[string]string{"mosquitto.conf": conf}}, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CoreV1().ConfigMaps(nodeNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "broker"}, Data: map[string]string{"mosquitto.conf": brokerstate.Config("")}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range brokerPair(t) {

@@ -23,7 +23,8 @@ const stateUsage = `Usage:
 
 Mosquitto only, with persistence on. The sidecar must share the pod's process
 namespace and run as the broker's user, with the broker's data volume mounted
-at the folder of --file. What the state holds goes to standard error.
+at the folder of --file. What the state holds goes to standard error. The
+sidecar holds a state in memory: at most 24 MiB, a larger one is refused.
 
 Flags:
 `
@@ -104,14 +105,12 @@ func describe(bytes, retained, sessions, queued int, final bool) string {
 	return fmt.Sprintf("%s, %d bytes: %d retained messages, %d persistent sessions, %d messages queued or in flight to clients", when, bytes, retained, sessions, queued)
 }
 
-// maxStateBytes bounds what load reads: a broker's state is its memory, and
-// the sidecar's is a few tens of MiB.
-const maxStateBytes = 256 << 20
-
+// readAllLimited reads a state from standard input, at most
+// handover.MaxStateBytes: the sidecar holds it in memory.
 func readAllLimited(r io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxStateBytes+1))
-	if err == nil && len(b) > maxStateBytes {
-		err = fmt.Errorf("more than %d MiB: not a state this sidecar loads", maxStateBytes>>20)
+	b, err := io.ReadAll(io.LimitReader(r, handover.MaxStateBytes+1))
+	if err == nil && len(b) > handover.MaxStateBytes {
+		err = handover.ErrTooLarge
 	}
 	return b, err
 }

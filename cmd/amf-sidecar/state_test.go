@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/lab/brokerstate"
+	"github.com/amf-edge/amf/sidecar/handover"
 )
 
 func stateMosquitto(t *testing.T) string {
@@ -90,6 +91,7 @@ func TestStateRefusesWhatItCannotDo(t *testing.T) {
 		{"unknown verb", []string{"state", "copy"}, "", exitUsage, "amf-sidecar state load"},
 		{"stray argument", []string{"state", "save", "x"}, "", exitUsage, `unexpected arguments ["x"]`},
 		{"not a state", []string{"state", "load", "--file", "/nonexistent/mosquitto.db"}, "hello", exitUsage, "refused state: mosquittodb: not a whole Mosquitto persistence file"},
+		{"a state over what the sidecar holds", []string{"state", "load"}, strings.Repeat("x", handover.MaxStateBytes+1), exitUsage, "more than the sidecar holds in memory"},
 		{"no broker to save from", []string{"state", "save", "--file", "/tmp/mosquitto.db", "--process", "amf-no-such-broker"}, "", exitFail, `no process named "amf-no-such-broker"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

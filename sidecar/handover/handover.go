@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -63,6 +64,14 @@ type State struct {
 	// Written is when the file was renamed into place, on this process's clock.
 	Written time.Time
 }
+
+// MaxStateBytes bounds a state the sidecar holds: it holds it in memory,
+// within its own limit (48 MiB as inject writes it). A larger file is
+// refused with the reason, never half read.
+const MaxStateBytes = 24 << 20
+
+// ErrTooLarge is wrapped when a state is over MaxStateBytes.
+var ErrTooLarge = fmt.Errorf("handover: state over %d MiB, more than the sidecar holds in memory", MaxStateBytes>>20)
 
 // ErrNoBroker is returned when the container has no process of the
 // broker's name that this process can see.
@@ -182,6 +191,9 @@ func (b Broker) Final(ctx context.Context, started func()) (State, error) {
 // the file written beside its place and renamed there, and the broker
 // killed for its kubelet to start again.
 func (b Broker) Install(data []byte) (mosquittodb.Summary, error) {
+	if len(data) > MaxStateBytes {
+		return mosquittodb.Summary{Bytes: len(data)}, fmt.Errorf("%w (%d bytes)", ErrTooLarge, len(data))
+	}
 	sum, err := mosquittodb.Read(data)
 	if err != nil {
 		return sum, fmt.Errorf("handover: refused state: %w", err)
@@ -227,9 +239,17 @@ func writeFile(path string, data []byte) error {
 
 func read(path string) (State, error) {
 	at := time.Now()
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return State{}, fmt.Errorf("handover: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxStateBytes+1))
+	if err != nil {
+		return State{}, fmt.Errorf("handover: %w", err)
+	}
+	if len(data) > MaxStateBytes {
+		return State{}, fmt.Errorf("%w: %s", ErrTooLarge, path)
 	}
 	sum, err := mosquittodb.Read(data)
 	if err != nil {

@@ -6,9 +6,10 @@
 // never imports it.
 //
 // The clients are peers nobody here wrote: paho.mqtt.golang for MQTT 3.1.1
-// (clean session 0; its CONNACK's session-present flag is read), and
-// Debian's mosquitto_sub for MQTT 5 (-V 5 -c -x: clean start 0 and a
-// session expiry). Completion is awaited, never slept for: every check ends
+// (clean session 0), and Debian's mosquitto_sub for MQTT 5 (-V 5 -c -x:
+// clean start 0 and a session expiry). Session Present is read from each
+// session's CONNACK (MQTT 5's with a CONNECT of mochi's packets, as
+// mosquitto_sub does not show it). Completion is awaited, never slept for: every check ends
 // with a marker message published after the checker is connected, which the
 // broker delivers after anything it had for that client, so once the marker
 // is in, whatever was held has arrived.
@@ -36,9 +37,9 @@ type Plan struct {
 	// each subscribed at QoS 1 to Prefix/q/v3-<i>.
 	Sessions int
 	// Sessions of MQTT 5 clients Prefix-v5-<i> (mosquitto_sub -V 5 -c -x
-	// 3600), each subscribed at QoS 1 to Prefix/q/v5-<i>. Needs MosquittoSub
-	// and Queued ≥ 1: mosquitto_sub neither shows the session-present flag
-	// nor connects without subscribing, so its session is proven by its queue.
+	// 3600), each subscribed at QoS 1 to Prefix/q/v5-<i>. Needs MosquittoSub.
+	// mosquitto_sub shows no session-present flag, so Check reads it with a
+	// CONNECT of its own first, then lets mosquitto_sub take the queue.
 	V5Sessions int
 	// Queued QoS 1 messages published to each session's topic while it is
 	// offline, payloads "q<j>".
@@ -80,7 +81,7 @@ func (p Plan) SessionIDs() []string {
 type Result struct {
 	RetainedFound, RetainedLost int
 	// SessionsLost are the clients whose session was gone: session present
-	// 0 (3.1.1), or none of its queued messages delivered (MQTT 5).
+	// 0, or (MQTT 5) none of its queued messages delivered.
 	SessionsLost []string
 	QueuedFound  int
 	QueuedLost   int
@@ -161,11 +162,15 @@ func Check(ctx context.Context, addr string, p Plan) (Result, error) {
 		p.count(&r, got)
 	}
 	for _, id := range v5 {
+		present, err := sessionPresent5(ctx, addr, id)
+		if err != nil {
+			return r, err
+		}
 		got, err := p.drainV5(ctx, addr, id)
 		if err != nil {
 			return r, err
 		}
-		if len(got) == 0 {
+		if !present || len(got) == 0 && p.Queued > 0 {
 			r.SessionsLost = append(r.SessionsLost, id)
 		}
 		p.count(&r, got)

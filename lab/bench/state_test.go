@@ -16,6 +16,9 @@ import (
 // everything (nothing was ever saved), a clean stop and AMF's handover
 // levers lose nothing, and the report says so.
 func TestStateBenchSeesWhatEachRestartKeeps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real node")
+	}
 	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

@@ -281,6 +281,10 @@ func (w *renames) close() { _ = w.f.Close() }
 
 // next returns once a file is renamed to the watched name, or ctx ends.
 func (w *renames) next(ctx context.Context) error {
+	// A deadline set when an earlier ctx ended would end this read at once.
+	if err := w.f.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("handover: inotify: %w", err)
+	}
 	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Now()) })
 	defer stop()
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))

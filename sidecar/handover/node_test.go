@@ -77,6 +77,9 @@ func brokerPair(t *testing.T) []*appsv1.Deployment {
 // message, their sessions and what was queued for them. The standby held
 // none of it before, so the check can fail.
 func TestTheKubeletRestartsTheStandbyOnTheStateItWasHanded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real node")
+	}
 	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
 	sub, err := brokerstate.MosquittoSub()
 	if err != nil {

@@ -56,8 +56,13 @@ type nodeLoss struct {
 	onGuards func(Guards)
 	events   chan nodeEvent
 	// local maps the Deployments with a pod on this node (learned from
-	// their signals) to that pod.
-	local   map[podKey]string
+	// their signals) to those pods, in the order they first signalled; the
+	// last is the current one (pod). A Deployment's old and new pods can
+	// overlap on one node (the old one thawed after a power cut while its
+	// replacement starts): the old pod's last signals must neither make it
+	// current again nor, when it stops, take the Deployment off this node
+	// while the new pod runs here, which dropped the guard of the pair.
+	local   map[podKey][]string
 	lost    map[string]time.Time // nodes lost (not back yet) → when declared
 	retryAt time.Time            // when failLostNodes runs again
 	guards  Guards
@@ -72,7 +77,7 @@ type nodeEvent struct {
 
 func newNodeLoss(self string, onGuards func(Guards)) nodeLoss {
 	return nodeLoss{self: self, onGuards: onGuards, events: make(chan nodeEvent),
-		local: map[podKey]string{}, lost: map[string]time.Time{}, wrote: map[podKey]time.Time{}}
+		local: map[podKey][]string{}, lost: map[string]time.Time{}, wrote: map[podKey]time.Time{}}
 }
 
 // signalled records that pod of Deployment dep signalled to this agent, so
@@ -83,18 +88,34 @@ func (n *nodeLoss) signalled(dep podKey, pod string, st signal.State) bool {
 	if n.self == "" {
 		return false
 	}
+	pods := n.local[dep]
+	i := slices.Index(pods, pod)
 	switch st {
 	case signal.Gone, signal.Stopping:
-		if n.local[dep] == pod {
-			delete(n.local, dep)
+		if i >= 0 {
+			if pods = slices.Delete(pods, i, i+1); len(pods) == 0 {
+				delete(n.local, dep)
+			} else {
+				n.local[dep] = pods
+			}
 		}
 		return false
 	}
-	if n.local[dep] == pod {
+	if i >= 0 {
 		return false
 	}
-	n.local[dep] = pod
+	n.local[dep] = append(pods, pod)
 	return true
+}
+
+// pod is the current pod of dep on this node: of those that signal here,
+// the one that began to last.
+func (n *nodeLoss) pod(dep podKey) (string, bool) {
+	pods := n.local[dep]
+	if len(pods) == 0 {
+		return "", false
+	}
+	return pods[len(pods)-1], true
 }
 
 // NodeLost tells Run that node was declared lost at at (liveness.RunGuard's
@@ -134,7 +155,7 @@ func (a *Actuator) guarded(w *workload) (string, bool) {
 	if a.nl.self == "" || !pairOf(w) {
 		return "", false
 	}
-	if _, here := a.nl.local[podKey{w.key.ns, w.gate.Policy.Standby}]; !here {
+	if _, here := a.nl.pod(podKey{w.key.ns, w.gate.Policy.Standby}); !here {
 		return "", false
 	}
 	n := w.standbyAnn[contract.AnnPrimaryNode]
@@ -228,14 +249,14 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 			continue
 		}
 		sk := podKey{w.key.ns, w.gate.Policy.Standby}
-		if pod, ok := a.nl.local[w.key]; ok {
+		if pod, ok := a.nl.pod(w.key); ok {
 			a.writeNode(ctx, sk, contract.AnnPrimaryNode, w.standbyAnn)
 			if n := w.standbyAnn[contract.AnnStandbyNode]; n != "" && n != a.nl.self {
 				g.GuardedBy = append(g.GuardedBy, n)
 				here = append(here, fencedPod{dep: w.key, pod: pod, guard: n, nodeMode: w.annotations[contract.AnnMode] == string(contract.ModeNode)})
 			}
 		}
-		if _, here := a.nl.local[sk]; here {
+		if _, here := a.nl.pod(sk); here {
 			a.writeNode(ctx, sk, contract.AnnStandbyNode, w.standbyAnn)
 			if n, ok := a.guarded(w); ok {
 				g.Guard = append(g.Guard, n)

@@ -201,3 +201,54 @@ func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {
 		})
 	}
 }
+
+// TestAnOldPodsLastSignalsKeepTheNewPodOfItsDeploymentHere: after a power
+// cut and its restore, a Deployment's old pod (thawed, about to be deleted)
+// and its replacement signal to the same agent. The lab's node-loss test
+// saw the old pod's last healthy signal make it the current pod again and
+// its stop then take the Deployment off the node while the new pod ran
+// there, so the pair lost its guard, and a partition right after was not
+// failed over.
+func TestAnOldPodsLastSignalsKeepTheNewPodOfItsDeploymentHere(t *testing.T) {
+	dep := podKey{"mqtt", "edge-broker-a"}
+	for _, tt := range []struct {
+		name  string
+		steps []struct {
+			pod string
+			st  signal.State
+		}
+		want    string // the current pod; "" none
+		newPods int    // signals that reported a pod new here
+	}{
+		{"old, new, the old's last signals, its stop", []struct {
+			pod string
+			st  signal.State
+		}{{"old", signal.Healthy}, {"new", signal.Starting}, {"old", signal.Healthy}, {"new", signal.Healthy}, {"old", signal.Stopping}, {"old", signal.Gone}}, "new", 2},
+		{"the new pod's stop leaves the old one current", []struct {
+			pod string
+			st  signal.State
+		}{{"old", signal.Healthy}, {"new", signal.Healthy}, {"new", signal.Gone}}, "old", 2},
+		{"both gone", []struct {
+			pod string
+			st  signal.State
+		}{{"old", signal.Healthy}, {"new", signal.Healthy}, {"new", signal.Gone}, {"old", signal.Stopping}}, "", 2},
+		{"a stopped pod that signals again is new here", []struct {
+			pod string
+			st  signal.State
+		}{{"p", signal.Healthy}, {"p", signal.Stopping}, {"p", signal.Starting}}, "p", 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newNodeLoss("node-1", nil)
+			fresh := 0
+			for _, s := range tt.steps {
+				if n.signalled(dep, s.pod, s.st) {
+					fresh++
+				}
+			}
+			got, ok := n.pod(dep)
+			if got != tt.want || ok != (tt.want != "") || fresh != tt.newPods {
+				t.Errorf("current pod %q (%v), %d new; want %q, %d", got, ok, fresh, tt.want, tt.newPods)
+			}
+		})
+	}
+}

@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -17,9 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
-	"github.com/amf-edge/amf/inject"
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/kubenode"
@@ -153,11 +148,11 @@ func (s *stateBench) deploy(ctx context.Context, name, conf string, deps ...*app
 		}
 	}
 	for _, d := range deps {
-		p, err := s.runningPod(ctx, d.Name)
+		p, err := brokerstate.RunningPod(ctx, s.c, s.ns, d.Name)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := dialUntil(ctx, brokerAddr(p)); err != nil {
+		if _, err := brokerstate.Accepting(ctx, brokerstate.Addr(p)); err != nil {
 			return nil, err
 		}
 		pods = append(pods, p)
@@ -188,8 +183,6 @@ func (s *stateBench) remove(names ...string) {
 	}
 }
 
-func brokerAddr(p *corev1.Pod) string { return net.JoinHostPort(p.Status.PodIP, "1883") }
-
 // inPlace seeds one broker, signals its process from the host and, once the
 // kubelet has started it again, checks what it holds.
 func (s *stateBench) inPlace(ctx context.Context, name, autosave string, sig syscall.Signal) (StateCase, error) {
@@ -202,7 +195,7 @@ func (s *stateBench) inPlace(ctx context.Context, name, autosave string, sig sys
 	// 500m brokers only.
 	defer s.remove(name)
 	p := pods[0]
-	if err := brokerstate.Seed(ctx, brokerAddr(p), s.cfg.Plan); err != nil {
+	if err := brokerstate.Seed(ctx, brokerstate.Addr(p), s.cfg.Plan); err != nil {
 		return StateCase{}, err
 	}
 	pid, err := s.node.ContainerPID(ctx, s.ns, p.Name, brokerstate.BrokerContainer)
@@ -215,14 +208,14 @@ func (s *stateBench) inPlace(ctx context.Context, name, autosave string, sig sys
 	if err := syscall.Kill(pid, sig); err != nil {
 		return StateCase{}, fmt.Errorf("signal the broker (pid %d): %w", pid, err)
 	}
-	if err := restarted(ctx, evs, p.Name); err != nil {
+	if err := brokerstate.Restarted(ctx, evs, p.Name); err != nil {
 		return StateCase{}, err
 	}
-	back, err := dialUntil(ctx, brokerAddr(p))
+	back, err := brokerstate.Accepting(ctx, brokerstate.Addr(p))
 	if err != nil {
 		return StateCase{}, err
 	}
-	res, err := brokerstate.Check(ctx, brokerAddr(p), s.cfg.Plan)
+	res, err := brokerstate.Check(ctx, brokerstate.Addr(p), s.cfg.Plan)
 	return StateCase{Key: strings.ReplaceAll(name, "-", "_"), Result: res, Back: back.Sub(t0)}, err
 }
 
@@ -230,25 +223,9 @@ func (s *stateBench) inPlace(ctx context.Context, name, autosave string, sig sys
 // the primary, saves its state through its sidecar and loads it into the
 // standby through the standby's.
 func (s *stateBench) handover(ctx context.Context) (StateCase, error) {
-	in := brokerstate.Deployment(s.ns, "handover", "handover", map[string]string{"amf.io/redundancy": "hot"})
-	raw, err := yaml.Marshal(in)
+	deps, err := brokerstate.InjectedPair(s.ns, "handover")
 	if err != nil {
 		return StateCase{}, err
-	}
-	out, _, err := inject.Inject(raw, inject.Options{Standby: true, StateDir: brokerstate.DataDir})
-	if err != nil {
-		return StateCase{}, err
-	}
-	var deps []*appsv1.Deployment
-	for _, doc := range strings.Split(string(out), "\n---\n") {
-		var d appsv1.Deployment
-		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
-			return StateCase{}, err
-		}
-		for i := range d.Spec.Template.Spec.InitContainers {
-			d.Spec.Template.Spec.InitContainers[i].ImagePullPolicy = corev1.PullNever
-		}
-		deps = append(deps, &d)
 	}
 	defer s.remove(deps[0].Name, deps[1].Name)
 	pods, err := s.deploy(ctx, "handover", "", deps...)
@@ -256,11 +233,10 @@ func (s *stateBench) handover(ctx context.Context) (StateCase, error) {
 		return StateCase{}, err
 	}
 	primary, standby := pods[0], pods[1]
-	if err := brokerstate.Seed(ctx, brokerAddr(primary), s.cfg.Plan); err != nil {
+	if err := brokerstate.Seed(ctx, brokerstate.Addr(primary), s.cfg.Plan); err != nil {
 		return StateCase{}, err
 	}
-	file := "--file=" + brokerstate.DataDir + "/mosquitto.db"
-	state, err := s.sidecar(ctx, primary.Name, nil, "state", "save", file)
+	state, err := brokerstate.SidecarState(ctx, s.cp, s.ns, primary.Name, nil, "save")
 	if err != nil {
 		return StateCase{}, err
 	}
@@ -271,81 +247,19 @@ func (s *stateBench) handover(ctx context.Context) (StateCase, error) {
 	evs, stop := s.node.Subscribe(ctx)
 	defer stop()
 	t0 := time.Now()
-	if _, err := s.sidecar(ctx, standby.Name, state, "state", "load", file); err != nil {
+	if _, err := brokerstate.SidecarState(ctx, s.cp, s.ns, standby.Name, state, "load"); err != nil {
 		return StateCase{}, err
 	}
-	if err := restarted(ctx, evs, standby.Name); err != nil {
+	if err := brokerstate.Restarted(ctx, evs, standby.Name); err != nil {
 		return StateCase{}, err
 	}
-	back, err := dialUntil(ctx, brokerAddr(standby))
+	back, err := brokerstate.Accepting(ctx, brokerstate.Addr(standby))
 	if err != nil {
 		return StateCase{}, err
 	}
-	res, err := brokerstate.Check(ctx, brokerAddr(standby), s.cfg.Plan)
+	res, err := brokerstate.Check(ctx, brokerstate.Addr(standby), s.cfg.Plan)
 	return StateCase{Key: "handover", Result: res, Back: back.Sub(t0),
 		What: fmt.Sprintf("AMF's levers: the primary's state (%d bytes) saved by its sidecar, loaded by the standby's, which the kubelet restarts on it", sum.Bytes)}, err
-}
-
-func (s *stateBench) sidecar(ctx context.Context, pod string, stdin []byte, args ...string) ([]byte, error) {
-	argv := append([]string{"exec", "-i", "-n", s.ns, pod, "-c", inject.SidecarName, "--", "/" + inject.SidecarName}, args...)
-	return s.cp.Kubectl(ctx, bytes.NewReader(stdin), argv...)
-}
-
-// runningPod waits for the pod of Deployment d whose broker runs (no agent
-// here sets amf.io/healthy, so injected pods are never Ready).
-func (s *stateBench) runningPod(ctx context.Context, d string) (*corev1.Pod, error) {
-	for {
-		pods, err := s.c.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + d})
-		if err == nil {
-			for i := range pods.Items {
-				p := &pods.Items[i]
-				for _, st := range p.Status.ContainerStatuses {
-					if st.Name == brokerstate.BrokerContainer && st.State.Running != nil && p.Status.PodIP != "" {
-						return p, nil
-					}
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("no running broker for %s: %w", d, ctx.Err())
-		case <-time.After(200 * time.Millisecond): // polling the API server, not a synchronisation
-		}
-	}
-}
-
-// restarted waits for the kubelet to start pod's broker container again.
-func restarted(ctx context.Context, evs <-chan kubenode.Event, pod string) error {
-	for {
-		select {
-		case ev, ok := <-evs:
-			if !ok {
-				return errors.New("the node's events ended")
-			}
-			if ev.Pod == pod && ev.Container == brokerstate.BrokerContainer && ev.Type == kubenode.EventRestarted {
-				return nil
-			}
-		case <-ctx.Done():
-			return fmt.Errorf("the kubelet did not restart %s's broker: %w", pod, ctx.Err())
-		}
-	}
-}
-
-// dialUntil dials addr every 20 ms until it accepts, as a reconnecting
-// client would, and returns when it did.
-func dialUntil(ctx context.Context, addr string) (time.Time, error) {
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return time.Now(), nil
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("%s not accepting: %w (%v)", addr, ctx.Err(), err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // WriteStateReport prints the table and the JSON line.

@@ -1,13 +1,26 @@
 package brokerstate
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/inject"
+	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
 )
 
 // DataDir is where the lab's Mosquitto pods keep their persistence file
@@ -55,5 +68,105 @@ func Deployment(namespace, name, configMap string, annotations map[string]string
 				},
 			},
 		},
+	}
+}
+
+// InjectedPair is Deployment name as a hot pair that inject --standby
+// --state-dir writes it (the broker's data volume in the sidecar, the
+// sidecar as the broker's user in the pod's process namespace), the
+// sidecars' images taken from the node as the broker's is.
+func InjectedPair(namespace, name string) ([]*appsv1.Deployment, error) {
+	raw, err := yaml.Marshal(Deployment(namespace, name, name, map[string]string{contract.AnnRedundancy: string(contract.Hot)}))
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := inject.Inject(raw, inject.Options{Standby: true, StateDir: DataDir})
+	if err != nil {
+		return nil, err
+	}
+	var deps []*appsv1.Deployment
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			return nil, err
+		}
+		for i := range d.Spec.Template.Spec.InitContainers {
+			d.Spec.Template.Spec.InitContainers[i].ImagePullPolicy = corev1.PullNever
+		}
+		deps = append(deps, &d)
+	}
+	if len(deps) != 2 {
+		return nil, fmt.Errorf("inject --standby wrote %d Deployments, want 2", len(deps))
+	}
+	return deps, nil
+}
+
+// RunningPod waits for the pod of Deployment d (by its instance label) whose
+// broker container runs. An injected pod is never Ready without an agent to
+// set amf.io/healthy, so Ready is not what it waits for.
+func RunningPod(ctx context.Context, c kubernetes.Interface, namespace, d string) (*corev1.Pod, error) {
+	for {
+		pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + d})
+		if err == nil {
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				for _, st := range p.Status.ContainerStatuses {
+					if st.Name == BrokerContainer && st.State.Running != nil && p.Status.PodIP != "" {
+						return p, nil
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no running broker for %s: %w (%v)", d, ctx.Err(), err)
+		case <-time.After(200 * time.Millisecond): // polling the API server, not a synchronisation
+		}
+	}
+}
+
+// Addr is the broker's MQTT address in pod p.
+func Addr(p *corev1.Pod) string { return net.JoinHostPort(p.Status.PodIP, "1883") }
+
+// Accepting dials addr every 20 ms until it accepts, as a reconnecting
+// client would, and returns when it did.
+func Accepting(ctx context.Context, addr string) (time.Time, error) {
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%s not accepting: %w (%v)", addr, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// SidecarState runs amf-sidecar state ARGS in pod's sidecar (kubectl exec
+// -i, stdin given) with the file at DataDir, and returns its standard output.
+func SidecarState(ctx context.Context, cp *controlplane.ControlPlane, namespace, pod string, stdin []byte, args ...string) ([]byte, error) {
+	argv := append([]string{"exec", "-i", "-n", namespace, pod, "-c", inject.SidecarName, "--", "/" + inject.SidecarName, "state"}, args...)
+	argv = append(argv, "--file="+DataDir+"/mosquitto.db")
+	return cp.Kubectl(ctx, bytes.NewReader(stdin), argv...)
+}
+
+// Restarted waits until the node's events say the kubelet started pod's
+// broker container again.
+func Restarted(ctx context.Context, evs <-chan kubenode.Event, pod string) error {
+	for {
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				return fmt.Errorf("the node's events ended before %s's broker restarted", pod)
+			}
+			if ev.Pod == pod && ev.Container == BrokerContainer && ev.Type == kubenode.EventRestarted {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("the kubelet did not restart %s's broker: %w", pod, ctx.Err())
+		}
 	}
 }

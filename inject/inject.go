@@ -173,6 +173,16 @@ type Options struct {
 	// namespace, so that it can save and load the broker's state
 	// (amf-sidecar state save|load). Sidecar mode only.
 	StateDir string
+	// Admission (sidecar mode) leaves the sidecar to the admission policy
+	// (manifests/overlays/admission), which writes it into each new pod as
+	// Inject would into the template: the pod template gets the label
+	// contract.LabelInject and, as annotations, Container, Model, ProbeMQTT,
+	// StateDir and, for a hot pair, contract.AnnPauseOnFence; nothing else.
+	// What Inject would refuse is refused all the same, before it reaches a
+	// pod the policy would admit without its sidecar. SidecarImage is the
+	// policy's (its ConfigMap), and a Model path, which would need a mount
+	// into a container the template does not hold, is refused.
+	Admission bool
 	// Container names the broker container, which the sidecar watches.
 	// Default: the one already named by an injected sidecar, else the pod's
 	// only container, else the one exposing a port named MQTTPortName. A
@@ -237,9 +247,14 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			return nil, Result{}, fmt.Errorf("probe: %w", err)
 		}
 	}
-	if opts.Model != "" && !isPath(opts.Model) && len(opts.EmbeddedModels) > 0 && !slices.Contains(opts.EmbeddedModels, opts.Model) {
-		return nil, Result{}, fmt.Errorf("model %q is not embedded in the sidecar (%s): give one of those, or the path of a model file inside the sidecar container (./%s for a file of that name)",
-			opts.Model, strings.Join(opts.EmbeddedModels, ", "), opts.Model)
+	if err := checkModel(opts.Model, opts.EmbeddedModels); err != nil {
+		return nil, Result{}, err
+	}
+	if opts.Admission && opts.Mode == contract.ModeNode {
+		return nil, Result{}, errors.New("admission is for the sidecar, which the policy writes into each pod: node mode has none")
+	}
+	if opts.Admission && isPath(opts.Model) {
+		return nil, Result{}, fmt.Errorf("model %q is a path: the admission policy writes the sidecar, so nothing can mount a model file into it; give the name of a model embedded in the sidecar", opts.Model)
 	}
 	if opts.StateDir != "" && opts.Mode == contract.ModeNode {
 		return nil, Result{}, errors.New("a state folder is for the sidecar, which saves and loads the broker's state: node mode has none")
@@ -290,10 +305,16 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			continue
 		}
 		isStandby := dep.Annotations[contract.AnnRole] == "standby" || standbyOf[key(dep.Namespace, dep.Name)]
+		hot := hotStandby[key(dep.Namespace, dep.Name)] || !isStandby && contract.Redundancy(dep.Annotations[contract.AnnRedundancy]) == contract.Hot
 		var broker corev1.Container
-		if opts.Mode == contract.ModeNode {
+		switch {
+		case opts.Mode == contract.ModeNode:
 			broker, err = annotateNodeMode(dep, opts)
-		} else {
+		case opts.Admission:
+			var w []string
+			broker, w, err = labelForAdmission(dep, opts, hot)
+			res.Warnings = append(res.Warnings, w...)
+		default:
 			broker, err = injectSidecar(dep, opts)
 		}
 		if err != nil {
@@ -311,8 +332,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
 			}
 		}
-		hot := hotStandby[key(dep.Namespace, dep.Name)] || !isStandby && contract.Redundancy(dep.Annotations[contract.AnnRedundancy]) == contract.Hot
-		if opts.StateDir != "" && opts.Mode == contract.ModeSidecar {
+		if opts.StateDir != "" && opts.Mode == contract.ModeSidecar && !opts.Admission {
 			// Before the standby is derived, which copies the pod template.
 			w, err := stateLever(dep.Name, &dep.Spec.Template.Spec, broker, opts.StateDir)
 			if err != nil {
@@ -322,7 +342,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 				res.Warnings = append(res.Warnings, w)
 			}
 		}
-		if hot && opts.Mode == contract.ModeSidecar {
+		if hot && opts.Mode == contract.ModeSidecar && !opts.Admission {
 			// Before the standby is derived, which copies the pod template:
 			// after a role exchange the standby is the primary.
 			if w := fenceLever(dep.Name, &dep.Spec.Template.Spec, broker); w != "" {
@@ -412,7 +432,7 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			}
 		}
 	}
-	if isPath(opts.Model) && len(res.Injected) > 0 && opts.Mode == contract.ModeSidecar {
+	if isPath(opts.Model) && len(res.Injected) > 0 && opts.Mode == contract.ModeSidecar && !opts.Admission {
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
 			"the sidecar's model %s is a path: mount the model file and its manifest (%s) into the %s container of %s at that path, or give the name of a model embedded in the sidecar image",
 			// The rule of model.ManifestPathFor, spelled out so that the agent
@@ -561,6 +581,92 @@ func injectSidecar(dep *appsv1.Deployment, opts Options) (corev1.Container, erro
 		return corev1.Container{}, fmt.Errorf("the Deployment is in node mode (%s=%s): the node agent watches its pods, and refuses a pod that also carries the sidecar; remove the annotation to inject the sidecar, or inject with --mode node", contract.AnnMode, mode)
 	}
 	return injectPod(&dep.Spec.Template.Spec, opts)
+}
+
+// checkModel refuses a --model that is neither one of embedded (nil: any
+// name) nor a path.
+func checkModel(model string, embedded []string) error {
+	if model != "" && !isPath(model) && len(embedded) > 0 && !slices.Contains(embedded, model) {
+		return fmt.Errorf("model %q is not embedded in the sidecar (%s): give one of those, or the path of a model file inside the sidecar container (./%s for a file of that name)",
+			model, strings.Join(embedded, ", "), model)
+	}
+	return nil
+}
+
+// labelForAdmission asks the admission policy for dep's sidecar
+// (Options.Admission). It tries the injection on a copy of the pod template,
+// with the options the template's annotations already give where opts give
+// none, so that what the policy would not inject is refused here, with
+// inject's reason, and the template keeps only the label and annotations.
+func labelForAdmission(dep *appsv1.Deployment, opts Options, hot bool) (corev1.Container, []string, error) {
+	mode, err := contract.ParseMode(dep.Annotations)
+	if err != nil {
+		return corev1.Container{}, nil, err
+	}
+	if mode == contract.ModeNode {
+		return corev1.Container{}, nil, fmt.Errorf("the Deployment is in node mode (%s=%s): the node agent watches its pods, and refuses a pod that also carries the sidecar; remove the annotation to have the sidecar admitted, or inject with --mode node", contract.AnnMode, mode)
+	}
+	t := &dep.Spec.Template
+	if slices.ContainsFunc(t.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }) {
+		return corev1.Container{}, nil, fmt.Errorf("the pod template carries the %s container: the admission policy leaves such pods as they are; remove it, its volumes and the readiness gate %s, or inject without --admission", SidecarName, contract.ConditionHealthy)
+	}
+	ann := t.Annotations
+	want := map[string]string{
+		contract.AnnContainer: cmp.Or(opts.Container, ann[contract.AnnContainer]),
+		contract.AnnModel:     cmp.Or(opts.Model, ann[contract.AnnModel]),
+		contract.AnnProbeMQTT: cmp.Or(opts.ProbeMQTT, ann[contract.AnnProbeMQTT]),
+		contract.AnnStateDir:  cmp.Or(opts.StateDir, ann[contract.AnnStateDir]),
+	}
+	if hot || ann[contract.AnnPauseOnFence] == "true" {
+		want[contract.AnnPauseOnFence] = "true"
+	}
+	trial := opts
+	trial.Container, trial.Model, trial.ProbeMQTT, trial.StateDir = want[contract.AnnContainer], want[contract.AnnModel], want[contract.AnnProbeMQTT], want[contract.AnnStateDir]
+	if err := checkModel(trial.Model, opts.EmbeddedModels); err != nil {
+		return corev1.Container{}, nil, fmt.Errorf("%s: %w", contract.AnnModel, err)
+	}
+	if isPath(trial.Model) {
+		return corev1.Container{}, nil, fmt.Errorf("%s %q is a path: the admission policy writes the sidecar, so nothing can mount a model file into it; give the name of a model embedded in the sidecar", contract.AnnModel, trial.Model)
+	}
+	if trial.ProbeMQTT != "" {
+		if err := contract.CheckBrokerURL(trial.ProbeMQTT); err != nil {
+			return corev1.Container{}, nil, fmt.Errorf("%s: %w", contract.AnnProbeMQTT, err)
+		}
+	}
+	spec := t.Spec.DeepCopy()
+	broker, err := injectPod(spec, trial)
+	if err != nil {
+		return corev1.Container{}, nil, err
+	}
+	var warnings []string
+	if trial.StateDir != "" {
+		w, err := stateLever(dep.Name, spec, broker, trial.StateDir)
+		if err != nil {
+			return corev1.Container{}, nil, err
+		}
+		if w != "" {
+			warnings = append(warnings, w)
+		}
+	}
+	if want[contract.AnnPauseOnFence] == "true" {
+		if w := fenceLever(dep.Name, spec, broker); w != "" {
+			warnings = append(warnings, w)
+		}
+	}
+	if t.Labels == nil {
+		t.Labels = map[string]string{}
+	}
+	t.Labels[contract.LabelInject] = "true"
+	for k, v := range want {
+		if v == "" {
+			continue
+		}
+		if t.Annotations == nil {
+			t.Annotations = map[string]string{}
+		}
+		t.Annotations[k] = v
+	}
+	return broker, warnings, nil
 }
 
 // annotateNodeMode writes node mode's annotations on dep and nothing in its

@@ -55,6 +55,7 @@ var goldenCases = []struct {
 	{name: "users-affinity-is-kept-and-the-spread-merged-into-it", in: "affinity", opts: inject.Options{Standby: true}},
 	{name: "standby-gets-a-claim-of-its-own-like-the-primarys", in: "claim", opts: inject.Options{Standby: true}},
 	{name: "state-dir-gives-both-sidecars-the-brokers-data-and-user", in: "claim", opts: inject.Options{Standby: true, StateDir: "/mosquitto/data"}},
+	{name: "admission-labels-both-templates-for-the-policy-and-writes-no-sidecar", in: "claim", opts: inject.Options{Admission: true, Standby: true, Model: "leadtime", StateDir: "/mosquitto/data"}},
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -200,6 +201,16 @@ func TestInjectRefuses(t *testing.T) {
 			inject.Options{Standby: true}, "document 1 (StatefulSet emqx): a StatefulSet is not injected: AMF pairs a primary Deployment with a standby Deployment"},
 		{"statefulset-in-a-stream-with-a-deployment", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: emqx\n",
 			inject.Options{}, "document 2 (StatefulSet emqx): a StatefulSet is not injected"},
+		{"admission-in-node-mode", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Admission: true, Mode: contract.ModeNode}, "admission is for the sidecar"},
+		{"admission-with-a-model-path", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Admission: true, Model: "/models/mine.txt"}, "nothing can mount a model file into it"},
+		{"admission-over-an-injected-sidecar", header + "      initContainers: [{name: amf-sidecar, image: ghcr.io/amf-edge/amf-sidecar:v0.1.0}]\n      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Admission: true}, "the admission policy leaves such pods as they are"},
+		{"admission-what-inject-refuses", header + "      containers: [{name: m, image: eclipse-mosquitto:2}, {name: exporter, image: x:1}]\n",
+			inject.Options{Admission: true}, `none exposes a port named "mqtt"`},
+		{"admission-probe-annotation-that-is-not-a-url", strings.Replace(header, "      labels: {app: b}\n", "      labels: {app: b}\n      annotations: {amf.io/probe-mqtt: nope}\n", 1) + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
+			inject.Options{Admission: true}, `amf.io/probe-mqtt: broker URL "nope"`},
 		{"unknown-mode-option", header + "      containers: [{name: m, image: eclipse-mosquitto:2}]\n",
 			inject.Options{Mode: "daemon"}, `mode "daemon": want sidecar or node`},
 	} {

@@ -61,17 +61,25 @@ type admission struct {
 	ns   string
 }
 
-// startAdmission applies overlays/admission to a control plane of its own and
-// waits until the policy injects (the API server loads policies and their
-// params from informers, a moment after they are created).
+// startAdmission applies overlays/admission to a control plane of its own
+// (applyAdmission).
 func startAdmission(ctx context.Context, t *testing.T) *admission {
 	t.Helper()
 	cp, err := controlplane.Start(ctx, t, controlplane.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--field-manager="+fieldManager, "-k", admissionLayout); err != nil {
-		t.Fatalf("kubectl apply -k %s: %v: %s", admissionLayout, err, out)
+	return applyAdmission(ctx, t, cp, admissionLayout)
+}
+
+// applyAdmission applies overlays/admission as a user does (kubectl apply
+// -k) and waits until its policies act: the API server loads policies and
+// their params from informers, a moment after they are created, the
+// mutating and the validating ones each on their own.
+func applyAdmission(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, layout string) *admission {
+	t.Helper()
+	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", layout); err != nil {
+		t.Fatalf("kubectl apply -k %s: %v: %s", layout, err, out)
 	}
 	cfg := cp.AdminConfig()
 	w := &warnings{}
@@ -96,7 +104,6 @@ func startAdmission(ctx context.Context, t *testing.T) *admission {
 		a.warn.take()
 		return hasSidecar(p.Spec)
 	})
-	// The validating policies load on their own, often later.
 	odd := canary.DeepCopy()
 	odd.Spec.HostNetwork = true
 	a.await(ctx, t, "the policy to warn of a pod it cannot inject", func() bool {
@@ -316,9 +323,9 @@ var admissionCases = []struct {
 // TestAdmissionPolicyGivesEachPodWhatInjectGivesItsTemplate runs the overlay
 // on the real API server (v1.36.5) and creates, server-side dry run, the pods
 // of inject's own test inputs, labelled amf.io/inject=true and annotated as
-// inject's flags ask: each pod's spec must be what inject writes into its
-// template, field by field, after the API server's defaults. Pods inject
-// already handled are left as they are.
+// inject's flags ask (by hand, and by inject --admission): each pod's spec
+// must be what inject writes into its template, field by field, after the
+// API server's defaults. Pods inject already handled are left as they are.
 func TestAdmissionPolicyGivesEachPodWhatInjectGivesItsTemplate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -339,6 +346,18 @@ func TestAdmissionPolicyGivesEachPodWhatInjectGivesItsTemplate(t *testing.T) {
 			if len(before) == 0 || len(before) != len(after) {
 				t.Fatalf("%d Deployments in, %d out", len(before), len(after))
 			}
+			// inject --admission labels and annotates the same templates
+			// for the policy (a model path it refuses: nothing could mount
+			// the file into a sidecar the policy writes).
+			var labelled []*appsv1.Deployment
+			if admitted := opts; !strings.Contains(opts.Model, "/") {
+				admitted.Admission = true
+				out, _, err := inject.Inject(in, admitted)
+				if err != nil {
+					t.Fatalf("inject --admission: %v", err)
+				}
+				labelled = deployments(t, out)
+			}
 			for i, d := range before {
 				pod := podOf(d, d.Name)
 				if hasSidecar(pod.Spec) {
@@ -354,7 +373,10 @@ func TestAdmissionPolicyGivesEachPodWhatInjectGivesItsTemplate(t *testing.T) {
 					continue
 				}
 				sameSpec(t, d.Name, want, got)
-				if w := a.warn.take(); len(w) > 0 {
+				if labelled != nil {
+					sameSpec(t, d.Name+" (inject --admission)", want, a.dryRun(ctx, t, podOf(labelled[i], d.Name)))
+				}
+				if w := ours(a.warn.take()); len(w) > 0 {
 					t.Errorf("%s: warned %q for a pod it injected", d.Name, w)
 				}
 			}
@@ -561,6 +583,27 @@ func TestAdmissionPolicyOnPodsCreatedTheWaysUsersCreateThem(t *testing.T) {
 		t.Errorf("a pod was refused with the policy's params gone: %v", err)
 	}
 	a.warn.take()
+}
+
+// TestAdmissionOverlayForTheBetaAPI applies overlays/admission-v1beta1, the
+// policy as Kubernetes 1.34 and 1.35 serve it, to an API server that serves
+// admissionregistration.k8s.io/v1beta1 as those do when asked
+// (--runtime-config; this one is v1.36.5, which keeps the beta API behind
+// it): the policy is stored as given, and pods get the sidecar.
+func TestAdmissionOverlayForTheBetaAPI(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, t, controlplane.Options{APIServerFlags: []string{"--runtime-config=admissionregistration.k8s.io/v1beta1=true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := applyAdmission(ctx, t, cp, "overlays/admission-v1beta1")
+	if _, err := a.cs.AdmissionregistrationV1beta1().MutatingAdmissionPolicies().Get(ctx, "amf-inject", metav1.GetOptions{}); err != nil {
+		t.Errorf("the beta policy: %v", err)
+	}
+	if _, err := a.cs.AdmissionregistrationV1beta1().MutatingAdmissionPolicyBindings().Get(ctx, "amf-inject", metav1.GetOptions{}); err != nil {
+		t.Errorf("the beta binding: %v", err)
+	}
 }
 
 // TestAdmissionPoliciesShareTheirVariablesAndVocabulary: the three policies

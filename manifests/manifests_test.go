@@ -25,7 +25,7 @@ import (
 )
 
 // layouts are the kustomize folders a user applies with kubectl apply -k.
-var layouts = []string{"base", "examples", "overlays/rpi-arm64", "overlays/node-mode"}
+var layouts = []string{"base", "examples", "overlays/rpi-arm64", "overlays/node-mode", "overlays/admission"}
 
 const fieldManager = "amf-manifests-test"
 

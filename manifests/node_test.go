@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
@@ -107,6 +108,17 @@ func TestInstallOnARealNode(t *testing.T) {
 		t.Fatalf("kubectl apply the injected broker: %v: %s", err, out)
 	}
 	broker := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
+	checkInjectedBroker(ctx, t, cs, n, agent, broker)
+}
+
+// checkInjectedBroker checks a Ready pod of brokerWithExporter with the
+// sidecar: its readiness gate is the agent's, the sidecar runs as a native
+// sidecar, finds the mosquitto container's cgroup among the pause, exporter
+// and its own, reads the pod's network counters and scores healthy, and the
+// agent authenticated its connection.
+func checkInjectedBroker(ctx context.Context, t *testing.T, cs kubernetes.Interface, n *kubenode.Node, agent, broker *corev1.Pod) {
+	t.Helper()
+	ns := broker.Namespace
 	gate := false
 	for _, c := range broker.Status.Conditions {
 		if c.Type == "amf.io/healthy" && c.Status == corev1.ConditionTrue {
@@ -162,6 +174,40 @@ func TestInstallOnARealNode(t *testing.T) {
 	if !strings.Contains(string(logs), `"msg":"client connected"`) || !strings.Contains(string(logs), broker.Name) {
 		t.Errorf("the agent's log shows no authenticated connection from %s:\n%s", broker.Name, logs)
 	}
+}
+
+// TestAdmissionOverlayOnARealNode is the admission path as a user runs it,
+// on a real kubelet + containerd node: kubectl apply -k
+// manifests/overlays/admission, then the plain broker Deployment with only
+// the label amf.io/inject=true added to its pod template, created as it is.
+// The ReplicaSet's pod comes up with the sidecar the policy wrote, which
+// finds its broker, and the agent sees its signals: it sets the readiness
+// gate, so the pod is Ready.
+func TestAdmissionOverlayOnARealNode(t *testing.T) {
+	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	a := applyAdmission(ctx, t, cp, filepath.Join("overlays", "admission"))
+	cs := a.cs
+	agent := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
+
+	const ns = "mqtt"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := brokerWithExporter(ns)
+	d.Spec.Template.Labels[contract.LabelInject] = "true"
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if w := ours(a.warn.take()); len(w) > 0 {
+		t.Errorf("the broker's Deployment was warned about: %q", w)
+	}
+	broker := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
+	if dep, err := cs.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{}); err != nil || hasSidecar(dep.Spec.Template.Spec) {
+		t.Errorf("the Deployment itself was changed (err %v): the policy is for pods", err)
+	}
+	checkInjectedBroker(ctx, t, cs, n, agent, broker)
 }
 
 // sidecarState is the part of the sidecar's /status this test reads.

@@ -12,7 +12,7 @@ import (
 	"github.com/amf-edge/amf/internal/exitcode"
 )
 
-const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--mode sidecar|node] [--standby [--spread preferred|required]] [--state-dir DIR] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
+const injectUsage = `Usage: amf-agent inject [-f FILE|-] [--mode sidecar|node] [--admission] [--standby [--spread preferred|required]] [--state-dir DIR] [--container NAME] [--sidecar-image IMAGE] [--probe-mqtt URL] [--model NAME|PATH]
 
 Writes the Deployments of FILE (default: standard input; multi-document YAML)
 to standard output with the AMF sidecar injected: native sidecar, projected
@@ -27,6 +27,13 @@ the annotation amf.io/mode=node (and the policy, amf.io/model from --model,
 amf.io/container from --container), so applying it restarts no pod, and the
 node agent (amf-agent --node-mode) watches its pods from the node.
 
+With --admission the sidecar is left to the admission policy
+(manifests/overlays/admission), which writes it into each new pod: the pod
+template gets the label amf.io/inject=true and, as annotations, what
+--container, --model, --probe-mqtt and --state-dir say (and
+amf.io/pause-on-fence for a hot pair). What inject would refuse is refused
+all the same. The image is the policy's (ConfigMap amf-system/amf-inject).
+
 With --standby the primary and its standby also get a pod anti-affinity
 against each other's pods by node (kubernetes.io/hostname), merged into any
 affinity they have: --spread preferred (default) puts them on two nodes when
@@ -37,6 +44,7 @@ the loss of that node. In node mode only the standby written gets it.
 
   kubectl get deployment mosquitto -o yaml | amf-agent inject --standby | kubectl apply -f -
   kubectl get deployment mosquitto -o yaml | amf-agent inject --mode node --standby | kubectl apply -f -
+  kubectl get deployment mosquitto -o yaml | amf-agent inject --admission --standby | kubectl apply -f -
 
 Flags:
 `
@@ -52,6 +60,7 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var opts inject.Options
 	file := fs.String("f", "-", "YAML `file` to read; - is standard input")
 	mode := fs.String("mode", string(contract.ModeSidecar), "`mode`: sidecar (inject the sidecar into the pod template) or node (annotate the Deployment only; the node agent watches its pods)")
+	fs.BoolVar(&opts.Admission, "admission", false, "leave the sidecar to the admission policy (manifests/overlays/admission): label the pod template amf.io/inject=true and annotate it with the other flags, instead of writing the sidecar into it")
 	fs.BoolVar(&opts.Standby, "standby", false, "also write each primary's standby Deployment (0 replicas when amf.io/redundancy is cold)")
 	spread := fs.String("spread", string(inject.SpreadPreferred), "with --standby, how the pair is kept off one node: preferred (on two nodes when there are) or required (never on one; the second stays Pending without another node)")
 	fs.StringVar(&opts.SidecarImage, "sidecar-image", inject.DefaultSidecarImage, "sidecar `image`")
@@ -64,6 +73,13 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return exitcode.Usagef("inject: unexpected arguments %q (use -f FILE)", fs.Args())
+	}
+	if opts.Admission {
+		image := false
+		fs.Visit(func(f *flag.Flag) { image = image || f.Name == "sidecar-image" })
+		if image {
+			return exitcode.Usagef("inject: --sidecar-image with --admission: the admission policy writes the image of its ConfigMap (kubectl -n amf-system edit configmap amf-inject)")
+		}
 	}
 	opts.Mode = contract.Mode(*mode)
 	opts.EmbeddedModels = model.EmbeddedNames()

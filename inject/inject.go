@@ -43,6 +43,11 @@
 // and a warning names them (storage.go). StatefulSets are refused: the agent
 // pairs Deployments.
 //
+// With Options.Admission the pod template gets, instead of the sidecar, the
+// label and annotations that the admission policy of
+// manifests/overlays/admission reads, which writes the same sidecar into each
+// pod (manifests/admission_test.go keeps the two equal field by field).
+//
 // A v1 List (kubectl get -o yaml of several objects) is written as its items,
 // one document each. Fields the server writes (uid, resourceVersion,
 // generation, creationTimestamp, managedFields, status) are dropped from

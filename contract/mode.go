@@ -28,6 +28,17 @@ const (
 	AnnContainer = "amf.io/container"
 )
 
+// Names a pod's containers and ports are known by: inject writes them, node
+// mode and the admission policy read them.
+const (
+	// SidecarName is the sidecar's container name (a native sidecar: an
+	// init container); node mode refuses a pod that has it.
+	SidecarName = "amf-sidecar"
+	// MQTTPortName is the port name that marks the broker container among
+	// several.
+	MQTTPortName = "mqtt"
+)
+
 // DefaultModel is the model node mode scores with when AnnModel is absent:
 // the embedded default (infer/model.DefaultName, restated so this package
 // links nothing).

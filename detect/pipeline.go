@@ -8,9 +8,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amf-edge/amf/sidecar/cgroup"
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
 

@@ -9,9 +9,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 // Source reads a target's raw counters and gauges; cgroup.Reader is the real one.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 // scriptedSource returns its readings in order, then ends the test's context.

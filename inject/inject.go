@@ -16,7 +16,7 @@
 //     such as an exporter), the host's /var/log/containers mounted read-only:
 //     the cgroup tree knows containers by ID only, and the kubelet's log
 //     symlinks there are how the sidecar, which has no API access, learns the
-//     broker's ID from its name (package sidecar/cgroup, "Finding a container
+//     broker's ID from its name (package cgroup, "Finding a container
 //     by name"). Alone beside the sidecar and the sandbox the broker is found
 //     without them, so a plain broker pod gets no extra host path;
 //   - POD_UID, POD_NAME, POD_NAMESPACE and NODE_IP from the downward API, and
@@ -87,7 +87,7 @@ import (
 // Names and places of what Inject adds.
 const (
 	// SidecarName is the sidecar's init container name.
-	SidecarName = "amf-sidecar"
+	SidecarName = contract.SidecarName
 	// DefaultSidecarImage is the sidecar image used when Options.SidecarImage is empty.
 	DefaultSidecarImage = "ghcr.io/amf-edge/amf-sidecar:v0.1.0"
 	// TokenVolume holds the projected token, mounted at TokenDir.
@@ -102,13 +102,13 @@ const (
 	// HostContainerLogs when the broker has other containers beside it.
 	LogsVolume = "amf-container-logs"
 	// KubeletLogDir is where every kubelet writes its container log symlinks
-	// (sidecar/cgroup.ContainerLogDir, not imported here so that the agent
+	// (cgroup.ContainerLogDir, not imported here so that the agent
 	// does not link the sidecar's cgroup readers).
 	KubeletLogDir = "/var/log/containers"
 	// HostContainerLogs is the sidecar's --host-container-logs.
 	HostContainerLogs = "/host" + KubeletLogDir
 	// MQTTPortName is the port name that marks the broker container.
-	MQTTPortName = "mqtt"
+	MQTTPortName = contract.MQTTPortName
 	// AgentPort is the agent DaemonSet's host port (manifests/base).
 	AgentPort = 1884
 	// HealthPort is the sidecar's health endpoint (healthcheck.DefaultAddr).
@@ -946,7 +946,7 @@ func sidecarContainer(image, probe, model, broker string, logs bool) corev1.Cont
 }
 
 // fenceLever lets a hot pair's sidecar pause its broker when the node
-// agent fences (DESIGN.md, "Losing a whole node"; sidecar/pause), by
+// agent fences (DESIGN.md, "Losing a whole node"; pause), by
 // brokerUser. A broker whose user is not in the pod template (the image's) or
 // is root gets a warning instead: the sidecar never runs as root, and the
 // fence is then only reported.

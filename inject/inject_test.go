@@ -26,10 +26,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/inject"
 	"github.com/amf-edge/amf/lab/controlplane"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml with the current output")

@@ -22,12 +22,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/agent"
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/nodewatch"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
 

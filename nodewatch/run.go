@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
 

@@ -23,11 +23,10 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/inject"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -444,7 +443,7 @@ func sidecarOf(pod *corev1.Pod) string {
 		if i := strings.LastIndexAny(repo, ":@"); i > strings.LastIndex(repo, "/") {
 			repo = repo[:i]
 		}
-		if c.Name == inject.SidecarName || strings.HasSuffix(repo, "/amf-sidecar") {
+		if c.Name == contract.SidecarName || strings.HasSuffix(repo, "/amf-sidecar") {
 			return c.Name
 		}
 	}
@@ -457,7 +456,7 @@ func brokerName(pod *corev1.Pod, named string) (string, error) {
 	var names, mqtt []string
 	for _, c := range pod.Spec.Containers {
 		names = append(names, c.Name)
-		if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == inject.MQTTPortName }) {
+		if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == contract.MQTTPortName }) {
 			mqtt = append(mqtt, c.Name)
 		}
 	}
@@ -472,7 +471,7 @@ func brokerName(pod *corev1.Pod, named string) (string, error) {
 		return mqtt[0], nil
 	}
 	return "", fmt.Errorf("the pod has %d containers (%s) and not exactly one exposes a port named %q: name the broker with %s on the Deployment",
-		len(names), strings.Join(names, ", "), inject.MQTTPortName, contract.AnnContainer)
+		len(names), strings.Join(names, ", "), contract.MQTTPortName, contract.AnnContainer)
 }
 
 // runningID is the runtime ID of the named container while it runs.

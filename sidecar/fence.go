@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/amf-edge/amf/sidecar/cgroup"
-	"github.com/amf-edge/amf/sidecar/pause"
+	"github.com/amf-edge/amf/cgroup"
+	"github.com/amf-edge/amf/pause"
 	"github.com/amf-edge/amf/signal"
 )
 

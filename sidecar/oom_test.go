@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
 

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
 

@@ -18,11 +18,11 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/infer/model/modeltest"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 	"github.com/amf-edge/amf/signal"
 )
 

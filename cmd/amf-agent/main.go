@@ -34,12 +34,12 @@ import (
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/nodewatch"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"github.com/amf-edge/amf/lab/cgroup2vm"
 )
 
-const cgroup2vmUsage = `amf-lab cgroup2vm [--accel tcg|kvm] [--cpus 2] [--memory 1024] [--timeout 4m] [--run REGEXP] [--packages sidecar/cgroup,sidecar]
+const cgroup2vmUsage = `amf-lab cgroup2vm [--accel tcg|kvm] [--cpus 2] [--memory 1024] [--timeout 4m] [--run REGEXP] [--packages cgroup,sidecar]
 
 Boots a cgroup v2-only Linux guest (Debian's linux-image-cloud-amd64 under
 qemu-system-x86_64, fetched with apt-get download into ~/.cache/amf/cgroup2vm)

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/detect"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 // memoryReferenceFlag is --memory-reference: memory_percent's reference for

@@ -21,9 +21,9 @@ import (
 	"github.com/amf-edge/amf/inject"
 )
 
-// Recorded trees of package sidecar/cgroup (see its testdata/README.md): kind's
+// Recorded trees of package cgroup (see its testdata/README.md): kind's
 // layout, a pod with pause, sidecar, broker and exporter.
-var kindTree = filepath.Join("..", "..", "sidecar", "cgroup", "testdata", "v2-kind")
+var kindTree = filepath.Join("..", "..", "cgroup", "testdata", "v2-kind")
 
 const (
 	kindUID    = "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e6f"

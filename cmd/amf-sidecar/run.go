@@ -9,12 +9,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/sidecar"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 // targetFlags are the three ways to name the broker container (DESIGN.md, "Finding

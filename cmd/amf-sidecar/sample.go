@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/internal/exitcode"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 func runSample(ctx context.Context, args []string, io stdio) int {

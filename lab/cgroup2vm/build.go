@@ -15,7 +15,7 @@ import (
 )
 
 // DefaultPackages are the packages whose tests run in the guest.
-var DefaultPackages = []string{"sidecar/cgroup", "sidecar"}
+var DefaultPackages = []string{"cgroup", "sidecar"}
 
 // guestEnv is every test binary's environment in the guest. The REQUIRE
 // variable turns the real-cgroup tests' skips into failures: in the guest

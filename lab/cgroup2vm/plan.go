@@ -28,7 +28,7 @@ type plan struct {
 
 // run is one test binary.
 type run struct {
-	Package string   `json:"package"` // package directory, e.g. "sidecar/cgroup"
+	Package string   `json:"package"` // package directory, e.g. "cgroup"
 	Binary  string   `json:"binary"`  // path in the guest
 	Args    []string `json:"args"`
 }

@@ -22,10 +22,10 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/lab/corpus"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
-	"github.com/amf-edge/amf/sidecar/cgroup"
 )
 
 // CorpusConfig configures Corpus.

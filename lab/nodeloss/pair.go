@@ -21,7 +21,7 @@ import (
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/probe"
 	"github.com/amf-edge/amf/lab/testbed"
-	"github.com/amf-edge/amf/sidecar/pause"
+	"github.com/amf-edge/amf/pause"
 )
 
 // BrokerNamespace holds the edge brokers of a Pair.

@@ -33,7 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amf-edge/amf/mosquittodb"
-	"github.com/amf-edge/amf/sidecar/pause"
+	"github.com/amf-edge/amf/pause"
 )
 
 // DefaultComm is the process name of Mosquitto (/proc/<pid>/comm).

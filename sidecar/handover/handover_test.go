@@ -17,7 +17,7 @@ import (
 
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/mosquittodb"
-	"github.com/amf-edge/amf/sidecar/pause"
+	"github.com/amf-edge/amf/pause"
 )
 
 // broker is a real Mosquitto in a real cgroup of its own, which the test can

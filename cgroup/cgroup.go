@@ -1,6 +1,8 @@
 // Package cgroup reads one target container's raw resource counters and
 // gauges (CPU time, memory use and limit, block I/O bytes, network bytes) at
-// one point in time, for the sidecar's once-a-second sample loop.
+// one point in time, for a once-a-second sample loop: the sidecar's, node
+// mode's in the agent, and the lab's. It imports no other package of the
+// module, so every one of them can.
 //
 // It knows three ways to find the target, tried in this order by the sidecar
 // (see DESIGN.md, "Finding the broker's cgroup from a sidecar"):

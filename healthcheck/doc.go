@@ -1,5 +1,7 @@
-// Package healthcheck is the sidecar's local health surface: app-logic probes of
-// the workload beside it and the HTTP endpoint that exposes what the sidecar knows.
+// Package healthcheck is a watched broker's health surface: app-logic probes of
+// the workload (the sidecar's of the broker beside it on loopback, node mode's of
+// a pod's broker through its IP) and the HTTP endpoint that exposes what the
+// sidecar knows.
 //
 // Probes answer one question — does the application logic work right now? — and
 // report every answer through a callback the moment it is known:

@@ -1,0 +1,484 @@
+package inject
+
+// The pod template: the sidecar, its volumes and levers, or what node mode
+// and the admission policy read instead.
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/amf-edge/amf/contract"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// injectPod adds the sidecar, its volumes and the readiness gate to spec,
+// and returns the broker container.
+// injectSidecar injects the sidecar into dep's pod template, unless dep is
+// in node mode: a pod with both would be refused by the agent.
+func injectSidecar(dep *appsv1.Deployment, opts Options) (corev1.Container, error) {
+	mode, err := contract.ParseMode(dep.Annotations)
+	if err != nil {
+		return corev1.Container{}, err
+	}
+	if mode == contract.ModeNode {
+		return corev1.Container{}, fmt.Errorf("the Deployment is in node mode (%s=%s): the node agent watches its pods, and refuses a pod that also carries the sidecar; remove the annotation to inject the sidecar, or inject with --mode node", contract.AnnMode, mode)
+	}
+	return injectPod(&dep.Spec.Template.Spec, opts)
+}
+
+// checkModel refuses a --model that is neither one of embedded (nil: any
+// name) nor a path.
+func checkModel(model string, embedded []string) error {
+	if model != "" && !isPath(model) && len(embedded) > 0 && !slices.Contains(embedded, model) {
+		return fmt.Errorf("model %q is not embedded in the sidecar (%s): give one of those, or the path of a model file inside the sidecar container (./%s for a file of that name)",
+			model, strings.Join(embedded, ", "), model)
+	}
+	return nil
+}
+
+// labelForAdmission asks the admission policy for dep's sidecar
+// (Options.Admission). It tries the injection on a copy of the pod template,
+// with the options the template's annotations already give where opts give
+// none, so that what the policy would not inject is refused here, with
+// inject's reason, and the template keeps only the label and annotations.
+func labelForAdmission(dep *appsv1.Deployment, opts Options, hot bool) (corev1.Container, []string, error) {
+	mode, err := contract.ParseMode(dep.Annotations)
+	if err != nil {
+		return corev1.Container{}, nil, err
+	}
+	if mode == contract.ModeNode {
+		return corev1.Container{}, nil, fmt.Errorf("the Deployment is in node mode (%s=%s): the node agent watches its pods, and refuses a pod that also carries the sidecar; remove the annotation to have the sidecar admitted, or inject with --mode node", contract.AnnMode, mode)
+	}
+	t := &dep.Spec.Template
+	if slices.ContainsFunc(t.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }) {
+		return corev1.Container{}, nil, fmt.Errorf("the pod template carries the %s container: the admission policy leaves such pods as they are; remove it, its volumes and the readiness gate %s, or inject without --admission", SidecarName, contract.ConditionHealthy)
+	}
+	ann := t.Annotations
+	want := map[string]string{
+		contract.AnnContainer: cmp.Or(opts.Container, ann[contract.AnnContainer]),
+		contract.AnnModel:     cmp.Or(opts.Model, ann[contract.AnnModel]),
+		contract.AnnProbeMQTT: cmp.Or(opts.ProbeMQTT, ann[contract.AnnProbeMQTT]),
+		contract.AnnStateDir:  cmp.Or(opts.StateDir, ann[contract.AnnStateDir]),
+	}
+	if hot || ann[contract.AnnPauseOnFence] == "true" {
+		want[contract.AnnPauseOnFence] = "true"
+	}
+	trial := opts
+	trial.Container, trial.Model, trial.ProbeMQTT, trial.StateDir = want[contract.AnnContainer], want[contract.AnnModel], want[contract.AnnProbeMQTT], want[contract.AnnStateDir]
+	if err := checkModel(trial.Model, opts.EmbeddedModels); err != nil {
+		return corev1.Container{}, nil, fmt.Errorf("%s: %w", contract.AnnModel, err)
+	}
+	if isPath(trial.Model) {
+		return corev1.Container{}, nil, fmt.Errorf("%s %q is a path: the admission policy writes the sidecar, so nothing can mount a model file into it; give the name of a model embedded in the sidecar", contract.AnnModel, trial.Model)
+	}
+	if trial.ProbeMQTT != "" {
+		if err := contract.CheckBrokerURL(trial.ProbeMQTT); err != nil {
+			return corev1.Container{}, nil, fmt.Errorf("%s: %w", contract.AnnProbeMQTT, err)
+		}
+	}
+	spec := t.Spec.DeepCopy()
+	broker, err := injectPod(spec, trial)
+	if err != nil {
+		return corev1.Container{}, nil, err
+	}
+	var warnings []string
+	if trial.StateDir != "" {
+		w, err := stateLever(dep.Name, spec, broker, trial.StateDir)
+		if err != nil {
+			return corev1.Container{}, nil, err
+		}
+		if w != "" {
+			warnings = append(warnings, w)
+		}
+	}
+	if want[contract.AnnPauseOnFence] == "true" {
+		if w := fenceLever(dep.Name, spec, broker); w != "" {
+			warnings = append(warnings, w)
+		}
+	}
+	if t.Labels == nil {
+		t.Labels = map[string]string{}
+	}
+	t.Labels[contract.LabelInject] = "true"
+	for k, v := range want {
+		if v == "" {
+			continue
+		}
+		if t.Annotations == nil {
+			t.Annotations = map[string]string{}
+		}
+		t.Annotations[k] = v
+	}
+	return broker, warnings, nil
+}
+
+// annotateNodeMode writes node mode's annotations on dep and nothing in its
+// pod template. The broker container must be one the agent can tell
+// (brokerContainer's rule); a pod template carrying the sidecar is refused.
+func annotateNodeMode(dep *appsv1.Deployment, opts Options) (corev1.Container, error) {
+	spec := &dep.Spec.Template.Spec
+	if slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }) ||
+		slices.ContainsFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == SidecarName }) {
+		return corev1.Container{}, fmt.Errorf("the pod template carries the %s container: remove it before switching to node mode (the agent refuses a pod with both, and removing it restarts the pods once)", SidecarName)
+	}
+	name := opts.Container
+	if name == "" {
+		name = dep.Annotations[contract.AnnContainer]
+	}
+	broker, err := brokerContainer(spec.Containers, name)
+	if err != nil {
+		return corev1.Container{}, err
+	}
+	if dep.Annotations == nil {
+		dep.Annotations = map[string]string{}
+	}
+	dep.Annotations[contract.AnnMode] = string(contract.ModeNode)
+	if opts.Model != "" {
+		dep.Annotations[contract.AnnModel] = opts.Model
+	}
+	if opts.Container != "" {
+		dep.Annotations[contract.AnnContainer] = opts.Container
+	}
+	return broker, nil
+}
+
+func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
+	if spec.HostNetwork {
+		return corev1.Container{}, errors.New("hostNetwork pods are not supported: the sidecar's health port and network counters would be the node's")
+	}
+	var apps []string
+	for _, c := range spec.Containers {
+		if c.Name == SidecarName {
+			return corev1.Container{}, fmt.Errorf("container %q is a regular container; the sidecar must be the native sidecar (init container) of that name: rename or remove it", SidecarName)
+		}
+		apps = append(apps, c.Name)
+	}
+	company := len(apps) - 1 // containers that run beside the broker and the sidecar
+	for _, c := range spec.InitContainers {
+		if c.Name != SidecarName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			company++
+		}
+	}
+	existing := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	if existing >= 0 {
+		if have := spec.InitContainers[existing].Image; repository(have) != repository(opts.SidecarImage) {
+			return corev1.Container{}, fmt.Errorf("init container %q has image %q, not the sidecar (%s): rename it or remove it", SidecarName, have, repository(opts.SidecarImage))
+		}
+	}
+	name := opts.Container
+	if name == "" && existing >= 0 {
+		name = argValue(spec.InitContainers[existing].Args, flagContainer)
+	}
+	broker, err := brokerContainer(spec.Containers, name)
+	if err != nil {
+		return corev1.Container{}, err
+	}
+
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		for _, p := range c.Ports {
+			if c.Name != SidecarName && p.ContainerPort == HealthPort && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+				return corev1.Container{}, fmt.Errorf("container %q declares port %d/TCP, where the sidecar serves its health endpoint (its liveness probe): the two cannot share it in one pod; move that container's port", c.Name, HealthPort)
+			}
+		}
+	}
+	probe := opts.ProbeMQTT
+	if probe == "" {
+		port, err := mqttPort(broker)
+		if err != nil {
+			return corev1.Container{}, err
+		}
+		probe = "tcp://127.0.0.1:" + strconv.Itoa(int(port))
+	}
+	sidecar := sidecarContainer(opts.SidecarImage, probe, opts.Model, broker.Name, company > 0)
+	if existing >= 0 {
+		spec.InitContainers[existing] = sidecar
+	} else {
+		// First, so that it starts before any other init container.
+		spec.InitContainers = append([]corev1.Container{sidecar}, spec.InitContainers...)
+	}
+
+	volumes := []corev1.Volume{tokenVolume(), cgroupVolume()}
+	if company > 0 {
+		volumes = append(volumes, logsVolume())
+	} else if i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == LogsVolume }); i >= 0 && equality.Semantic.DeepEqual(spec.Volumes[i], logsVolume()) {
+		// Injected when the broker had company it no longer has.
+		spec.Volumes = slices.Delete(spec.Volumes, i, i+1)
+	}
+	for _, v := range volumes {
+		i := slices.IndexFunc(spec.Volumes, func(have corev1.Volume) bool { return have.Name == v.Name })
+		switch {
+		case i < 0:
+			spec.Volumes = append(spec.Volumes, v)
+		case !equality.Semantic.DeepEqual(spec.Volumes[i], v):
+			return corev1.Container{}, fmt.Errorf("volume %q exists and is not the sidecar's: rename it", v.Name)
+		}
+	}
+	for _, c := range spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == TokenVolume {
+				return corev1.Container{}, fmt.Errorf("container %q mounts %q: the ServiceAccount token for the agent is the sidecar's only", c.Name, TokenVolume)
+			}
+		}
+	}
+
+	gate := corev1.PodReadinessGate{ConditionType: contract.ConditionHealthy}
+	if !slices.Contains(spec.ReadinessGates, gate) {
+		spec.ReadinessGates = append(spec.ReadinessGates, gate)
+	}
+	return broker, nil
+}
+
+// brokerContainer picks the container the sidecar watches: the one named
+// (Options.Container, or the injected sidecar's --container), else the only
+// one, else the one exposing a port named MQTTPortName.
+func brokerContainer(cs []corev1.Container, name string) (corev1.Container, error) {
+	if len(cs) == 0 {
+		return corev1.Container{}, errors.New("the pod template has no containers: there is no broker to watch")
+	}
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Name
+	}
+	choices := strings.Join(names, ", ")
+	if name != "" {
+		i := slices.Index(names, name)
+		if i < 0 {
+			return corev1.Container{}, fmt.Errorf("no container %q to watch: the pod's containers are %s (pass the broker's with --container)", name, choices)
+		}
+		return cs[i], nil
+	}
+	if len(cs) == 1 {
+		return cs[0], nil
+	}
+	var mqtt []string
+	for _, c := range cs {
+		if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == MQTTPortName }) {
+			mqtt = append(mqtt, c.Name)
+		}
+	}
+	switch len(mqtt) {
+	case 1:
+		return cs[slices.Index(names, mqtt[0])], nil
+	case 0:
+		return corev1.Container{}, fmt.Errorf("the pod has %d containers (%s) and none exposes a port named %q: pass the broker's with --container, or name its MQTT port %q", len(cs), choices, MQTTPortName, MQTTPortName)
+	}
+	return corev1.Container{}, fmt.Errorf("the pod has %d containers (%s) and %s all expose a port named %q: pass the broker's with --container", len(cs), choices, strings.Join(mqtt, ", "), MQTTPortName)
+}
+
+// argValue is the value of the last "--flag=value" argument (flag given
+// with its "=") in args, or "".
+func argValue(args []string, flag string) string {
+	v := ""
+	for _, a := range args {
+		if rest, ok := strings.CutPrefix(a, flag); ok {
+			v = rest
+		}
+	}
+	return v
+}
+
+// limitWarnings warn when the broker has no memory or CPU limit: the
+// sidecar then scores against references the user should know about, and
+// the features are less like the model's training data.
+func limitWarnings(deployment string, broker corev1.Container) []string {
+	var ws []string
+	where := fmt.Sprintf("Deployment %s: broker container %s has no", deployment, broker.Name)
+	const limitRange = " (unless a LimitRange of the namespace sets one)"
+	if _, ok := broker.Resources.Limits[corev1.ResourceMemory]; !ok {
+		ws = append(ws, where+" memory limit"+limitRange+": the sidecar then takes memory_percent against the nearest limit above it (the pod's, else the node's allocatable memory, else the machine's) or its --memory-reference, and says which in its log and /status; memory alarms come only near that. Set resources.limits.memory to what the broker may use")
+	}
+	if _, ok := broker.Resources.Limits[corev1.ResourceCPU]; !ok {
+		ws = append(ws, where+" CPU limit"+limitRange+": cpu_percent stays per core, as the model was trained on CPU-limited brokers, and a broker that uses more than one core scores beyond anything in its training data. Set resources.limits.cpu")
+	}
+	return ws
+}
+
+// mqttPort is the broker container's port named MQTTPortName, else 1883.
+func mqttPort(c corev1.Container) (int32, error) {
+	for _, p := range c.Ports {
+		if p.Name == MQTTPortName {
+			return p.ContainerPort, nil
+		}
+	}
+	var declared []string
+	for _, p := range c.Ports {
+		if p.ContainerPort == 1883 {
+			return 1883, nil
+		}
+		declared = append(declared, cmp.Or(p.Name, "unnamed")+"/"+strconv.Itoa(int(p.ContainerPort)))
+	}
+	if len(declared) > 0 {
+		// A broker that declares only mqtts (8883) or another port: probing
+		// 1883 would keep the sidecar starting for good.
+		return 0, fmt.Errorf("the broker container %s declares ports %s, none named %q nor 1883: the sidecar's probe needs the broker's plain MQTT listener on loopback; name that port %q, or give --probe-mqtt",
+			c.Name, strings.Join(declared, ", "), MQTTPortName, MQTTPortName)
+	}
+	return 1883, nil // none declared: Mosquitto's default
+}
+
+// repository is an image reference without its tag or digest.
+func repository(image string) string {
+	if i := strings.Index(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		image = image[:i]
+	}
+	return image
+}
+
+// isPath says whether a --model value is a path rather than an embedded name
+// (names never hold a slash), to warn that the file must be in the container.
+func isPath(model string) bool { return strings.Contains(model, "/") }
+
+func sidecarContainer(image, probe, model, broker string, logs bool) corev1.Container {
+	field := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	args := []string{"run", flagHostCgroupRoot + HostCgroupRoot, flagProbeMQTT + probe, flagContainer + broker}
+	if logs {
+		args = append(args, flagHostContainerLogs+HostContainerLogs)
+	}
+	if model != "" {
+		args = append(args, flagModel+model)
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true},
+		{Name: CgroupVolume, MountPath: HostCgroupRoot, ReadOnly: true},
+	}
+	if logs {
+		mounts = append(mounts, corev1.VolumeMount{Name: LogsVolume, MountPath: HostContainerLogs, ReadOnly: true})
+	}
+	return corev1.Container{
+		Name:          SidecarName,
+		Image:         image,
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Args:          args,
+		Env: []corev1.EnvVar{
+			field("POD_UID", "metadata.uid"),
+			field("POD_NAME", "metadata.name"),
+			field("POD_NAMESPACE", "metadata.namespace"),
+			field("NODE_IP", "status.hostIP"),
+			// $(NODE_IP) expands because NODE_IP is defined above.
+			{Name: "AMF_AGENT", Value: "tcp://$(NODE_IP):" + strconv.Itoa(AgentPort)},
+		},
+		Ports: []corev1.ContainerPort{{Name: "amf-health", ContainerPort: HealthPort, Protocol: corev1.ProtocolTCP}},
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("amf-health")}},
+			PeriodSeconds: 10,
+		},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("48Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](65532),
+			RunAsGroup:               ptr.To[int64](65532),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		VolumeMounts: mounts,
+	}
+}
+
+// fenceLever lets a hot pair's sidecar pause its broker when the node
+// agent fences (DESIGN.md, "Losing a whole node"; pause), by
+// brokerUser. A broker whose user is not in the pod template (the image's) or
+// is root gets a warning instead: the sidecar never runs as root, and the
+// fence is then only reported.
+func fenceLever(deployment string, spec *corev1.PodSpec, broker corev1.Container) (warning string) {
+	if who := brokerUser(spec, broker); who != "" {
+		return fmt.Sprintf("%s is hot, but its broker's user is %s: set a non-root runAsUser on the %s container (or the pod) so that its sidecar can pause it when the node agent fences; until then a fence is only reported",
+			deployment, who, broker.Name)
+	}
+	return ""
+}
+
+// brokerUser gives the sidecar what it needs to signal the broker: the
+// pod's process namespace shared, so the sidecar sees the broker's
+// processes, and the sidecar running as the broker's user, who may signal
+// its own processes without any capability. It returns "" once done, or
+// why it cannot be ("root", "not in the pod template").
+func brokerUser(spec *corev1.PodSpec, broker corev1.Container) (cannot string) {
+	var uid, gid *int64
+	if sc := spec.SecurityContext; sc != nil {
+		uid, gid = sc.RunAsUser, sc.RunAsGroup
+	}
+	if sc := broker.SecurityContext; sc != nil {
+		uid, gid = cmp.Or(sc.RunAsUser, uid), cmp.Or(sc.RunAsGroup, gid)
+	}
+	if uid == nil || *uid == 0 {
+		return map[bool]string{true: "root", false: "not in the pod template"}[uid != nil]
+	}
+	spec.ShareProcessNamespace = ptr.To(true)
+	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	sc := spec.InitContainers[i].SecurityContext
+	sc.RunAsUser = ptr.To(*uid)
+	if gid != nil {
+		sc.RunAsGroup = ptr.To(*gid)
+	}
+	return ""
+}
+
+// stateLever lets the sidecar save and load the broker's state
+// (sidecar/handover; amf-sidecar state save|load): the broker's volume that
+// holds dir mounted into the sidecar at the same path, writable, and
+// brokerUser. A broker without a volume there is refused: its state would
+// not outlive its container, so there is nothing to hand over.
+func stateLever(deployment string, spec *corev1.PodSpec, broker corev1.Container, dir string) (warning string, err error) {
+	dir = path.Clean(dir)
+	i := slices.IndexFunc(broker.VolumeMounts, func(m corev1.VolumeMount) bool {
+		mp := path.Clean(m.MountPath)
+		return mp == dir || strings.HasPrefix(dir, mp+"/")
+	})
+	if i < 0 {
+		return "", fmt.Errorf("the broker container %s mounts no volume at %s (--state-dir): its persistence file there would not outlive the container; mount one there (an emptyDir keeps it across container restarts, a claim across pod restarts), or give the folder of its persistence_location", broker.Name, dir)
+	}
+	m := broker.VolumeMounts[i]
+	mount := corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, SubPath: m.SubPath, SubPathExpr: m.SubPathExpr}
+	j := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	sc := &spec.InitContainers[j]
+	if k := slices.IndexFunc(sc.VolumeMounts, func(v corev1.VolumeMount) bool { return path.Clean(v.MountPath) == path.Clean(m.MountPath) }); k >= 0 {
+		return "", fmt.Errorf("the %s container already mounts %s at %s", SidecarName, sc.VolumeMounts[k].Name, m.MountPath)
+	}
+	sc.VolumeMounts = append(sc.VolumeMounts, mount)
+	if who := brokerUser(spec, broker); who != "" {
+		return fmt.Sprintf("%s: its broker's user is %s: set a non-root runAsUser on the %s container (or the pod), the user its persistence file belongs to, so that its sidecar can save and load the broker's state; until then amf-sidecar state save|load cannot",
+			deployment, who, broker.Name), nil
+	}
+	return "", nil
+}
+
+// logsVolume is the host's KubeletLogDir: the kubelet creates it at start,
+// so a missing one means no kubelet, and the pod should not start.
+func logsVolume() corev1.Volume {
+	return corev1.Volume{Name: LogsVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+		Path: KubeletLogDir, Type: ptr.To(corev1.HostPathDirectory),
+	}}}
+}
+
+func tokenVolume() corev1.Volume {
+	return corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: contract.Audience, ExpirationSeconds: ptr.To[int64](tokenSeconds), Path: "token",
+		}}},
+	}}}
+}
+
+func cgroupVolume() corev1.Volume {
+	return corev1.Volume{Name: CgroupVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+		Path: "/sys/fs/cgroup", Type: ptr.To(corev1.HostPathDirectory),
+	}}}
+}

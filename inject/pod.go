@@ -21,8 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// injectPod adds the sidecar, its volumes and the readiness gate to spec,
-// and returns the broker container.
 // injectSidecar injects the sidecar into dep's pod template, unless dep is
 // in node mode: a pod with both would be refused by the agent.
 func injectSidecar(dep *appsv1.Deployment, opts Options) (corev1.Container, error) {
@@ -152,6 +150,8 @@ func annotateNodeMode(dep *appsv1.Deployment, opts Options) (corev1.Container, e
 	return broker, nil
 }
 
+// injectPod adds the sidecar, its volumes and the readiness gate to spec,
+// and returns the broker container.
 func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 	if spec.HostNetwork {
 		return corev1.Container{}, errors.New("hostNetwork pods are not supported: the sidecar's health port and network counters would be the node's")

@@ -2,6 +2,7 @@ package manifests_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 
@@ -464,7 +465,8 @@ func TestAdmissionPolicyAdmitsWhatItCannotInjectUnchangedAndSaysWhy(t *testing.T
 
 // TestAdmissionPolicyOnPodsCreatedTheWaysUsersCreateThem: for real (the
 // controllers and a kwok node): a Deployment's ReplicaSet, a bare pod, a
-// chart-style Deployment whose MQTT port is not named mqtt; a Deployment the
+// chart-style Deployment whose MQTT port is not named mqtt; pods not opted
+// in (no label, or another value) untouched; a Deployment the
 // policy cannot inject warned about at create and its pod admitted as it is;
 // the params ConfigMap changed, then deleted, which leaves new pods alone
 // rather than refused.
@@ -525,6 +527,25 @@ func TestAdmissionPolicyOnPodsCreatedTheWaysUsersCreateThem(t *testing.T) {
 	}
 	if !hasSidecar(created.Spec) || !slices.Contains(created.Spec.InitContainers[0].Args, "--probe-mqtt=tcp://127.0.0.1:1884") {
 		t.Errorf("bare pod: %+v", created.Spec.InitContainers)
+	}
+
+	for _, label := range []string{"", "false", "yes"} {
+		other := bare.DeepCopy()
+		other.Name = "other-" + cmp.Or(label, "unlabelled")
+		delete(other.Labels, contract.LabelInject)
+		if label != "" {
+			other.Labels[contract.LabelInject] = label
+		}
+		got, err := cs.CoreV1().Pods(a.ns).Create(ctx, other, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hasSidecar(got.Spec) || len(got.Spec.ReadinessGates) > 0 || len(got.Spec.Volumes) != 1 {
+			t.Errorf("a pod labelled %s=%q was changed: %+v", contract.LabelInject, label, got.Spec)
+		}
+		if w := ours(a.warn.take()); len(w) > 0 {
+			t.Errorf("a pod labelled %s=%q was warned about: %q", contract.LabelInject, label, w)
+		}
 	}
 
 	odd := chart.DeepCopy()

@@ -35,7 +35,6 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
 	"github.com/amf-edge/amf/cgroup"
-	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
@@ -74,40 +73,16 @@ func mainCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func run(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("amf-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var (
-		listen       = fs.String("listen", agent.DefaultMQTTAddr, "control-plane MQTT `address`; in a pod use 0.0.0.0:1884 behind the DaemonSet's hostPort")
-		httpAddr     = fs.String("http", agent.DefaultHTTPAddr, "`address` of /metrics and /healthz")
-		tokenFile    = fs.String("token-file", "", "static token `file` (lines \"<token> <namespace>/<pod>\", mode 0600) instead of Kubernetes TokenReview")
-		kubeconfig   = fs.String("kubeconfig", "", "kubeconfig `path` for TokenReview; empty: in-cluster configuration")
-		audience     = fs.String("audience", contract.Audience, "audience the sidecars' ServiceAccount tokens must carry")
-		nodeName     = fs.String("node-name", "", "with TokenReview, accept only pods on this `node` (the DaemonSet passes spec.nodeName)")
-		observeOnly  = fs.Bool("observe-only", false, "never act on the cluster: with --actuate, log every decision it would take (\"msg\":\"decision\", \"dry_run\":true) and write nothing")
-		actuation    = fs.Bool("actuate", false, "act on confirmed anomalies and crashes: make-before-break switchover and failover of Deployments carrying amf.io/standby (package actuate); needs the Kubernetes API")
-		resume       = fs.Bool("resume-on-start", false, "with --actuate, list the Deployments once at start and resume every switchover recorded in progress, also one whose primary no longer signals (already scaled to 0), and adopt every cold standby left scaled up with nothing recorded (kept for the abort delay, then scaled back). Trade-off: needs list on deployments (actuate.RulesWithResume), i.e. reading every Deployment's spec in scope; without it a switchover resumes on the next signal of the primary or of the standby naming it in amf.io/primary (as inject --standby writes it)")
-		logLevel     = fs.String("log-level", "info", "log `level`: debug, info, warn or error")
-		maxClients   = fs.Int("max-clients", 256, "most authenticated MQTT sessions at once, one per pod (a pod's new session replaces its old one); connections not yet authenticated never take these")
-		maxPending   = fs.Int("max-pending", 256, "most MQTT connections not yet authenticated, all sources together; when full, a newcomer evicts an idle one from the source holding the most")
-		perSource    = fs.Int("max-pending-per-source", 8, "most MQTT connections not yet authenticated from one source address")
-		connTimeout  = fs.Duration("connect-timeout", 3*time.Second, "how long a new MQTT connection has to send CONNECT")
-		maxKeepalive = fs.Duration("max-keepalive", 60*time.Second, "longest MQTT keepalive a sidecar may use")
-		nodeMode     = fs.Bool("node-mode", false, "node mode: also run the detection pipeline for every pod of --node-name whose Deployment carries amf.io/mode=node (package nodewatch); needs the Kubernetes API, list/watch on pods and list on deployments (manifests/overlays/node-mode), the host's cgroup tree and, for pushed exits and network counters, its PID namespace")
-		hostCgroup   = fs.String("host-cgroup-root", "", "with --node-mode: where the host's /sys/fs/cgroup is mounted (default /sys/fs/cgroup; manifests/overlays/node-mode mounts it at /host/sys/fs/cgroup)")
-		kubeletRoot  = fs.String("kubelet-cgroup-root", "", "with --node-mode: the kubelet's cgroup root (its --cgroup-root, e.g. /kubelet as kind sets it); default: found at /kubepods or by a bounded search")
-		interval     = fs.Duration("interval", time.Second, "with --node-mode: time between samples of each pod (at most the model's sample_interval, 5s for p1)")
-		live         = addLivenessFlags(fs)
-	)
+	o := addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseErr(err)
 	}
 	if fs.NArg() > 0 {
 		return exitcode.Usagef("unexpected arguments %q", fs.Args())
 	}
-	if err := live.check(*actuation, *nodeName); err != nil {
+	level, err := o.validate()
+	if err != nil {
 		return exitcode.UsageErr(err)
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return exitcode.Usagef("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// client-go logs through klog (throttling, retries); keep those lines JSON too.
@@ -120,29 +95,16 @@ func run(args []string, stderr io.Writer) error {
 		auth    agent.Authenticator
 		kubeCfg *rest.Config
 	)
-	switch {
-	case *nodeMode && *tokenFile != "":
-		return exitcode.UsageErr(errors.New("--node-mode needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file"))
-	case *nodeMode && *nodeName == "":
-		return exitcode.UsageErr(errors.New("--node-mode needs --node-name (the DaemonSet passes spec.nodeName): the agent watches only its own node's pods"))
-	case !*nodeMode && (*hostCgroup != "" || *kubeletRoot != ""):
-		return exitcode.UsageErr(errors.New("--host-cgroup-root and --kubelet-cgroup-root are for --node-mode"))
-	case *resume && !*actuation:
-		return exitcode.UsageErr(errors.New("--resume-on-start needs --actuate"))
-	case *actuation && *tokenFile != "":
-		return exitcode.UsageErr(errors.New("--actuate needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file"))
-	case *tokenFile != "" && (*kubeconfig != "" || *nodeName != ""):
-		return exitcode.UsageErr(errors.New("--token-file excludes --kubeconfig and --node-name (TokenReview options)"))
-	case *tokenFile != "":
-		tokens, err := agent.LoadStaticTokens(*tokenFile)
+	if o.tokenFile != "" {
+		tokens, err := agent.LoadStaticTokens(o.tokenFile)
 		if err != nil {
 			return err
 		}
-		log.Info("static token file loaded", slog.String("path", *tokenFile), slog.Int("tokens", tokens.Len()))
-		go reloadOnHangup(ctx, tokens, *tokenFile, log)
+		log.Info("static token file loaded", slog.String("path", o.tokenFile), slog.Int("tokens", tokens.Len()))
+		go reloadOnHangup(ctx, tokens, o.tokenFile, log)
 		auth = tokens
-	default:
-		cfg, err := restConfig(*kubeconfig)
+	} else {
+		cfg, err := restConfig(o.kubeconfig)
 		if err != nil {
 			return err
 		}
@@ -153,23 +115,23 @@ func run(args []string, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("TokenReview client: %w", err)
 		}
-		auth = agent.NewTokenReviewAuthenticator(client.TokenReviews(), agent.TokenReviewOptions{Audience: *audience, NodeName: *nodeName})
-		log.Info("authenticating with TokenReview", slog.String("api_server", cfg.Host), slog.String("audience", *audience), slog.String("node", *nodeName))
+		auth = agent.NewTokenReviewAuthenticator(client.TokenReviews(), agent.TokenReviewOptions{Audience: o.audience, NodeName: o.nodeName})
+		log.Info("authenticating with TokenReview", slog.String("api_server", cfg.Host), slog.String("audience", o.audience), slog.String("node", o.nodeName))
 		kubeCfg = cfg
 	}
 
 	a, err := agent.New(agent.Config{
-		MQTTAddr:      *listen,
-		HTTPAddr:      *httpAddr,
+		MQTTAddr:      o.listen,
+		HTTPAddr:      o.httpAddr,
 		Authenticator: auth,
 		Logger:        log,
-		ObserveOnly:   *observeOnly,
-		MaxClients:    *maxClients,
-		MaxPending:    *maxPending,
-		MaxKeepalive:  *maxKeepalive,
+		ObserveOnly:   o.observeOnly,
+		MaxClients:    o.maxClients,
+		MaxPending:    o.maxPending,
+		MaxKeepalive:  o.maxKeepalive,
 
-		MaxPendingPerSource: *perSource,
-		ConnectTimeout:      *connTimeout,
+		MaxPendingPerSource: o.perSource,
+		ConnectTimeout:      o.connTimeout,
 	})
 	if err != nil {
 		return err
@@ -177,12 +139,12 @@ func run(args []string, stderr io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	waitWatch := func() error { return nil }
-	if *nodeMode {
-		if waitWatch, err = startNodeMode(ctx, kubeCfg, a, nodewatchFlags{node: *nodeName, cgroupRoot: *hostCgroup, kubeletRoot: *kubeletRoot, interval: *interval}, log); err != nil {
+	if o.nodeMode {
+		if waitWatch, err = startNodeMode(ctx, kubeCfg, a, nodewatchFlags{node: o.nodeName, cgroupRoot: o.hostCgroup, kubeletRoot: o.kubeletRoot, interval: o.interval}, log); err != nil {
 			return err
 		}
 	}
-	if !*actuation {
+	if !o.actuation {
 		err := a.Run(ctx)
 		cancel()
 		if werr := waitWatch(); werr != nil && err == nil {
@@ -195,18 +157,18 @@ func run(args []string, stderr io.Writer) error {
 		return fmt.Errorf("actuation client: %w", err)
 	}
 	var nl *nodeLiveness
-	if live.on {
-		if nl, err = listenLiveness(live, cs, *nodeName, log.With("component", "liveness"), a.MetricsRegisterer()); err != nil {
+	if o.live.on {
+		if nl, err = listenLiveness(o.live, cs, o.nodeName, log.With("component", "liveness"), a.MetricsRegisterer()); err != nil {
 			return err
 		}
 	}
-	acfg := actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: *observeOnly, Instance: *nodeName, ResumeOnStart: *resume, Registerer: a.MetricsRegisterer()}
-	nl.configure(&acfg, *nodeName, a.Command)
+	acfg := actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: o.observeOnly, Instance: o.nodeName, ResumeOnStart: o.resume, Registerer: a.MetricsRegisterer()}
+	nl.configure(&acfg, o.nodeName, a.Command)
 	act, err := actuate.New(acfg)
 	if err != nil {
 		return err
 	}
-	log.Info("actuation on", slog.Bool("dry_run", *observeOnly), slog.Bool("resume_on_start", *resume))
+	log.Info("actuation on", slog.Bool("dry_run", o.observeOnly), slog.Bool("resume_on_start", o.resume))
 	wait := agent.StartActuation(ctx, a.Tracker(), act)
 	waitLiveness := nl.start(ctx, act)
 	err = a.Run(ctx)

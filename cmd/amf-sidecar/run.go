@@ -131,7 +131,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	}
 
 	// The model first: what it needs decides whether this command line works.
-	m, warning, err := loadModel(*modelPath, *interval)
+	m, warning, err := sidecar.ChooseModel(*modelPath, *interval)
 	if err == nil {
 		_, err = windows.forModel(m, *interval)
 	}
@@ -207,32 +207,3 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 // intervalHelp says why the sampling interval may be shorter than the model's
 // training interval but not longer (model.Windows.CheckInterval).
 const intervalHelp = "time between samples; with a model, at most its manifest's sample_interval (1s for the default model leadtime, 5s for p1). Faster is fine, hence the default: rate and deriv over fixed windows are defined at any finer sampling, and the agent's gates count samples, so they confirm sooner"
-
-// loadModel returns the model the sidecar runs on: the override (an embedded
-// name or a path) when it is usable at this interval, else the default model
-// with a warning saying why the override was refused, because a sidecar never
-// crash-loops over its model. Only a command line that the default model
-// cannot satisfy either (an interval slower than its sample_interval) is an
-// error, wrapping model.ErrFeatureSpec.
-func loadModel(nameOrPath string, interval time.Duration) (*model.Model, string, error) {
-	m, fallbackErr := model.LoadOverride(nameOrPath)
-	if m == nil {
-		return nil, "", fmt.Errorf("no usable model: %w", fallbackErr)
-	}
-	if nameOrPath != "" && fallbackErr == nil {
-		if _, err := detect.FeatureConfig(m, interval); err != nil {
-			def, derr := model.Default()
-			if derr != nil {
-				return nil, "", fmt.Errorf("no usable model: %w", errors.Join(err, derr))
-			}
-			m, fallbackErr = def, model.FallbackError(def, err)
-		}
-	}
-	if _, err := detect.FeatureConfig(m, interval); err != nil {
-		return nil, "", fmt.Errorf("--interval: %w", err)
-	}
-	if fallbackErr != nil {
-		return m, fallbackErr.Error(), nil
-	}
-	return m, "", nil
-}

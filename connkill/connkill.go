@@ -38,9 +38,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"slices"
 
+	"github.com/amf-edge/amf/netns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -170,7 +170,7 @@ func (d deadFilter) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 // destroyIn destroys, in the network namespace at path ("" the caller's),
 // the client sockets of flows that are there, and returns the flows left.
 func destroyIn(path string, flows []Flow) (left []Flow, destroyed int, err error) {
-	err = inNetns(path, func() error {
+	err = netns.Run(path, func() error {
 		for _, f := range flows {
 			local := net.TCPAddrFromAddrPort(f.Client)
 			remote := net.TCPAddrFromAddrPort(f.Dialled)
@@ -188,40 +188,7 @@ func destroyIn(path string, flows []Flow) (left []Flow, destroyed int, err error
 	return left, destroyed, err
 }
 
-func (k Killer) inHost(f func() error) error { return inNetns(k.HostNetns, f) }
-
-// inNetns runs f on a thread in the network namespace at path ("": the
-// caller's, f runs as it is), then moves the thread back. A thread that
-// cannot be moved back stays locked, so the runtime retires it with its
-// goroutine instead of running other goroutines in the wrong namespace.
-func inNetns(path string, f func() error) error {
-	if path == "" {
-		return f()
-	}
-	runtime.LockOSThread()
-	orig, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("network namespace of this thread: %w", err)
-	}
-	defer orig.Close()
-	target, err := os.Open(path)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("network namespace %s: %w", path, err)
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter network namespace %s: %w", path, err)
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("leave network namespace %s: %w (thread retired)", path, err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
+func (k Killer) inHost(f func() error) error { return netns.Run(k.HostNetns, f) }
 
 // NetnsDir is where containerd's CNI setup keeps the pods' network
 // namespaces (CRI-O's too).

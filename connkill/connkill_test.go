@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/connkill"
-	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/netns"
 )
 
 // netnsOf starts a process holding a new network namespace, killed with
@@ -140,18 +140,18 @@ func TestAClientOfALostBrokerIsCutOffAtOnceAndNothingElseIs(t *testing.T) {
 	n := newNode(t)
 	ctx := t.Context()
 	for ns, addr := range map[string]string{n.broker: brokerIP + ":1883", n.other: otherAddr} {
-		ln, err := kubenode.ListenIn(ns, addr)
+		ln, err := netns.Listen(ns, addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		echo(t, ln)
 	}
-	toBroker, err := kubenode.DialIn(ctx, n.client, service)
+	toBroker, err := netns.Dial(ctx, n.client, service)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer toBroker.Close()
-	toOther, err := kubenode.DialIn(ctx, n.client, otherAddr)
+	toOther, err := netns.Dial(ctx, n.client, otherAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,12 +208,12 @@ func TestAClientOfALostBrokerIsCutOffAtOnceAndNothingElseIs(t *testing.T) {
 // skipped, and the flow's entry still goes.
 func TestKillSkipsANamespaceThatIsGone(t *testing.T) {
 	n := newNode(t)
-	ln, err := kubenode.ListenIn(n.broker, brokerIP+":1883")
+	ln, err := netns.Listen(n.broker, brokerIP+":1883")
 	if err != nil {
 		t.Fatal(err)
 	}
 	echo(t, ln)
-	c, err := kubenode.DialIn(t.Context(), n.client, service)
+	c, err := netns.Dial(t.Context(), n.client, service)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,11 @@ package connkill_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -245,5 +247,70 @@ func TestListNetnsListsTheFilesOfTheFolder(t *testing.T) {
 	}
 	if got, err := connkill.ListNetns(filepath.Join(dir, "none")); err != nil || got != nil {
 		t.Errorf("a missing folder: %q, %v; want none", got, err)
+	}
+}
+
+// serveOn starts Serve on a socket in a temporary folder for uid.
+func serveOn(t *testing.T, k connkill.Killer, uid int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "connkill.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- connkill.Serve(ctx, ln, k, uid, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return path
+}
+
+// TestTheServerEndsTheFlowsItIsAskedForByItsUserOnly: the agent's side of
+// the socket gets Kill's counts; a request from another user is closed
+// unanswered, and a malformed one is answered with the reason.
+func TestTheServerEndsTheFlowsItIsAskedForByItsUserOnly(t *testing.T) {
+	n := newNode(t)
+	ln, err := netns.Listen(n.broker, brokerIP+":1883")
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(t, ln)
+	c, err := netns.Dial(t.Context(), n.client, service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	k := connkill.Killer{HostNetns: n.host, Namespaces: func() ([]string, error) { return []string{n.client}, nil }}
+	dead := []netip.AddrPort{netip.MustParseAddrPort(brokerIP + ":1883")}
+
+	other := connkill.Client{Socket: serveOn(t, k, os.Getuid()+4242)}
+	if _, _, err := other.Kill(t.Context(), dead); err == nil || errors.Is(err, connkill.ErrRefused) {
+		t.Errorf("a request from another user: %v, want it closed unanswered", err)
+	}
+	if err := roundTrip(c, "untouched"); err != nil {
+		t.Fatalf("the connection after a refused request: %v", err)
+	}
+
+	mine := connkill.Client{Socket: serveOn(t, k, os.Getuid())}
+	flows, sockets, err := mine.Kill(t.Context(), dead)
+	if err != nil || flows != 1 || sockets != 1 {
+		t.Errorf("Kill through the server: %d flows, %d sockets, %v; want 1, 1", flows, sockets, err)
+	}
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNABORTED) {
+		t.Errorf("the client's read: %v, want ECONNABORTED", err)
+	}
+	if _, _, err := mine.Kill(t.Context(), []netip.AddrPort{netip.MustParseAddrPort("[::1]:1883")}); !errors.Is(err, connkill.ErrRefused) || !strings.Contains(err.Error(), "want an IPv4 ip:port") {
+		t.Errorf("an IPv6 endpoint: %v, want refused with the reason", err)
+	}
+	if _, _, err := mine.Kill(t.Context(), nil); !errors.Is(err, connkill.ErrRefused) || !strings.Contains(err.Error(), "0 endpoints") {
+		t.Errorf("no endpoint: %v, want refused with the reason", err)
 	}
 }

@@ -43,6 +43,8 @@ func TestExitStatusesFollowTheConvention(t *testing.T) {
 		{"inject missing file", []string{"inject", "-f", filepath.Join(t.TempDir(), "none.yaml")}, "", exitcode.Usage, "no such file"},
 		{"inject refused document", []string{"inject"}, "kind: [Deployment\n", exitcode.Usage, "document 1: not YAML"},
 		{"inject nothing to inject", []string{"inject"}, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", exitcode.Usage, "no apps/v1 Deployment in the input"},
+		{"connkill help", []string{"connkill", "--help"}, "", exitcode.OK, "Usage: amf-agent connkill"},
+		{"connkill without its socket", []string{"connkill"}, "", exitcode.Usage, "--socket is required"},
 		{"inject admission with an image", []string{"inject", "--admission", "--sidecar-image", "x:1"}, "", exitcode.Usage, "the admission policy writes the image of its ConfigMap"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

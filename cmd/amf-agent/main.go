@@ -54,14 +54,17 @@ func parseErr(err error) error {
 	return exitcode.UsageErr(err)
 }
 
-// mainCode runs the agent or inject and returns the exit status, as package
+// mainCode runs the agent, inject or connkill and returns the exit status, as package
 // exitcode says: 0 done (-h included), 2 a wrong command line or input, 1 a
 // failure while running.
 func mainCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
-	if len(args) > 0 && args[0] == "inject" {
+	switch {
+	case len(args) > 0 && args[0] == "inject":
 		err = runInject(args[1:], stdin, stdout, stderr)
-	} else {
+	case len(args) > 0 && args[0] == "connkill":
+		err = runConnkill(args[1:], stderr)
+	default:
 		err = run(args, stderr)
 	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {

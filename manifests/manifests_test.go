@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -378,7 +379,7 @@ func TestOverlayPinsEveryWorkloadToArm64(t *testing.T) {
 					t.Errorf("%s %s tolerates %v, not the control-plane taint", obj.Kind, obj.Metadata.Name, obj.Spec.Template.Spec.Tolerations)
 				}
 			}
-			if want := map[string]int{"base": 1, "examples": 2, "overlays/rpi-arm64": 3}[tt.layout]; n != want {
+			if want := map[string]int{"base": 2, "examples": 2, "overlays/rpi-arm64": 4}[tt.layout]; n != want {
 				t.Errorf("%d workloads rendered, want %d", n, want)
 			}
 		})
@@ -417,7 +418,7 @@ func TestNodeModeOverlayAddsItsRightsMountAndFlag(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch {
-		case obj.Kind == "DaemonSet":
+		case obj.Kind == "DaemonSet" && obj.Metadata.Name == "amf-agent":
 			if err := yaml.Unmarshal(d, &ds); err != nil {
 				t.Fatal(err)
 			}
@@ -440,11 +441,13 @@ func TestNodeModeOverlayAddsItsRightsMountAndFlag(t *testing.T) {
 			t.Errorf("agent args %q lack %s", c.Args, arg)
 		}
 	}
-	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/host/sys/fs/cgroup" || !c.VolumeMounts[0].ReadOnly {
-		t.Errorf("agent mounts %+v, want the host cgroup tree read-only at /host/sys/fs/cgroup", c.VolumeMounts)
+	// Beside base's: the connkill socket's folder, read-only.
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/host/sys/fs/cgroup" && m.ReadOnly }) ||
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/run/amf/connkill" && m.ReadOnly }) || len(c.VolumeMounts) != 2 {
+		t.Errorf("agent mounts %+v, want the host cgroup tree at /host/sys/fs/cgroup and base's connkill folder, both read-only", c.VolumeMounts)
 	}
-	if len(spec.Volumes) != 1 || spec.Volumes[0].HostPath == nil || spec.Volumes[0].HostPath.Path != "/sys/fs/cgroup" {
-		t.Errorf("agent volumes %+v, want hostPath /sys/fs/cgroup", spec.Volumes)
+	if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.HostPath != nil && v.HostPath.Path == "/sys/fs/cgroup" }) || len(spec.Volumes) != 2 {
+		t.Errorf("agent volumes %+v, want hostPath /sys/fs/cgroup beside base's", spec.Volumes)
 	}
 	if sc := c.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
 		t.Errorf("agent security context %+v: node mode must keep it non-root without capabilities", sc)

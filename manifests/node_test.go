@@ -93,6 +93,10 @@ func TestInstallOnARealNode(t *testing.T) {
 	}
 	agent := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
 	t.Logf("agent pod %s Ready on %s", agent.Name, agent.Spec.NodeName)
+	// The privileged half of moving clients runs beside it, as root with
+	// its two capabilities, and serves the agent's socket.
+	ck := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-connkill", podReady)
+	waitLog(ctx, t, cs, ck, `"msg":"connkill serving"`)
 
 	const ns = "mqtt"
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -271,6 +275,23 @@ func injectWithBinary(t *testing.T, repo string, in []byte, args ...string) (out
 		t.Fatalf("amf-agent inject %s: %v: %s", strings.Join(args, " "), err, e.String())
 	}
 	return out, e.String()
+}
+
+// waitLog follows the log of pod's first container until a line holds want.
+func waitLog(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, want string) {
+	t.Helper()
+	rc, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	sc := bufio.NewScanner(rc)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), want) {
+			return
+		}
+	}
+	t.Fatalf("%s's log ended without %q: %v", pod.Name, want, sc.Err())
 }
 
 func podReady(p *corev1.Pod) bool {

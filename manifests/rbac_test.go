@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/connkill"
 	"github.com/amf-edge/amf/liveness"
 	"github.com/amf-edge/amf/nodewatch"
 )
@@ -26,6 +27,7 @@ func TestRBACFilesMatchTheRulesInGo(t *testing.T) {
 	}{
 		{"base/clusterrole-actuate.yaml", "ClusterRole", "", actuate.Rules()},
 		{"base/role-liveness.yaml", "Role", "amf-system", liveness.Rules()},
+		{"base/clusterrole-connkill.yaml", "ClusterRole", "", connkill.WatchRules()},
 		{"overlays/node-mode/clusterrole-node-mode.yaml", "ClusterRole", "", nodewatch.Rules()},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -35,6 +35,7 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
 	"github.com/amf-edge/amf/cgroup"
+	"github.com/amf-edge/amf/connkill"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
@@ -142,10 +143,18 @@ func run(args []string, stderr io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	waitWatch := func() error { return nil }
-	if o.nodeMode {
-		if waitWatch, err = startNodeMode(ctx, kubeCfg, a, nodewatchFlags{node: o.nodeName, cgroupRoot: o.hostCgroup, kubeletRoot: o.kubeletRoot, interval: o.interval}, log); err != nil {
+	if o.connkillSocket != "" {
+		if waitWatch, err = startConnkill(ctx, kubeCfg, o.connkillSocket, log.With("component", "connkill")); err != nil {
 			return err
 		}
+	}
+	if o.nodeMode {
+		waitConnkill := waitWatch
+		waitNode, err := startNodeMode(ctx, kubeCfg, a, nodewatchFlags{node: o.nodeName, cgroupRoot: o.hostCgroup, kubeletRoot: o.kubeletRoot, interval: o.interval}, log)
+		if err != nil {
+			return err
+		}
+		waitWatch = func() error { return errors.Join(waitNode(), waitConnkill()) }
 	}
 	if !o.actuation {
 		err := a.Run(ctx)
@@ -186,6 +195,19 @@ func run(args []string, stderr io.Writer) error {
 		err = werr
 	}
 	return err
+}
+
+// startConnkill starts the EndpointSlice watch of --connkill-socket; wait
+// returns once it stopped (after ctx ends).
+func startConnkill(ctx context.Context, cfg *rest.Config, socket string, log *slog.Logger) (wait func() error, err error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connkill client: %w", err)
+	}
+	w := &connkill.Watcher{Client: cs, Kill: connkill.Client{Socket: socket}.Kill, Log: log}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() error { return <-done }, nil
 }
 
 // nodewatchFlags are --node-mode's settings.

@@ -20,6 +20,7 @@ type options struct {
 	maxClients, maxPending, perSource                                     int
 	connTimeout, maxKeepalive, interval                                   time.Duration
 	hostCgroup, kubeletRoot                                               string
+	connkillSocket                                                        string
 	live                                                                  *livenessFlags
 }
 
@@ -45,6 +46,7 @@ func addFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.hostCgroup, "host-cgroup-root", "", "with --node-mode: where the host's /sys/fs/cgroup is mounted (default /sys/fs/cgroup; manifests/overlays/node-mode mounts it at /host/sys/fs/cgroup)")
 	fs.StringVar(&o.kubeletRoot, "kubelet-cgroup-root", "", "with --node-mode: the kubelet's cgroup root (its --cgroup-root, e.g. /kubelet as kind sets it); default: found at /kubepods or by a bounded search")
 	fs.DurationVar(&o.interval, "interval", time.Second, "with --node-mode: time between samples of each pod (at most the model's sample_interval, 5s for p1)")
+	fs.StringVar(&o.connkillSocket, "connkill-socket", "", "the `socket` of amf-agent connkill beside this agent: when an endpoint of a managed broker turns terminating (a failover or a switchover retired its pod), end this node's connections to it at once, so its clients reconnect to the new primary now (package connkill); needs the Kubernetes API, list/watch on endpointslices")
 	o.live = addLivenessFlags(fs)
 	return o
 }
@@ -72,6 +74,8 @@ func (o *options) validate() (slog.Level, error) {
 		return 0, errors.New("--resume-on-start needs --actuate")
 	case o.actuation && o.tokenFile != "":
 		return 0, errors.New("--actuate needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file")
+	case o.connkillSocket != "" && o.tokenFile != "":
+		return 0, errors.New("--connkill-socket needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file: it watches the EndpointSlices")
 	case o.tokenFile != "" && (o.kubeconfig != "" || o.nodeName != ""):
 		return 0, errors.New("--token-file excludes --kubeconfig and --node-name (TokenReview options)")
 	}

@@ -30,6 +30,8 @@ func TestOptionsThatDoNotGoTogetherAreRefusedBeforeAnythingStarts(t *testing.T) 
 		{"actuation with static tokens", []string{"--actuate", "--token-file=/t"}, "--actuate needs the Kubernetes API"},
 		{"static tokens and a kubeconfig", []string{"--token-file=/t", "--kubeconfig=/k"}, "--token-file excludes --kubeconfig"},
 		{"static tokens and a node", []string{"--token-file=/t", "--node-name=n1"}, "--token-file excludes"},
+		{"connkill with static tokens", []string{"--connkill-socket=/run/amf/connkill.sock", "--token-file=/t"}, "--connkill-socket needs the Kubernetes API"},
+		{"connkill", []string{"--connkill-socket=/run/amf/connkill.sock", "--node-name=n1"}, ""},
 		{"liveness without actuation", []string{"--liveness", "--node-name=n1", "--liveness-advertise=10.0.0.5:1885"}, "--liveness needs --actuate"},
 		{"liveness without an address", []string{"--liveness", "--actuate", "--node-name=n1"}, "--liveness needs --liveness-advertise"},
 		{"liveness on a bad port", []string{"--liveness", "--actuate", "--node-name=n1", "--liveness-advertise=10.0.0.5:0"}, "is not a TCP port"},

@@ -372,11 +372,16 @@ func (n *Node) joinCgroups() string {
 // startHolder starts the process that holds the node's network and mount
 // namespaces: the other daemons enter its namespaces with nsenter.
 func (n *Node) startHolder(ctx context.Context) error {
-	mounts := []string{"/run/containerd", "/run/netns", "/var/lib/cni", "/var/log/pods", "/var/log/containers"}
+	mounts := []string{"/run/containerd", "/run/netns", "/run/amf", "/var/lib/cni", "/var/log/pods", "/var/log/containers"}
 	script := "set -e; "
 	for _, m := range mounts {
 		script += fmt.Sprintf("mkdir -p %s && mount -t tmpfs -o mode=0755 tmpfs %s; ", m, m)
 	}
+	// As on a systemd host, where every mount is shared: a pod that mounts
+	// the netns folder with HostToContainer (amf-connkill) sees the
+	// namespaces made after it started, and containerd refuses the mount
+	// of a private one.
+	script += "mount --make-shared /run/netns; "
 	script += "echo ready; exec sleep infinity"
 	d, err := n.newDaemon("holder", "/bin/sh", "-c", n.joinCgroups()+
 		"exec unshare --net --mount --propagation private /bin/sh -c '"+script+"'")

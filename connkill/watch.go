@@ -1,0 +1,164 @@
+package connkill
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/amf-edge/amf/contract"
+)
+
+// Watcher is the agent's half: it watches the cluster's EndpointSlices and,
+// when an endpoint of a broker that AMF manages (a pod with the readiness
+// gate amf.io/healthy) turns terminating — the primary a failover or a
+// switchover retires, on a lost node or not — asks Kill to end this node's
+// connections to it. Every node's agent does so for its own node: the
+// clients are wherever their pods or NATs are. Only the endpoint's TCP ports
+// are named, and only a managed broker's.
+type Watcher struct {
+	Client kubernetes.Interface
+	// Kill ends the node's flows to dead (Client.Kill of the connkill
+	// process beside the agent).
+	Kill func(ctx context.Context, dead []netip.AddrPort) (flows, sockets int, err error)
+	Log  *slog.Logger
+}
+
+// WatchRules are the rights Watcher needs: the EndpointSlices, and a pod by
+// name to tell a managed broker (already among the actuator's rights).
+func WatchRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+	}
+}
+
+// Run watches until ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	if w.Log == nil {
+		w.Log = slog.New(slog.DiscardHandler)
+	}
+	f := informers.NewSharedInformerFactory(w.Client, 0)
+	inf := f.Discovery().V1().EndpointSlices().Informer()
+	todo := make(chan []endpoint, 64)
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*discoveryv1.EndpointSlice)
+			n, ok2 := newObj.(*discoveryv1.EndpointSlice)
+			if !ok1 || !ok2 {
+				return
+			}
+			if eps := turnedTerminating(o, n); len(eps) > 0 {
+				select {
+				case todo <- eps:
+				case <-ctx.Done():
+				}
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("connkill: watch EndpointSlices: %w", err)
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil
+	}
+	w.Log.Info("connkill: watching the endpoints of managed brokers")
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case eps := <-todo:
+			w.end(ctx, eps)
+		}
+	}
+}
+
+// endpoint is one pod's addresses and the slice's TCP ports.
+type endpoint struct {
+	namespace, pod string
+	dead           []netip.AddrPort
+}
+
+// turnedTerminating are the endpoints of n that are terminating and were
+// not in o (a slice only grows the flag: a pod's deletion is final).
+func turnedTerminating(o, n *discoveryv1.EndpointSlice) []endpoint {
+	if n.AddressType != discoveryv1.AddressTypeIPv4 {
+		return nil
+	}
+	was := map[string]bool{}
+	for _, e := range o.Endpoints {
+		if e.TargetRef != nil && terminating(e) {
+			was[e.TargetRef.Name] = true
+		}
+	}
+	var ports []uint16
+	for _, p := range n.Ports {
+		if p.Port != nil && (p.Protocol == nil || *p.Protocol == corev1.ProtocolTCP) {
+			ports = append(ports, uint16(*p.Port))
+		}
+	}
+	var out []endpoint
+	for _, e := range n.Endpoints {
+		if e.TargetRef == nil || e.TargetRef.Kind != "Pod" || !terminating(e) || was[e.TargetRef.Name] {
+			continue
+		}
+		ep := endpoint{namespace: n.Namespace, pod: e.TargetRef.Name}
+		for _, a := range e.Addresses {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				continue
+			}
+			for _, p := range ports {
+				ep.dead = append(ep.dead, netip.AddrPortFrom(ip, p))
+			}
+		}
+		if len(ep.dead) > 0 {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+func terminating(e discoveryv1.Endpoint) bool {
+	return e.Conditions.Terminating != nil && *e.Conditions.Terminating
+}
+
+// end asks Kill for each endpoint of a managed broker.
+func (w *Watcher) end(ctx context.Context, eps []endpoint) {
+	for _, ep := range eps {
+		log := w.Log.With(slog.String("pod", ep.namespace+"/"+ep.pod), slog.Any("endpoints", ep.dead))
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		p, err := w.Client.CoreV1().Pods(ep.namespace).Get(gctx, ep.pod, metav1.GetOptions{})
+		cancel()
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // gone already: not one to tell
+		case err != nil:
+			log.Warn("connkill: cannot tell whether a terminating endpoint is a managed broker's", slog.String("error", err.Error()))
+			continue
+		case !slices.ContainsFunc(p.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == contract.ConditionHealthy }):
+			continue // not AMF's: its clients are not ours to move
+		}
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		start := time.Now()
+		flows, sockets, err := w.Kill(kctx, ep.dead)
+		cancel()
+		if err != nil {
+			log.Error("connkill: the node's connections to a retired broker not ended", slog.String("error", err.Error()))
+			continue
+		}
+		log.Info("connkill: the node's connections to a retired broker ended", slog.Int("flows", flows), slog.Int("sockets", sockets), slog.Duration("took", time.Since(start)))
+	}
+}

@@ -101,6 +101,26 @@ func newNode(t *testing.T) node {
 	return n
 }
 
+// connect serves the broker's address with echo and returns the client
+// pod's connection to it through the Service, proven by a round trip.
+func (n node) connect(t *testing.T) net.Conn {
+	t.Helper()
+	ln, err := netns.Listen(n.broker, brokerIP+":1883")
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(t, ln)
+	c, err := netns.Dial(t.Context(), n.client, service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := roundTrip(c, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // echo serves ln: each connection gets its lines back.
 func echo(t *testing.T, ln net.Listener) {
 	t.Cleanup(func() { ln.Close() })
@@ -210,19 +230,7 @@ func TestAClientOfALostBrokerIsCutOffAtOnceAndNothingElseIs(t *testing.T) {
 // skipped, and the flow's entry still goes.
 func TestKillSkipsANamespaceThatIsGone(t *testing.T) {
 	n := newNode(t)
-	ln, err := netns.Listen(n.broker, brokerIP+":1883")
-	if err != nil {
-		t.Fatal(err)
-	}
-	echo(t, ln)
-	c, err := netns.Dial(t.Context(), n.client, service)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := roundTrip(c, "hello"); err != nil {
-		t.Fatal(err)
-	}
+	n.connect(t)
 	gone := filepath.Join(t.TempDir(), "netns-of-an-ended-pod")
 	k := connkill.Killer{HostNetns: n.host, Namespaces: func() ([]string, error) { return []string{gone}, nil }}
 	res, err := k.Kill(t.Context(), []netip.AddrPort{netip.MustParseAddrPort(brokerIP + ":1883")})
@@ -275,19 +283,7 @@ func serveOn(t *testing.T, k connkill.Killer, uid int) string {
 // unanswered, and a malformed one is answered with the reason.
 func TestTheServerEndsTheFlowsItIsAskedForByItsUserOnly(t *testing.T) {
 	n := newNode(t)
-	ln, err := netns.Listen(n.broker, brokerIP+":1883")
-	if err != nil {
-		t.Fatal(err)
-	}
-	echo(t, ln)
-	c, err := netns.Dial(t.Context(), n.client, service)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := roundTrip(c, "hello"); err != nil {
-		t.Fatal(err)
-	}
+	c := n.connect(t)
 	k := connkill.Killer{HostNetns: n.host, Namespaces: func() ([]string, error) { return []string{n.client}, nil }}
 	dead := []netip.AddrPort{netip.MustParseAddrPort(brokerIP + ":1883")}
 

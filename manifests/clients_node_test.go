@@ -1,13 +1,11 @@
 package manifests_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/url"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -18,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
@@ -42,30 +39,9 @@ func TestARetiredBrokersClientIsMovedAtOnce(t *testing.T) {
 	cs := cp.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	repo, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
-		t.Fatalf("kubectl apply -k manifests/base: %v: %s", err, out)
-	}
-	agent := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
-	waitLog(ctx, t, cs, agent, "connkill: watching the endpoints of managed brokers")
-	waitLog(ctx, t, cs, waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-connkill", podReady), `"msg":"connkill serving"`)
-
+	agent, primary := installBroker(ctx, t, cp)
 	const ns = "mqtt"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	plain, err := yaml.Marshal(brokerWithExporter(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	injected, _ := injectWithBinary(t, repo, plain, "--standby", "--container", "mosquitto")
-	if out, err := cp.Kubectl(ctx, bytes.NewReader(injected), "apply", "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply the injected broker: %v: %s", err, out)
-	}
-	primary := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
+
 	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "edge-broker"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app.kubernetes.io/name": "edge-broker"},

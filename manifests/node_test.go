@@ -84,6 +84,19 @@ func TestInstallOnARealNode(t *testing.T) {
 	cs := cp.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	agent, broker := installBroker(ctx, t, cp)
+	checkInjectedBroker(ctx, t, cs, n, agent, broker)
+}
+
+// installBroker is the install path as a user runs it: kubectl apply -k
+// manifests/base, the agent and amf-connkill running (the latter as root
+// with its two capabilities, serving the agent's socket), and in namespace
+// mqtt the broker with an exporter beside it injected by the amf-agent
+// binary (inject --standby --container mosquitto) and applied. It returns
+// the agent's pod and the primary's, Ready.
+func installBroker(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane) (agent, primary *corev1.Pod) {
+	t.Helper()
+	cs := cp.Client()
 	repo, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -91,12 +104,10 @@ func TestInstallOnARealNode(t *testing.T) {
 	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
 		t.Fatalf("kubectl apply -k manifests/base: %v: %s", err, out)
 	}
-	agent := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
+	agent = waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
 	t.Logf("agent pod %s Ready on %s", agent.Name, agent.Spec.NodeName)
-	// The privileged half of moving clients runs beside it, as root with
-	// its two capabilities, and serves the agent's socket.
-	ck := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-connkill", podReady)
-	waitLog(ctx, t, cs, ck, `"msg":"connkill serving"`)
+	waitLog(ctx, t, cs, agent, "connkill: watching the endpoints of managed brokers")
+	waitLog(ctx, t, cs, waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-connkill", podReady), `"msg":"connkill serving"`)
 
 	const ns = "mqtt"
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -111,8 +122,7 @@ func TestInstallOnARealNode(t *testing.T) {
 	if out, err := cp.Kubectl(ctx, bytes.NewReader(injected), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply the injected broker: %v: %s", err, out)
 	}
-	broker := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
-	checkInjectedBroker(ctx, t, cs, n, agent, broker)
+	return agent, waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
 }
 
 // checkInjectedBroker checks a Ready pod of brokerWithExporter with the

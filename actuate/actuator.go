@@ -124,6 +124,10 @@ type workload struct {
 	retryAt    time.Time
 	retryPhase Phase
 	loaded     time.Time
+	// resizePollAt is when a resize in progress next reads its pod
+	// (pollResize); resizeRefused, a refusal of the API to hand to the Gate there.
+	resizePollAt  time.Time
+	resizeRefused string
 }
 
 // readiness is an observation of a standby by its watch.
@@ -244,6 +248,9 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 				if !w.managed || a.workloads[w.key] != w {
 					continue // unmanaged, or retired by the retry above
 				}
+				if p := w.resizePollAt; w.gate.Rec.Phase == PhaseResizing && !p.IsZero() && !p.After(now) {
+					a.pollResize(ctx, w)
+				}
 				if d, ok := w.gate.Deadline(); ok && !d.After(now) {
 					a.step(ctx, w, Tick(now))
 				}
@@ -323,7 +330,10 @@ func (a *Actuator) deadline(w *workload) (time.Time, bool) {
 	}
 	d, ok := w.gate.Deadline()
 	if (len(w.retry) > 0 || w.unsaved) && (!ok || w.retryAt.Before(d)) {
-		return w.retryAt, true
+		d, ok = w.retryAt, true
+	}
+	if p := w.resizePollAt; w.gate.Rec.Phase == PhaseResizing && !p.IsZero() && (!ok || p.Before(d)) {
+		d, ok = p, true
 	}
 	return d, ok
 }
@@ -758,6 +768,21 @@ func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
 			if err == nil {
 				err = a.scale(ctx, podKey{w.key.ns, w.gate.Policy.Standby}, act.Replicas)
 			}
+		case ActResize:
+			var refused string
+			refused, err = a.resizePod(ctx, w, act)
+			if rz := w.gate.Rec.Resize; w.gate.Rec.Phase == PhaseResizing && act.Memory == rz.To && err == nil {
+				// Its outcome is read from the pod from now on; a refusal
+				// goes to the Gate from there, not from inside this step.
+				w.resizeRefused, w.resizePollAt = refused, a.now()
+				if refused == "" {
+					w.resizePollAt = a.now().Add(resizePollEvery)
+				}
+			}
+			if refused != "" {
+				a.log.Warn("resize in place refused", slog.String("deployment", w.key.String()), slog.String("pod", act.Pod),
+					slog.Int64("memory", act.Memory), slog.String("why", refused))
+			}
 		case ActRetirePrimary:
 			decision := w.gate.Rec.Decision
 			if err = a.retire(ctx, w); err == nil && !a.dryRun && !decision.IsZero() {
@@ -765,8 +790,12 @@ func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
 			}
 		}
 		a.m.action(string(act.Kind), err, a.dryRun, a.now().Sub(t0))
-		a.decision(w, string(act.Kind), err, slog.Int("replicas", int(act.Replicas)), slog.String("reason", act.Reason),
-			slog.String("message", act.Message), slog.Duration("took", a.now().Sub(t0)))
+		attrs := []slog.Attr{slog.Int("replicas", int(act.Replicas)), slog.String("reason", act.Reason),
+			slog.String("message", act.Message), slog.Duration("took", a.now().Sub(t0))}
+		if act.Kind == ActResize {
+			attrs = append(attrs, slog.String("pod", act.Pod), slog.Int64("memory", act.Memory))
+		}
+		a.decision(w, string(act.Kind), err, attrs...)
 		if err != nil {
 			if a.workloads[w.key] == w {
 				w.retry, w.retryAt, w.retryPhase = acts[i:], a.now().Add(retryDelay), w.gate.Rec.Phase

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -51,6 +52,10 @@ type Cluster interface {
 	// PatchAnnotations sets the annotations of ns/name given a value and
 	// removes those given nil, in one write.
 	PatchAnnotations(ctx context.Context, ns, name string, ann map[string]*string) error
+	// ResizeMemory sets, in place (the pod's resize subresource), the
+	// memory limit of one container of a running pod and, when request is
+	// above 0, its memory request; nothing else of the pod.
+	ResizeMemory(ctx context.Context, ns, pod, container string, limit, request int64) error
 	// SetPodCondition sets one condition of the pod's status, by type,
 	// leaving every other condition (the kubelet's) as it is.
 	SetPodCondition(ctx context.Context, ns, name string, c corev1.PodCondition) error
@@ -179,6 +184,21 @@ func (k kubeCluster) PatchAnnotations(ctx context.Context, ns, name string, ann 
 	return err
 }
 
+// ResizeMemory: a strategic merge patch of the resize subresource merges
+// containers by name, so only this container's memory is touched.
+func (k kubeCluster) ResizeMemory(ctx context.Context, ns, pod, container string, limit, request int64) error {
+	res := map[string]any{"limits": map[string]string{"memory": strconv.FormatInt(limit, 10)}}
+	if request > 0 {
+		res["requests"] = map[string]string{"memory": strconv.FormatInt(request, 10)}
+	}
+	b, err := json.Marshal(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": container, "resources": res}}}})
+	if err != nil {
+		return err
+	}
+	_, err = k.cs.CoreV1().Pods(ns).Patch(ctx, pod, types.StrategicMergePatchType, b, metav1.PatchOptions{FieldManager: fieldManager}, "resize")
+	return err
+}
+
 // SetPodCondition: a strategic merge patch of status.conditions merges by
 // type, so only this condition is touched, never the kubelet's.
 func (k kubeCluster) SetPodCondition(ctx context.Context, ns, name string, c corev1.PodCondition) error {
@@ -220,6 +240,7 @@ func (dryRun) SwapRecord(context.Context, string, string, string, string) error 
 func (dryRun) PatchAnnotations(context.Context, string, string, map[string]*string) error {
 	return nil
 }
+func (dryRun) ResizeMemory(context.Context, string, string, string, int64, int64) error { return nil }
 func (dryRun) SetPodCondition(context.Context, string, string, corev1.PodCondition) error {
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,6 +40,9 @@ type fakeCluster struct {
 	watchers  map[podKey][]chan *appsv1.Deployment
 	autoReady bool
 	rv        int
+	// resize is how the kubelet answers a resize: "" applies it at once
+	// (spec and status), else a PodResizePending condition of that reason.
+	resize string
 }
 
 func newFakeCluster() *fakeCluster {
@@ -291,6 +295,39 @@ func (f *fakeCluster) PatchAnnotations(_ context.Context, ns, name string, ann m
 		}
 	}
 	f.changeLocked(d)
+	return nil
+}
+
+func (f *fakeCluster) ResizeMemory(_ context.Context, ns, name, container string, limit, request int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pods[podKey{ns, name}]
+	if !ok {
+		return notFound("pods", name)
+	}
+	if err := f.writeLocked("resize", fmt.Sprintf("resize %s/%s %s %dMi %dMi", ns, name, container, limit>>20, request>>20)); err != nil {
+		return err
+	}
+	for i := range p.Spec.Containers {
+		c := &p.Spec.Containers[i]
+		if c.Name != container {
+			continue
+		}
+		c.Resources.Limits[corev1.ResourceMemory] = *resource.NewQuantity(limit, resource.BinarySI)
+		if request > 0 {
+			c.Resources.Requests[corev1.ResourceMemory] = *resource.NewQuantity(request, resource.BinarySI)
+		}
+		if f.resize != "" {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: f.resize})
+			break
+		}
+		for j := range p.Status.ContainerStatuses {
+			if s := &p.Status.ContainerStatuses[j]; s.Name == container {
+				s.Resources = c.Resources.DeepCopy()
+			}
+		}
+	}
+	f.changeLocked(nil)
 	return nil
 }
 

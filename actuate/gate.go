@@ -31,6 +31,11 @@ const (
 	PhaseRetiring Phase = "Retiring"
 	// Aborted: the anomaly cleared; a cold standby is scaled back at AbortAt.
 	PhaseAborted Phase = "Aborted"
+	// Resizing: a predicted memory exhaustion is being answered by raising
+	// the broker container's memory limit in place (resize.go); it ends in
+	// Idle once the kubelet and the sidecar both see the new limit, else in
+	// a switchover.
+	PhaseResizing Phase = "Resizing"
 )
 
 // Record is the state of a Gate, persisted as JSON in the primary's
@@ -65,6 +70,11 @@ type Record struct {
 	// back to 1 (a fresh pod, the new hot standby) once its old pods are
 	// gone. Cleared once the standby is seen scaled up.
 	Restore bool `json:"restore,omitempty"`
+	// Resize is the resize in place in progress (PhaseResizing).
+	Resize Resize `json:"resize,omitzero"`
+	// LastResize is when the latest resize in place took effect: at most
+	// one per cool-down, so an anomaly a resize did not cure switches over.
+	LastResize time.Time `json:"lastResize,omitzero"`
 }
 
 // Active reports whether a switchover is in progress (the standby may be up).
@@ -97,6 +107,9 @@ const (
 	// view is current), observed by the guard, the agent of the hot
 	// standby's node. It is a crash of the primary: failover at once.
 	InNodeLost
+	// InResize is the kubelet's answer to a resize in place, as the driver
+	// read it from the pod (resize.go).
+	InResize
 )
 
 // Input is one observation fed to a Gate.
@@ -117,6 +130,18 @@ type Input struct {
 	Drained bool
 	// InNodeLost: the lost node.
 	Node string
+	// InSample: the signalling pod, and what its message says of the
+	// broker's memory (resize.go): the container's limit read from its
+	// cgroup (0: none or not said), memory_percent and memory_growth_rate
+	// (nil: not defined yet).
+	Pod           string
+	MemoryLimit   float64
+	MemoryPercent *float64
+	MemoryGrowth  *float64
+	// InResize: the kubelet's answer to a resize in place: applied (the
+	// pod's status has the new limit), or Refused says why not.
+	Applied bool
+	Refused string
 }
 
 // Sample returns an InSample input.
@@ -129,6 +154,15 @@ func Sample(at time.Time, st signal.State, prob *float64) Input {
 func Observed(o signal.Observation) Input {
 	in := Sample(o.Received, o.State, o.Probability())
 	in.Why = o.Explanation()
+	in.Pod = o.Pod
+	if m := o.Message; m != nil {
+		if m.MemoryLimitBytes != nil {
+			in.MemoryLimit = *m.MemoryLimitBytes
+		}
+		if f := m.Features; f != nil {
+			in.MemoryPercent, in.MemoryGrowth = f.MemoryPercent, f.MemoryGrowthRate
+		}
+	}
 	return in
 }
 
@@ -165,6 +199,10 @@ const (
 	ActRetirePrimary ActionKind = "RetirePrimary"
 	// ActEvent reports a decision: a Normal Event, or Warning when Warning.
 	ActEvent ActionKind = "Event"
+	// ActResize sets the memory limit of the broker container of the pod
+	// Rec.Resize names to Memory bytes, in place (the pod's resize
+	// subresource), its request by the same difference.
+	ActResize ActionKind = "ResizeInPlace"
 )
 
 // Action is one thing the driver must do, in order.
@@ -174,6 +212,8 @@ type Action struct {
 	Warning  bool   // ActEvent
 	Reason   string // ActEvent: CamelCase reason
 	Message  string // ActEvent
+	Memory   int64  // ActResize: the new limit, bytes
+	Pod      string // ActResize: the pod whose broker container it is
 }
 
 // Gate is the switchover state machine of one primary. It is pure: Step reads
@@ -241,6 +281,8 @@ func (g *Gate) Resume() []Action {
 		}
 	case PhaseRetiring:
 		return []Action{{Kind: ActRetirePrimary}}
+	case PhaseResizing:
+		return []Action{{Kind: ActResize, Memory: g.Rec.Resize.To, Pod: g.Rec.Resize.Pod}}
 	}
 	return nil
 }
@@ -260,6 +302,8 @@ func (g *Gate) Deadline() (time.Time, bool) {
 		}
 	case PhaseAborted:
 		return r.AbortAt, true
+	case PhaseResizing:
+		return r.Decision.Add(g.Policy.Gates.ResizeTimeout), true
 	}
 	return time.Time{}, false
 }
@@ -283,6 +327,8 @@ func (g *Gate) Step(in Input) []Action {
 		return g.orphan(in.At)
 	case InNodeLost:
 		return g.crash(in.At, "lost with its node "+in.Node)
+	case InResize:
+		return g.resized(in)
 	}
 	return nil
 }
@@ -337,6 +383,11 @@ func (g *Gate) sample(in Input) []Action {
 		case classCrash:
 			return g.crash(in.At, string(in.State))
 		}
+	case PhaseResizing:
+		if c == classCrash {
+			return g.crash(in.At, string(in.State))
+		}
+		return g.resizeSeen(in)
 	case PhaseFailover, PhaseRetiring:
 		// Committed: a primary that crashed is retired even if Kubernetes
 		// restarted it meanwhile; we stop depending on its restart.
@@ -351,7 +402,7 @@ func (g *Gate) sample(in Input) []Action {
 func (g *Gate) crash(now time.Time, why string) []Action {
 	r := &g.Rec
 	switch r.Phase {
-	case PhaseIdle, PhaseSuspect, PhaseAborted:
+	case PhaseIdle, PhaseSuspect, PhaseAborted, PhaseResizing:
 		return g.failover(now, why)
 	case PhaseWaitReady, PhaseConfirm:
 		if r.Phase == PhaseConfirm && r.StandbyReady {
@@ -364,23 +415,39 @@ func (g *Gate) crash(now time.Time, why string) []Action {
 	return nil
 }
 
-// decide starts a switchover after a debounced anomaly (in is the sample
-// that confirmed it), unless the flap guard holds it back.
+// decide answers a debounced anomaly (in is the sample that confirmed it):
+// a resize in place when it can cure it (resize.go), else a switchover.
 func (g *Gate) decide(in Input) []Action {
+	acts, noResize := g.resize(in)
+	if acts != nil {
+		return acts
+	}
+	return g.switchover(in.At, in.Why, noResize)
+}
+
+// switchover starts a switchover, unless the flap guard holds it back. why
+// is what drove the anomaly; noResize, when set, why no resize in place
+// answers it instead.
+func (g *Gate) switchover(now time.Time, why, noResize string) []Action {
 	r := &g.Rec
-	now := in.At
+	if noResize != "" {
+		noResize = "; " + noResize
+	}
 	if !r.LastSwitch.IsZero() && now.Before(r.LastSwitch.Add(g.Policy.Gates.Cooldown)) {
+		if r.Phase == PhaseResizing {
+			r.Phase, r.Resize, r.Decision = PhaseIdle, Resize{}, time.Time{}
+		}
 		if r.FlapGuarded {
 			return nil
 		}
 		r.FlapGuarded = true
-		return []Action{warning("FlapGuard", "anomaly confirmed (%d samples%s) but the last switchover was at %s, within the cool-down of %v: not switching",
-			r.Anomalous, drivenBy(in.Why), r.LastSwitch.UTC().Format(time.RFC3339), g.Policy.Gates.Cooldown)}
+		return []Action{warning("FlapGuard", "anomaly confirmed (%d samples%s%s) but the last switchover was at %s, within the cool-down of %v: not switching",
+			r.Anomalous, drivenBy(why), noResize, r.LastSwitch.UTC().Format(time.RFC3339), g.Policy.Gates.Cooldown)}
 	}
 	wasAborted := r.Phase == PhaseAborted
-	r.Phase, r.Decision, r.Confirmed, r.Failover, r.FlapGuarded, r.AbortAt = PhaseWaitReady, now, 0, false, false, time.Time{}
-	r.Why = in.Why
-	acts := []Action{event("SwitchoverDecided", "%d consecutive anomalous samples%s: bringing up the standby %s", r.Anomalous, drivenBy(r.Why), r.Standby)}
+	r.Phase, r.Decision, r.Confirmed, r.Failover, r.FlapGuarded, r.AbortAt, r.Resize = PhaseWaitReady, now, 0, false, false, time.Time{}, Resize{}
+	r.Why = why
+	acts := []Action{event("SwitchoverDecided", "%d consecutive anomalous samples%s%s: bringing up the standby %s", r.Anomalous, drivenBy(r.Why), noResize, r.Standby)}
 	if g.cold() && !wasAborted {
 		acts = append(acts, Action{Kind: ActScaleStandby, Replicas: 1})
 	}
@@ -396,7 +463,7 @@ func (g *Gate) decide(in Input) []Action {
 func (g *Gate) failover(now time.Time, why string) []Action {
 	r := &g.Rec
 	wasAborted := r.Phase == PhaseAborted
-	r.Phase, r.Decision, r.Failover, r.Confirmed, r.AbortAt, r.Why = PhaseFailover, now, true, 0, time.Time{}, ""
+	r.Phase, r.Decision, r.Failover, r.Confirmed, r.AbortAt, r.Why, r.Resize = PhaseFailover, now, true, 0, time.Time{}, "", Resize{}
 	acts := []Action{event("Failover", "primary %s: bringing up the standby %s at once", why, r.Standby)}
 	if r.StandbyReady {
 		return append(acts, g.retire()...)
@@ -534,6 +601,8 @@ func (g *Gate) tick(now time.Time) []Action {
 		}
 		r.Phase, r.AbortAt, r.Decision, r.Anomalous = PhaseIdle, time.Time{}, time.Time{}, 0
 		return g.scaleBack()
+	case PhaseResizing:
+		return g.resizeTimedOut(now)
 	}
 	return nil
 }
@@ -549,7 +618,7 @@ func (g *Gate) scaleBack() []Action {
 // Retired records that the driver retired the primary at now: the switchover
 // is complete. The driver then moves the record to the new primary.
 func (g *Gate) Retired(now time.Time) {
-	g.Rec = Record{Phase: PhaseIdle, Standby: g.Rec.Standby, LastSwitch: now}
+	g.Rec = Record{Phase: PhaseIdle, Standby: g.Rec.Standby, LastSwitch: now, LastResize: g.Rec.LastResize}
 }
 
 // Persist reports whether the change from old to the current record must be

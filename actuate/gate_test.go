@@ -55,6 +55,8 @@ func summary(acts []Action) []string {
 			out = append(out, fmt.Sprintf("scale:%d", a.Replicas))
 		case ActRetirePrimary:
 			out = append(out, "retire")
+		case ActResize:
+			out = append(out, fmt.Sprintf("resize:%s:%dMi", a.Pod, a.Memory>>20))
 		case ActEvent:
 			if a.Warning {
 				out = append(out, "warn:"+a.Reason)
@@ -304,8 +306,11 @@ func TestGate(t *testing.T) {
 // sequence of length 6 from a small alphabet: RetirePrimary is only ever
 // emitted while the latest standby observation was Ready.
 func TestGateRetireNeedsReadyStandby(t *testing.T) {
-	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick, orphaned, nodeLost}
-	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates()}
+	// With a memory ceiling, so that resizes in place (leak, applied,
+	// deferred) interleave with everything else.
+	leak := memSample(signal.Anomalous, 80, 0.05, 100)
+	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick, orphaned, nodeLost, leak, applied, deferred}
+	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates(), MemoryCeiling: 256 * mi}
 	p.Gates.Hold = 0
 	p.Gates.Debounce, p.Gates.Reconfirm = 1, 1
 	n := len(alphabet)

@@ -16,6 +16,9 @@ import rbacv1 "k8s.io/api/rbac/v1"
 //   - replicasets get: map a pod to its Deployment.
 //   - pods get: owner and readiness gates of a signalling pod.
 //   - pods/status patch: the amf.io/healthy condition only.
+//   - pods/resize patch: a resize in place of the broker container's
+//     memory (resize.go), only for workloads that set amf.io/memory-ceiling.
+//     The resize subresource changes nothing but containers' resources.
 //   - events.k8s.io events create, patch: evidence of each decision; patch
 //     writes the series (count, last time) of a repeated identical Event
 //     instead of creating one object per repeat.
@@ -33,6 +36,7 @@ func Rules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/resize"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 }

@@ -20,6 +20,13 @@ const (
 	AnnReadyTimeout = "amf.io/ready-timeout"
 	AnnCooldown     = "amf.io/cooldown"
 	AnnAbortDelay   = "amf.io/abort-delay"
+	// AnnMemoryCeiling is the most memory the agent may give the broker
+	// container by resizing it in place before it switches over; absent, it
+	// never resizes.
+	AnnMemoryCeiling = "amf.io/memory-ceiling"
+	// AnnResizeTimeout bounds the wait for an in-place resize to take
+	// effect before the agent switches over instead.
+	AnnResizeTimeout = "amf.io/resize-timeout"
 	// AnnRole is "primary" or "standby"; written by the role exchange.
 	AnnRole = "amf.io/role"
 	// AnnPrimary names the primary on a standby after a role exchange.
@@ -39,7 +46,7 @@ const (
 // PolicyKeys returns the annotations of the policy: what a role exchange
 // moves from the old to the new primary.
 func PolicyKeys() []string {
-	return []string{AnnStandby, AnnRedundancy, AnnThreshold, AnnDebounce, AnnReconfirm, AnnHold, AnnReadyTimeout, AnnCooldown, AnnAbortDelay}
+	return []string{AnnStandby, AnnRedundancy, AnnThreshold, AnnDebounce, AnnReconfirm, AnnHold, AnnReadyTimeout, AnnCooldown, AnnAbortDelay, AnnMemoryCeiling, AnnResizeTimeout}
 }
 
 // ConditionHealthy is the readiness-gate condition the agent maintains on
@@ -76,6 +83,9 @@ type Gates struct {
 	ReadyTimeout time.Duration // standby must become Ready within this after the decision
 	Cooldown     time.Duration // flap guard: least time between two switchovers
 	AbortDelay   time.Duration // a cold standby started in vain is scaled back after this
+	// ResizeTimeout bounds the wait for an in-place resize (decision to the
+	// new limit seen by the kubelet and by the sidecar) before switching over.
+	ResizeTimeout time.Duration
 }
 
 // DefaultGates returns the defaults of the paper (threshold 0.5, debounce 3,
@@ -89,6 +99,9 @@ func DefaultGates() Gates {
 		ReadyTimeout: 2 * time.Minute,
 		Cooldown:     5 * time.Minute,
 		AbortDelay:   30 * time.Second,
+		// A resize the node can hold is applied by the kubelet's next pod
+		// sync (about a second) and seen by the sidecar's next sample.
+		ResizeTimeout: 20 * time.Second,
 	}
 }
 
@@ -97,6 +110,9 @@ type Policy struct {
 	Standby    string
 	Redundancy Redundancy
 	Gates      Gates
+	// MemoryCeiling is amf.io/memory-ceiling in bytes: the most memory a
+	// resize in place may give the broker container; 0, no resize.
+	MemoryCeiling uint64
 }
 
 // ErrInvalidPolicy wraps every policy error.
@@ -162,6 +178,7 @@ func ParsePolicy(name string, ann map[string]string) (p Policy, managed bool, er
 		{AnnReadyTimeout, &p.Gates.ReadyTimeout, false, time.Second, time.Hour},
 		{AnnCooldown, &p.Gates.Cooldown, true, 0, 24 * time.Hour},
 		{AnnAbortDelay, &p.Gates.AbortDelay, true, 0, time.Hour},
+		{AnnResizeTimeout, &p.Gates.ResizeTimeout, false, time.Second, 10 * time.Minute},
 	} {
 		v, ok := ann[c.key]
 		if !ok {
@@ -173,6 +190,14 @@ func ParsePolicy(name string, ann map[string]string) (p Policy, managed bool, er
 			continue
 		}
 		*c.dst = d
+	}
+	if v, ok := ann[AnnMemoryCeiling]; ok {
+		n, err := ParseMemoryQuantity(v)
+		if err != nil {
+			bad(AnnMemoryCeiling, "%v", err)
+		} else {
+			p.MemoryCeiling = n
+		}
 	}
 	if len(errs) > 0 {
 		return Policy{}, true, fmt.Errorf("%w: %w", ErrInvalidPolicy, errors.Join(errs...))

@@ -93,6 +93,7 @@ type Pipeline struct {
 	score    *float64         // the last score, sent with every message
 	features *signal.Features // the last features, idem
 	why      string           // the last score's explanation, idem ("" below the threshold)
+	limit    *float64         // the container's memory limit at the last score; nil without one
 }
 
 // NewPipeline checks cfg and builds a pipeline whose feature windows come
@@ -219,6 +220,10 @@ func (p *Pipeline) Sample(ctx context.Context) Step {
 	}
 	last := score
 	p.score, p.features, p.why = &last, st.Features, signal.ShortExplanation(st.Explanation)
+	p.limit = nil
+	if limit := rec.Stats.MemoryLimitBytes; limit > 0 && !math.IsInf(limit, 0) {
+		p.limit = &limit
+	}
 	st.Emission = p.emit(p.machine.Score(score), rec.Stats.Time)
 	return st
 }
@@ -275,5 +280,5 @@ func (p *Pipeline) message(v Verdict, at time.Time) *signal.Message {
 	}
 	p.seq++
 	return &signal.Message{State: v.State, Reason: signal.ShortReason(v.Reason), Seq: p.seq, Time: at,
-		Probability: p.score, Features: p.features, Explanation: p.why}
+		Probability: p.score, Features: p.features, Explanation: p.why, MemoryLimitBytes: p.limit}
 }

@@ -18,6 +18,7 @@ import (
 // vanished container's.
 type synthSource struct {
 	memory float64
+	limit  float64 // 0: 100 MiB
 	t0     time.Time
 	n      int
 	gone   bool
@@ -28,8 +29,12 @@ func (s *synthSource) Read(context.Context) (cgroup.Stats, error) {
 		return cgroup.Stats{}, fmt.Errorf("read x: %w", cgroup.ErrGone)
 	}
 	s.n++
+	limit := s.limit
+	if limit == 0 {
+		limit = 100 << 20
+	}
 	return cgroup.Stats{Time: s.t0.Add(time.Duration(s.n) * time.Second), CPUSeconds: 0.01 * float64(s.n),
-		MemoryBytes: s.memory, MemoryLimitBytes: 100 << 20, HasNetwork: true}, nil
+		MemoryBytes: s.memory, MemoryLimitBytes: limit, HasNetwork: true}, nil
 }
 
 func newPipeline(t *testing.T, src Source) *Pipeline {
@@ -164,6 +169,33 @@ func TestPipelineSignals(t *testing.T) {
 		}
 		if len(msgs) != 4 { // healthy→anomalous at once, then every anomalous sample
 			t.Fatalf("%d messages for 4 anomalous samples, want 4: %+v", len(msgs), msgs)
+		}
+	})
+	t.Run("messages carry the container's memory limit and follow it when it is resized", func(t *testing.T) {
+		src := &synthSource{memory: 60 << 20, t0: t0}
+		p := newPipeline(t, src)
+		msgs := run(t, p, 3)
+		if l := msgs[len(msgs)-1].MemoryLimitBytes; l == nil || *l != 100<<20 {
+			t.Fatalf("limit %v, want 100 MiB", l)
+		}
+		src.limit = 200 << 20 // the kubelet resized the container in place
+		st := p.Sample(t.Context())
+		if st.Err != nil {
+			t.Fatal(st.Err)
+		}
+		e := p.Probe(true, "") // any message after the sample carries its limit
+		m := st.Message
+		if m == nil {
+			m = e.Message
+		}
+		if m == nil {
+			m = p.Stop("test").Message
+		}
+		if l := m.MemoryLimitBytes; l == nil || *l != 200<<20 {
+			t.Fatalf("after the resize: limit %v, want 200 MiB", l)
+		}
+		if mp := *m.Features.MemoryPercent; mp != 30 {
+			t.Errorf("memory_percent %v after the resize, want 30 (60 MiB of 200)", mp)
 		}
 	})
 	t.Run("an anomalous message says what drove its score, a healthy one says nothing", func(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/amf-edge/amf/brokerpod"
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
@@ -354,13 +355,13 @@ func (w *Watcher) desired(ctx context.Context, pod *corev1.Pod) (*runSpec, strin
 	if mode != contract.ModeNode {
 		return nil, "Deployment " + dep.GetName() + " not in node mode", nil
 	}
-	if c := sidecarOf(pod); c != "" {
+	if c := brokerpod.Sidecar(pod); c != "" {
 		w.warn(ctx, pod, ReasonRefused, fmt.Sprintf("Deployment %s opts into node mode (%s=node) and the pod carries the AMF sidecar (container %s): refused: the node agent runs no pipeline for it (its sidecar's signals are taken as in sidecar mode), so that it is not watched twice; remove the sidecar or the annotation",
 			dep.GetName(), contract.AnnMode, c))
 		return nil, "pod carries the sidecar", nil
 	}
 	ann := dep.GetAnnotations()
-	name, err := brokerName(pod, ann[contract.AnnContainer])
+	name, err := brokerpod.Container(pod, ann[contract.AnnContainer])
 	if err != nil {
 		w.warn(ctx, pod, ReasonInvalid, fmt.Sprintf("Deployment %s: %v", dep.GetName(), err))
 		return nil, err.Error(), nil
@@ -433,45 +434,6 @@ func (w *Watcher) deployment(ctx context.Context, pod *corev1.Pod) (metav1.Objec
 		return nil, nil
 	}
 	return m, nil
-}
-
-// sidecarOf names the pod's AMF sidecar container, "" when it has none: a
-// container named as inject names it, or running the sidecar's image.
-func sidecarOf(pod *corev1.Pod) string {
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
-		repo := c.Image
-		if i := strings.LastIndexAny(repo, ":@"); i > strings.LastIndex(repo, "/") {
-			repo = repo[:i]
-		}
-		if c.Name == contract.SidecarName || strings.HasSuffix(repo, "/amf-sidecar") {
-			return c.Name
-		}
-	}
-	return ""
-}
-
-// brokerName picks the broker container by inject's rule: the one named,
-// else the only one, else the one exposing a port named mqtt.
-func brokerName(pod *corev1.Pod, named string) (string, error) {
-	var names, mqtt []string
-	for _, c := range pod.Spec.Containers {
-		names = append(names, c.Name)
-		if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == contract.MQTTPortName }) {
-			mqtt = append(mqtt, c.Name)
-		}
-	}
-	switch {
-	case named != "" && slices.Contains(names, named):
-		return named, nil
-	case named != "":
-		return "", fmt.Errorf("%s=%s: the pod has no such container (it has %s)", contract.AnnContainer, named, strings.Join(names, ", "))
-	case len(names) == 1:
-		return names[0], nil
-	case len(mqtt) == 1:
-		return mqtt[0], nil
-	}
-	return "", fmt.Errorf("the pod has %d containers (%s) and not exactly one exposes a port named %q: name the broker with %s on the Deployment",
-		len(names), strings.Join(names, ", "), contract.MQTTPortName, contract.AnnContainer)
 }
 
 // runningID is the runtime ID of the named container while it runs.

@@ -107,6 +107,13 @@ type Message struct {
 	// refuses messages that carry it (unknown fields are refused), so
 	// agents are upgraded before sidecars.
 	Explanation string `json:"explanation,omitempty"`
+	// MemoryLimitBytes is the broker container's memory limit as the
+	// sidecar read it from the container's cgroup with this sample (what
+	// memory_percent is a percent of); absent when the container has no
+	// limit of its own. The agent confirms an in-place resize by it: the
+	// kubelet's status says the runtime was asked, this says the cgroup
+	// has it. Same upgrade rule as Explanation.
+	MemoryLimitBytes *float64 `json:"memory_limit_bytes,omitempty"`
 }
 
 // Errors a decoder returns, to be checked with errors.Is.
@@ -173,6 +180,9 @@ func (m *Message) Validate() error {
 				return fmt.Errorf("%w: feature %s is %v, want a finite number or null", ErrInvalid, contract.FeatureNames()[i], *v)
 			}
 		}
+	}
+	if l := m.MemoryLimitBytes; l != nil && !(*l > 0 && !math.IsInf(*l, 0)) {
+		return fmt.Errorf("%w: memory_limit_bytes %v, want a positive finite number or none", ErrInvalid, *l)
 	}
 	if len(m.Reason) > MaxReasonBytes {
 		return fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalid, len(m.Reason), MaxReasonBytes)
@@ -242,6 +252,7 @@ func Decode(topic string, payload []byte) (Message, error) {
 		Time        *time.Time `json:"time"`
 		Reason      string     `json:"reason"`
 		Explanation string     `json:"explanation"`
+		MemoryLimit *float64   `json:"memory_limit_bytes"`
 	}
 	if err := decodeStrict(payload, &raw); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -260,7 +271,7 @@ func Decode(topic string, payload []byte) (Message, error) {
 	m := Message{
 		Version: *raw.Version, Namespace: *raw.Namespace, Pod: *raw.Pod, State: *raw.State,
 		Probability: raw.Probability, Features: raw.Features, Seq: *raw.Seq, Time: *raw.Time,
-		Reason: raw.Reason, Explanation: raw.Explanation,
+		Reason: raw.Reason, Explanation: raw.Explanation, MemoryLimitBytes: raw.MemoryLimit,
 	}
 	if err := m.Validate(); err != nil {
 		return Message{}, err

@@ -13,16 +13,17 @@ func ptr(f float64) *float64 { return &f }
 
 func validMessage() Message {
 	return Message{
-		Version:     Version,
-		Namespace:   "tod",
-		Pod:         "broker-7f57c8d79b-f2m5m",
-		State:       Anomalous,
-		Probability: ptr(0.93),
-		Features:    &Features{CPUPercent: ptr(81.5), MemoryPercent: ptr(62), CPUGrowthRate: nil},
-		Seq:         42,
-		Time:        time.Date(2026, 11, 30, 4, 30, 0, 123456789, time.UTC),
-		Reason:      "score 0.93 >= 0.50",
-		Explanation: "memory_growth_rate +2.31, memory_percent +0.842",
+		Version:          Version,
+		Namespace:        "tod",
+		Pod:              "broker-7f57c8d79b-f2m5m",
+		State:            Anomalous,
+		Probability:      ptr(0.93),
+		Features:         &Features{CPUPercent: ptr(81.5), MemoryPercent: ptr(62), CPUGrowthRate: nil},
+		Seq:              42,
+		Time:             time.Date(2026, 11, 30, 4, 30, 0, 123456789, time.UTC),
+		Reason:           "score 0.93 >= 0.50",
+		Explanation:      "memory_growth_rate +2.31, memory_percent +0.842",
+		MemoryLimitBytes: ptr(256 << 20),
 	}
 }
 
@@ -37,7 +38,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.State != m.State || *got.Probability != *m.Probability || got.Seq != m.Seq ||
-		!got.Time.Equal(m.Time) || *got.Features.CPUPercent != 81.5 || got.Features.CPUGrowthRate != nil {
+		!got.Time.Equal(m.Time) || *got.Features.CPUPercent != 81.5 || got.Features.CPUGrowthRate != nil ||
+		got.MemoryLimitBytes == nil || *got.MemoryLimitBytes != 256<<20 {
 		t.Fatalf("round trip changed the message:\n got %+v\nwant %+v", got, m)
 	}
 }
@@ -60,6 +62,9 @@ func TestDecodeRefusesWhatBreaksTheContract(t *testing.T) {
 		{"unknown field", topic, "{" + ok + `,"extra":1}`, ErrInvalid},
 		{"NaN probability as string", topic, "{" + ok + `,"probability":"NaN"}`, ErrInvalid},
 		{"probability above 1", topic, "{" + ok + `,"probability":1.5}`, ErrInvalid},
+		{"memory limit of a resized container", topic, "{" + ok + `,"memory_limit_bytes":402653184}`, nil},
+		{"memory limit zero", topic, "{" + ok + `,"memory_limit_bytes":0}`, ErrInvalid},
+		{"memory limit negative", topic, "{" + ok + `,"memory_limit_bytes":-1}`, ErrInvalid},
 		{"unknown feature", topic, "{" + ok + `,"features":{"gpu":1}}`, ErrInvalid},
 		{"null feature is undefined, not an error", topic, "{" + ok + `,"features":{"cpu_percent":null}}`, nil},
 		{"oversize", topic, "{" + ok + `,"reason":"` + strings.Repeat("x", MaxMessageBytes) + `"}`, ErrTooLarge},
@@ -114,7 +119,8 @@ func TestAFullMessageFitsTheLimit(t *testing.T) {
 	m := Message{
 		Version: Version, Namespace: strings.Repeat("n", 63), Pod: strings.Repeat(strings.Repeat("p", 63)+".", 3) + strings.Repeat("p", 61),
 		State: Unhealthy, Probability: ptr(0.12345678901234567), Seq: math.MaxUint64, Time: time.Now(),
-		Features: &Features{ptr(long), ptr(long), ptr(long), ptr(long), ptr(long), ptr(long)},
+		Features:         &Features{ptr(long), ptr(long), ptr(long), ptr(long), ptr(long), ptr(long)},
+		MemoryLimitBytes: ptr(1.2345678901234567e300),
 	}
 	for _, worst := range []string{"\u2028", "<", `"`, `\`} {
 		m.Reason = strings.Repeat(worst, MaxReasonBytes/len(worst))

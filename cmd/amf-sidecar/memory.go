@@ -2,11 +2,10 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/amf-edge/amf/cgroup"
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
 )
 
@@ -34,40 +33,11 @@ func (f *memoryReferenceFlag) String() string {
 }
 
 func (f *memoryReferenceFlag) Set(s string) error {
-	n, err := parseMemoryQuantity(s)
+	n, err := contract.ParseMemoryQuantity(s)
 	if err != nil {
 		return err
 	}
 	f.ref = &cgroup.MemoryReference{Bytes: float64(n), Source: detect.RefFlag,
 		Why: "no memory limit on the container: --memory-reference " + s}
 	return nil
-}
-
-var binarySuffixes = []struct {
-	suffix string
-	shift  uint
-}{{"Ki", 10}, {"Mi", 20}, {"Gi", 30}, {"Ti", 40}}
-
-// parseMemoryQuantity parses a positive whole number of bytes with an
-// optional binary suffix. Decimal suffixes (k, M, G) and fractions, which
-// Kubernetes also takes, are refused rather than guessed at.
-func parseMemoryQuantity(s string) (uint64, error) {
-	digits, shift := s, uint(0)
-	for _, b := range binarySuffixes {
-		if d, ok := strings.CutSuffix(s, b.suffix); ok {
-			digits, shift = d, b.shift
-			break
-		}
-	}
-	if digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
-		return 0, fmt.Errorf("%q: want a whole number of bytes, optionally with Ki, Mi, Gi or Ti (e.g. 256Mi)", s)
-	}
-	n, err := strconv.ParseUint(digits, 10, 64)
-	if err != nil || n > (1<<53)>>shift { // exact as a float64, as the features compute
-		return 0, fmt.Errorf("%q: too large", s)
-	}
-	if n == 0 {
-		return 0, fmt.Errorf("%q: a memory reference must be positive", s)
-	}
-	return n << shift, nil
 }

@@ -1,4 +1,4 @@
-package main
+package contract
 
 import (
 	"strconv"
@@ -26,7 +26,7 @@ func TestParseMemoryQuantity(t *testing.T) {
 		{"", 0, "want a whole number"},
 		{"99999999999Ti", 0, "too large"},
 	} {
-		got, err := parseMemoryQuantity(tt.in)
+		got, err := ParseMemoryQuantity(tt.in)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("%q: %d, %v; want an error saying %q", tt.in, got, err, tt.err)
@@ -43,7 +43,7 @@ func TestParseMemoryQuantity(t *testing.T) {
 // input (digits, then the suffix it had).
 func FuzzParseMemoryQuantity(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := parseMemoryQuantity(s)
+		n, err := ParseMemoryQuantity(s)
 		if err != nil {
 			if !strings.Contains(err.Error(), strconv.Quote(s)) {
 				t.Fatalf("%q: error %q does not name the input", s, err)

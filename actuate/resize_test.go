@@ -1,0 +1,282 @@
+package actuate
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/signal"
+)
+
+const mi = 1 << 20
+
+// memSample is a sample of pod broker-0 whose message says its memory:
+// percent of a limit of limitMi, climbing growth percent points a second.
+func memSample(state signal.State, pct, growth float64, limitMi int64) func(time.Time) Input {
+	return memSampleOf("broker-0", state, pct, growth, limitMi)
+}
+
+func memSampleOf(pod string, state signal.State, pct, growth float64, limitMi int64) func(time.Time) Input {
+	return func(at time.Time) Input {
+		p := 0.9
+		if state == signal.Healthy {
+			p = 0.1
+		}
+		in := Sample(at, state, &p)
+		in.Pod, in.MemoryLimit, in.MemoryPercent, in.MemoryGrowth = pod, float64(limitMi*mi), ptr.To(pct), ptr.To(growth)
+		return in
+	}
+}
+
+func applied(at time.Time) Input { return ResizeApplied(at) }
+func deferred(at time.Time) Input {
+	return ResizeRefused(at, "Deferred: Node didn't have enough capacity")
+}
+
+func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
+	sec := time.Second
+	withCeiling := func(r contract.Redundancy, ceilingMi uint64) contract.Policy {
+		return contract.Policy{Standby: "b", Redundancy: r, Gates: contract.DefaultGates(), MemoryCeiling: ceilingMi * mi}
+	}
+	cold := withCeiling(contract.Cold, 256)
+	hot := withCeiling(contract.Hot, 256)
+	noCeiling := withCeiling(contract.Cold, 0)
+	// 80 % of 100 Mi, climbing 0.05 %/s = 0.05 Mi/s: 1.5 × the limit is
+	// 150 Mi, room for 1400 s, far beyond the 135 s a switchover may take.
+	leak := memSample(signal.Anomalous, 80, 0.05, 100)
+	after := memSample(signal.Healthy, 53.4, 0.01, 150) // the cgroup has the new limit
+	debounced := func(last []string, phase Phase) []step {
+		return []step{{0, leak, nil, PhaseSuspect}, {sec, leak, nil, PhaseSuspect}, {sec, leak, last, phase}}
+	}
+	decided := []string{"event:ResizeDecided", "resize:broker-0:150Mi"}
+	tests := []struct {
+		name   string
+		policy contract.Policy
+		rec    Record
+		steps  []step
+	}{
+		{"applied by the kubelet and seen by the sidecar: no switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
+			step{sec, healthy, nil, PhaseResizing}, // a sample without the new limit: wait
+			step{sec, applied, nil, PhaseResizing},
+			step{sec, after, []string{"event:Resized"}, PhaseIdle},
+		)},
+		{"seen by the sidecar before the kubelet's status: done on the status", hot, Record{}, append(debounced(decided, PhaseResizing),
+			step{sec, after, nil, PhaseResizing},
+			step{sec, applied, []string{"event:Resized"}, PhaseIdle},
+		)},
+		{"another pod's limit is not this pod's", cold, Record{}, append(debounced(decided, PhaseResizing),
+			step{sec, applied, nil, PhaseResizing},
+			step{sec, memSampleOf("broker-1", signal.Healthy, 10, 0, 150), nil, PhaseResizing},
+		)},
+		{"the anomaly back after a resize, within the cool-down: switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
+			step{sec, applied, nil, PhaseResizing},
+			step{sec, after, []string{"event:Resized"}, PhaseIdle},
+			step{time.Minute, memSample(signal.Anomalous, 90, 0.05, 150), nil, PhaseSuspect},
+			step{sec, memSample(signal.Anomalous, 90, 0.05, 150), nil, PhaseSuspect},
+			step{sec, memSample(signal.Anomalous, 90, 0.05, 150), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		)},
+		{"deferred by the kubelet: the old size back and a switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
+			step{sec, deferred, []string{"resize:broker-0:100Mi", "event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		)},
+		{"not in effect within the resize timeout: the old size back and a switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
+			step{sec, applied, nil, PhaseResizing},
+			step{10 * sec, tick, nil, PhaseResizing},
+			step{10 * sec, tick, []string{"resize:broker-0:100Mi", "event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		)},
+		{"a crash during the resize fails over at once", cold, Record{}, append(debounced(decided, PhaseResizing),
+			step{sec, gone, []string{"event:Failover", "scale:1"}, PhaseFailover},
+			step{sec, applied, nil, PhaseFailover},
+		)},
+		{"a refusal within the flap guard's cool-down: the old size back, no switchover", cold, Record{LastSwitch: time.Unix(1000, 0)}, append(debounced(decided, PhaseResizing),
+			step{sec, deferred, []string{"resize:broker-0:100Mi", "warn:FlapGuard"}, PhaseIdle},
+		)},
+		{"no ceiling: a switchover as always", noCeiling, Record{}, debounced([]string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady)},
+		{"at the ceiling: a switchover", withCeiling(contract.Cold, 100), Record{}, debounced([]string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady)},
+		{"a leak that would use the new room up before a switchover completes: a switchover", withCeiling(contract.Cold, 200), Record{}, []step{
+			// 90 % of 100 Mi climbing 2 Mi/s: 200 Mi lasts 55 s < 135 s.
+			{0, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 90, 2, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		}},
+		{"a hot standby Ready: a switchover takes the hold only, so the same leak is resized", withCeiling(contract.Hot, 200), Record{}, []step{
+			// 150 Mi (1.5 × the limit, and twice the hold at the slope) lasts 30 s > the 15 s hold.
+			{0, ready, nil, PhaseIdle},
+			{sec, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 90, 2, 100), []string{"event:ResizeDecided", "resize:broker-0:150Mi"}, PhaseResizing},
+		}},
+		{"memory not climbing: a switchover", cold, Record{}, []step{
+			{0, memSample(signal.Anomalous, 80, -0.01, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 80, -0.01, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 80, -0.01, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		}},
+		{"a sample that says nothing of memory: a switchover", cold, Record{}, []step{
+			{0, anom, nil, PhaseSuspect}, {sec, anom, nil, PhaseSuspect},
+			{sec, anom, []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &fakeClock{t: time.Unix(1000, 0)}
+			g := NewGate(tt.policy, tt.rec)
+			for i, s := range tt.steps {
+				in := s.in(clk.advance(s.after))
+				old := g.Rec
+				got := summary(g.Step(in))
+				want := s.want
+				if want == nil {
+					want = []string{}
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("step %d (%+v): actions %v, want %v (record %+v)", i, in.Kind, got, want, g.Rec)
+				}
+				if s.phase != "" && g.Rec.Phase != s.phase {
+					t.Fatalf("step %d: phase %s, want %s", i, g.Rec.Phase, s.phase)
+				}
+				if old.Resize != g.Rec.Resize && !g.Persist(old) {
+					t.Fatalf("step %d: the resize's progress %+v → %+v is not persisted", i, old.Resize, g.Rec.Resize)
+				}
+			}
+		})
+	}
+}
+
+// TestGateSaysWhyItSwitchesOverInsteadOfResizing: with a ceiling set, the
+// switchover's Event names the reason no resize answered the anomaly.
+func TestGateSaysWhyItSwitchesOverInsteadOfResizing(t *testing.T) {
+	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates(), MemoryCeiling: 200 * mi}
+	for _, tc := range []struct {
+		name string
+		in   func(time.Time) Input
+		want string
+	}{
+		{"at the ceiling", memSample(signal.Anomalous, 80, 0.05, 200), "the limit 200Mi is at the ceiling 200Mi"},
+		{"a fast leak", memSample(signal.Anomalous, 90, 2, 100), "would be used up in 55s, before a switchover could complete"},
+		{"not climbing", memSample(signal.Anomalous, 80, 0, 100), "memory is not climbing"},
+		{"no memory in the sample", anom, "says nothing of the container's memory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &fakeClock{t: time.Unix(1000, 0)}
+			g := NewGate(p, Record{})
+			var acts []Action
+			for range p.Gates.Debounce {
+				acts = g.Step(tc.in(clk.advance(time.Second)))
+			}
+			if len(acts) == 0 || acts[0].Reason != "SwitchoverDecided" || !strings.Contains(acts[0].Message, tc.want) {
+				t.Fatalf("actions %+v, want a SwitchoverDecided saying %q", acts, tc.want)
+			}
+		})
+	}
+}
+
+func TestGateResumesAResizeInProgress(t *testing.T) {
+	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates(), MemoryCeiling: 256 * mi}
+	rec := Record{Phase: PhaseResizing, Decision: time.Unix(1000, 0), Resize: Resize{Pod: "broker-0", From: 100 * mi, To: 150 * mi, Kubelet: true}}
+	g := NewGate(p, rec)
+	if got, want := summary(g.Resume()), []string{"resize:broker-0:150Mi"}; !slices.Equal(got, want) {
+		t.Fatalf("Resume = %v, want %v", got, want)
+	}
+	if d, ok := g.Deadline(); !ok || !d.Equal(time.Unix(1000, 0).Add(p.Gates.ResizeTimeout)) {
+		t.Fatalf("deadline %v %v, want the resize timeout after the decision", d, ok)
+	}
+}
+
+// sendMemory delivers an anomalous or healthy observation of the primary's
+// pod whose message says its memory, as a sidecar's does.
+func (r *rig) sendMemory(st signal.State, pct, growth float64, limitMi int64) {
+	prev := r.last[r.pod]
+	r.last[r.pod] = st
+	limit := float64(limitMi * mi)
+	m := &signal.Message{State: st, MemoryLimitBytes: &limit,
+		Features: &signal.Features{MemoryPercent: ptr.To(pct), MemoryGrowthRate: ptr.To(growth)}}
+	r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: r.pod}, State: st, Previous: prev, Transition: st != prev,
+		Source: signal.SourcePublish, Message: m, Received: time.Now()}
+}
+
+// withBroker gives the pod an injected sidecar watching container
+// mosquitto, which has memory limit and request limitMi.
+func (f *fakeCluster) withBroker(pod string, limitMi int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.pods[podKey{ns, pod}]
+	q := *resource.NewQuantity(limitMi*mi, resource.BinarySI)
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: q}, Requests: corev1.ResourceList{corev1.ResourceMemory: q}}
+	p.Spec.InitContainers = []corev1.Container{{Name: contract.SidecarName, Args: []string{"run", "--container=mosquitto"}}}
+	p.Spec.Containers = []corev1.Container{{Name: "exporter"}, {Name: "mosquitto", Resources: res}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "mosquitto", Resources: res.DeepCopy()}}
+}
+
+func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
+	policy := maps.Clone(fast)
+	policy[contract.AnnMemoryCeiling] = "256Mi"
+	policy[contract.AnnCooldown] = "5m"
+	t.Run("applied and seen by the sidecar: no switchover, the standby never started", func(t *testing.T) {
+		f := newFakeCluster()
+		pod := f.addPair(ns, "primary", "standby", policy)
+		f.withBroker(pod, 100)
+		r := start(t, f, pod, Config{Instance: "node-0"})
+		for range 3 {
+			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
+		}
+		f.await(t, "the broker container resized, its request by as much", func() bool {
+			return slices.Contains(f.writes, "resize edge/"+pod+" mosquitto 150Mi 150Mi")
+		})
+		f.await(t, "the kubelet's status read", func() bool {
+			return r.record("primary").Resize.Kubelet
+		})
+		r.sendMemory(signal.Healthy, 53, 0.01, 150) // the sidecar reads the new limit
+		f.await(t, "Resized Event", func() bool { return slices.Contains(f.reasonsLocked(), "Resized") })
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if rec := r.record("primary"); rec.Phase != PhaseIdle || rec.LastResize.IsZero() {
+			t.Errorf("record %+v, want Idle with the resize's time", rec)
+		}
+		if n := r.replicas("standby"); n != 0 || slices.ContainsFunc(f.writes, func(w string) bool { return strings.HasPrefix(w, "scale ") }) {
+			t.Errorf("standby at %d; writes %q: a resize that took needs no standby", n, f.writes)
+		}
+	})
+	t.Run("deferred by the kubelet: the old size back, then the switchover", func(t *testing.T) {
+		f := newFakeCluster()
+		f.resize = corev1.PodReasonDeferred
+		pod := f.addPair(ns, "primary", "standby", policy)
+		f.withBroker(pod, 100)
+		r := start(t, f, pod, Config{Instance: "node-0"})
+		for range 3 {
+			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
+		}
+		f.await(t, "the old size back and the standby scaled up", func() bool {
+			return r.replicas("standby") == 1 && slices.Contains(f.writes, "resize edge/"+pod+" mosquitto 100Mi 100Mi")
+		})
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		// The scale-up goes out with the switchover's record (early), the
+		// undoing after it: their order does not matter, both follow the try.
+		if !before(f.writes, "resize edge/"+pod+" mosquitto 150Mi 150Mi", "resize edge/"+pod+" mosquitto 100Mi 100Mi") ||
+			!before(f.writes, "resize edge/"+pod+" mosquitto 150Mi 150Mi", "scale edge/standby 1") {
+			t.Errorf("writes %q: want the resize, then its undoing and the standby", f.writes)
+		}
+	})
+	t.Run("a pod whose broker has no memory limit: refused, switchover", func(t *testing.T) {
+		f := newFakeCluster()
+		pod := f.addPair(ns, "primary", "standby", policy)
+		f.withBroker(pod, 100)
+		f.mu.Lock()
+		delete(f.pods[podKey{ns, pod}].Spec.Containers[1].Resources.Limits, corev1.ResourceMemory)
+		f.mu.Unlock()
+		r := start(t, f, pod, Config{Instance: "node-0"})
+		for range 3 {
+			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
+		}
+		f.await(t, "standby scaled up", func() bool { return r.replicas("standby") == 1 })
+		r.logs.wait(t, "the refusal logged", func(m map[string]any) bool {
+			return str(m["msg"]) == "resize in place refused" && strings.Contains(str(m["why"]), "has no memory limit")
+		})
+	})
+}

@@ -83,6 +83,7 @@ type Actuator struct {
 
 	owners    map[podKey]string // pod → Deployment; pods never change owner
 	ownersMax int
+	sized     map[podKey]int64     // pods resized to their pair's recorded size (keepPodSize)
 	workloads map[podKey]*workload // keyed by the primary Deployment
 	loads     uint64
 	readyCh   chan readiness
@@ -162,7 +163,7 @@ func New(cfg Config) (*Actuator, error) {
 	}
 	a := &Actuator{
 		cluster: cluster, log: cfg.Logger, now: cfg.Now, dryRun: cfg.DryRun, inst: cfg.Instance, resume: cfg.ResumeOnStart, m: newMetrics(cfg.Registerer),
-		owners: make(map[podKey]string), ownersMax: cfg.OwnerCacheSize,
+		owners: make(map[podKey]string), ownersMax: cfg.OwnerCacheSize, sized: make(map[podKey]int64),
 		workloads: make(map[podKey]*workload), readyCh: make(chan readiness, 64),
 	}
 	if a.log == nil {
@@ -392,6 +393,7 @@ func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 	if w.invalid != nil {
 		a.warnInvalid(w)
 	}
+	a.keepPodSize(ctx, w, s)
 	if !w.managed {
 		if w.invalid == nil {
 			a.resumeFromStandby(ctx, w, pk)
@@ -783,6 +785,8 @@ func (a *Actuator) do(ctx context.Context, w *workload, acts []Action) {
 				a.log.Warn("resize in place refused", slog.String("deployment", w.key.String()), slog.String("pod", act.Pod),
 					slog.Int64("memory", act.Memory), slog.String("why", refused))
 			}
+		case ActKeepSize:
+			err = a.keepSize(ctx, w, act.Memory)
 		case ActRetirePrimary:
 			decision := w.gate.Rec.Decision
 			if err = a.retire(ctx, w); err == nil && !a.dryRun && !decision.IsZero() {

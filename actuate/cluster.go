@@ -56,6 +56,10 @@ type Cluster interface {
 	// memory limit of one container of a running pod and, when request is
 	// above 0, its memory request; nothing else of the pod.
 	ResizeMemory(ctx context.Context, ns, pod, container string, limit, request int64) error
+	// SizeTemplate sets the memory limit (and, when request is above 0,
+	// the memory request) of one container of the pod template of
+	// Deployment ns/name; nothing else of it.
+	SizeTemplate(ctx context.Context, ns, name, container string, limit, request int64) error
 	// SetPodCondition sets one condition of the pod's status, by type,
 	// leaving every other condition (the kubelet's) as it is.
 	SetPodCondition(ctx context.Context, ns, name string, c corev1.PodCondition) error
@@ -187,16 +191,34 @@ func (k kubeCluster) PatchAnnotations(ctx context.Context, ns, name string, ann 
 // ResizeMemory: a strategic merge patch of the resize subresource merges
 // containers by name, so only this container's memory is touched.
 func (k kubeCluster) ResizeMemory(ctx context.Context, ns, pod, container string, limit, request int64) error {
-	res := map[string]any{"limits": map[string]string{"memory": strconv.FormatInt(limit, 10)}}
-	if request > 0 {
-		res["requests"] = map[string]string{"memory": strconv.FormatInt(request, 10)}
-	}
-	b, err := json.Marshal(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": container, "resources": res}}}})
+	b, err := json.Marshal(map[string]any{"spec": map[string]any{"containers": []map[string]any{{"name": container, "resources": memoryResources(limit, request)}}}})
 	if err != nil {
 		return err
 	}
 	_, err = k.cs.CoreV1().Pods(ns).Patch(ctx, pod, types.StrategicMergePatchType, b, metav1.PatchOptions{FieldManager: fieldManager}, "resize")
 	return err
+}
+
+// SizeTemplate: the same merge by container name, on the Deployment's
+// pod template.
+func (k kubeCluster) SizeTemplate(ctx context.Context, ns, name, container string, limit, request int64) error {
+	b, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+		"containers": []map[string]any{{"name": container, "resources": memoryResources(limit, request)}}}}}})
+	if err != nil {
+		return err
+	}
+	_, err = k.cs.AppsV1().Deployments(ns).Patch(ctx, name, types.StrategicMergePatchType, b, metav1.PatchOptions{FieldManager: fieldManager})
+	return err
+}
+
+// memoryResources is the resources of a memory patch: the limit, and the
+// request when above 0.
+func memoryResources(limit, request int64) map[string]any {
+	res := map[string]any{"limits": map[string]string{"memory": strconv.FormatInt(limit, 10)}}
+	if request > 0 {
+		res["requests"] = map[string]string{"memory": strconv.FormatInt(request, 10)}
+	}
+	return res
 }
 
 // SetPodCondition: a strategic merge patch of status.conditions merges by
@@ -241,6 +263,7 @@ func (dryRun) PatchAnnotations(context.Context, string, string, map[string]*stri
 	return nil
 }
 func (dryRun) ResizeMemory(context.Context, string, string, string, int64, int64) error { return nil }
+func (dryRun) SizeTemplate(context.Context, string, string, string, int64, int64) error { return nil }
 func (dryRun) SetPodCondition(context.Context, string, string, corev1.PodCondition) error {
 	return nil
 }

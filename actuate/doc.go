@@ -39,6 +39,11 @@
 //	amf.io/cooldown:      5m      at most one switchover per workload per cool-down
 //	amf.io/abort-delay:   30s     a standby started for an anomaly that cleared is
 //	                              scaled back (cold) after this
+//	amf.io/memory-ceiling: (none) the most memory a resize in place may give the
+//	                              broker container before a switchover (resize.go);
+//	                              none: never resized
+//	amf.io/resize-timeout: 20s    a resize must be in effect within this, else
+//	                              the old size back and a switchover
 //
 // Invalid policy gives a Warning Event on the Deployment at every signal of
 // its pods (one Event series, see Events below) and no action.

@@ -331,6 +331,30 @@ func (f *fakeCluster) ResizeMemory(_ context.Context, ns, name, container string
 	return nil
 }
 
+func (f *fakeCluster) SizeTemplate(_ context.Context, ns, name, container string, limit, request int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.deps[podKey{ns, name}]
+	if !ok {
+		return notFound("deployments", name)
+	}
+	if err := f.writeLocked("template", fmt.Sprintf("template %s/%s %s %dMi %dMi", ns, name, container, limit>>20, request>>20)); err != nil {
+		return err
+	}
+	for i := range d.Spec.Template.Spec.Containers {
+		c := &d.Spec.Template.Spec.Containers[i]
+		if c.Name == container {
+			c.Resources.Limits[corev1.ResourceMemory] = *resource.NewQuantity(limit, resource.BinarySI)
+			if request > 0 {
+				c.Resources.Requests[corev1.ResourceMemory] = *resource.NewQuantity(request, resource.BinarySI)
+			}
+		}
+	}
+	d.Generation++
+	f.changeLocked(d)
+	return nil
+}
+
 func (f *fakeCluster) SetPodCondition(_ context.Context, ns, name string, c corev1.PodCondition) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

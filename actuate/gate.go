@@ -133,7 +133,7 @@ type Input struct {
 	// InSample: the signalling pod, and what its message says of the
 	// broker's memory (resize.go): the container's limit read from its
 	// cgroup (0: none or not said), memory_percent and memory_growth_rate
-	// (nil: not defined yet).
+	// (bytes per second; nil: not defined yet).
 	Pod           string
 	MemoryLimit   float64
 	MemoryPercent *float64
@@ -203,6 +203,10 @@ const (
 	// Rec.Resize names to Memory bytes, in place (the pod's resize
 	// subresource), its request by the same difference.
 	ActResize ActionKind = "ResizeInPlace"
+	// ActKeepSize records that the broker needed Memory bytes
+	// (contract.AnnMemorySize) on both Deployments of the pair, and gives
+	// it to the template of the one that runs no pod (resize_kube.go).
+	ActKeepSize ActionKind = "KeepSize"
 )
 
 // Action is one thing the driver must do, in order.

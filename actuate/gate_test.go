@@ -57,6 +57,8 @@ func summary(acts []Action) []string {
 			out = append(out, "retire")
 		case ActResize:
 			out = append(out, fmt.Sprintf("resize:%s:%dMi", a.Pod, a.Memory>>20))
+		case ActKeepSize:
+			out = append(out, fmt.Sprintf("keep:%dMi", a.Memory>>20))
 		case ActEvent:
 			if a.Warning {
 				out = append(out, "warn:"+a.Reason)

@@ -83,6 +83,15 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	if err := a.scale(ctx, w.key, 0); err != nil {
 		return err
 	}
+	if size := memorySize(w); size > 0 {
+		// At 0 replicas now: its template takes the size the broker
+		// needed, rolling nothing. Not worth failing the exchange for.
+		if d, err := a.cluster.Deployment(ctx, w.key.ns, w.key.name); err != nil {
+			a.log.Warn("retired primary's template not sized", slog.String("deployment", w.key.String()), slog.String("error", err.Error()))
+		} else if err := a.sizeTemplate(ctx, d, size); err != nil {
+			a.log.Warn("retired primary's template not sized", slog.String("deployment", w.key.String()), slog.String("error", err.Error()))
+		}
+	}
 	now := a.now()
 	w.gate.Retired(now)
 	rec, err := json.Marshal(Record{Phase: PhaseIdle, Standby: w.key.name, LastSwitch: now, Restore: p.Redundancy == contract.Hot})

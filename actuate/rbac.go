@@ -10,7 +10,10 @@ import rbacv1 "k8s.io/api/rbac/v1"
 //   - deployments get/watch: read the policy and record, watch the standby's
 //     readiness. No list: the agent learns workloads from signals.
 //   - deployments patch: the switchover record and the role exchange
-//     (annotations only; the agent never writes a Deployment's spec this way).
+//     (annotations), and after a resize in place the broker container's
+//     memory in the pod template of a Deployment of the pair while it runs
+//     no pod (resize_kube.go: the size survives, nothing rolls); no other
+//     field of a spec.
 //   - deployments/scale update: scale 0↔1 through the scale subresource (one
 //     unconditional update, safe to repeat, so no get).
 //   - replicasets get: map a pod to its Deployment.

@@ -68,7 +68,7 @@ func (g *Gate) resize(in Input) (acts []Action, noResize string) {
 		return nil, fmt.Sprintf("no resize in place: resized at %s, within the cool-down of %v", r.LastResize.UTC().Format(time.RFC3339), g.Policy.Gates.Cooldown)
 	}
 	usage := pct / 100 * limit
-	slope := growth / 100 * limit // bytes per second
+	slope := growth // memory_growth_rate is deriv(memory_usage_bytes): bytes per second
 	// The time a switchover may take once decided: a resize must give more
 	// room than the slope uses in it, or it only delays the switchover.
 	// Hold, and the ready timeout unless the standby is Ready already.
@@ -126,8 +126,11 @@ func (g *Gate) resizeDone(now time.Time) []Action {
 	}
 	took := now.Sub(r.Decision).Round(time.Millisecond)
 	r.Phase, r.Decision, r.Anomalous, r.Resize, r.LastResize, r.Why = PhaseIdle, time.Time{}, 0, Resize{}, now, ""
-	return []Action{event("Resized", "the memory limit of %s is %s, in the pod's status and in its cgroup, %v after the decision: no switchover",
-		rz.Pod, mib(float64(rz.To)), took)}
+	return []Action{
+		{Kind: ActKeepSize, Memory: rz.To, Pod: rz.Pod},
+		event("Resized", "the memory limit of %s is %s, in the pod's status and in its cgroup, %v after the decision: no switchover",
+			rz.Pod, mib(float64(rz.To)), took),
+	}
 }
 
 func (g *Gate) resizeTimedOut(now time.Time) []Action {

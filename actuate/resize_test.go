@@ -3,6 +3,7 @@ package actuate
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,19 +19,20 @@ import (
 const mi = 1 << 20
 
 // memSample is a sample of pod broker-0 whose message says its memory:
-// percent of a limit of limitMi, climbing growth percent points a second.
-func memSample(state signal.State, pct, growth float64, limitMi int64) func(time.Time) Input {
-	return memSampleOf("broker-0", state, pct, growth, limitMi)
+// percent of a limit of limitMi, climbing growthMi MiB a second
+// (memory_growth_rate is in bytes per second).
+func memSample(state signal.State, pct, growthMi float64, limitMi int64) func(time.Time) Input {
+	return memSampleOf("broker-0", state, pct, growthMi, limitMi)
 }
 
-func memSampleOf(pod string, state signal.State, pct, growth float64, limitMi int64) func(time.Time) Input {
+func memSampleOf(pod string, state signal.State, pct, growthMi float64, limitMi int64) func(time.Time) Input {
 	return func(at time.Time) Input {
 		p := 0.9
 		if state == signal.Healthy {
 			p = 0.1
 		}
 		in := Sample(at, state, &p)
-		in.Pod, in.MemoryLimit, in.MemoryPercent, in.MemoryGrowth = pod, float64(limitMi*mi), ptr.To(pct), ptr.To(growth)
+		in.Pod, in.MemoryLimit, in.MemoryPercent, in.MemoryGrowth = pod, float64(limitMi*mi), ptr.To(pct), ptr.To(growthMi*mi)
 		return in
 	}
 }
@@ -48,7 +50,7 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 	cold := withCeiling(contract.Cold, 256)
 	hot := withCeiling(contract.Hot, 256)
 	noCeiling := withCeiling(contract.Cold, 0)
-	// 80 % of 100 Mi, climbing 0.05 %/s = 0.05 Mi/s: 1.5 × the limit is
+	// 80 % of 100 Mi, climbing 0.05 Mi/s: 1.5 × the limit is
 	// 150 Mi, room for 1400 s, far beyond the 135 s a switchover may take.
 	leak := memSample(signal.Anomalous, 80, 0.05, 100)
 	after := memSample(signal.Healthy, 53.4, 0.01, 150) // the cgroup has the new limit
@@ -65,11 +67,11 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 		{"applied by the kubelet and seen by the sidecar: no switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, healthy, nil, PhaseResizing}, // a sample without the new limit: wait
 			step{sec, applied, nil, PhaseResizing},
-			step{sec, after, []string{"event:Resized"}, PhaseIdle},
+			step{sec, after, []string{"keep:150Mi", "event:Resized"}, PhaseIdle},
 		)},
 		{"seen by the sidecar before the kubelet's status: done on the status", hot, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, after, nil, PhaseResizing},
-			step{sec, applied, []string{"event:Resized"}, PhaseIdle},
+			step{sec, applied, []string{"keep:150Mi", "event:Resized"}, PhaseIdle},
 		)},
 		{"another pod's limit is not this pod's", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, applied, nil, PhaseResizing},
@@ -77,7 +79,7 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 		)},
 		{"the anomaly back after a resize, within the cool-down: switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, applied, nil, PhaseResizing},
-			step{sec, after, []string{"event:Resized"}, PhaseIdle},
+			step{sec, after, []string{"keep:150Mi", "event:Resized"}, PhaseIdle},
 			step{time.Minute, memSample(signal.Anomalous, 90, 0.05, 150), nil, PhaseSuspect},
 			step{sec, memSample(signal.Anomalous, 90, 0.05, 150), nil, PhaseSuspect},
 			step{sec, memSample(signal.Anomalous, 90, 0.05, 150), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
@@ -190,12 +192,12 @@ func TestGateResumesAResizeInProgress(t *testing.T) {
 
 // sendMemory delivers an anomalous or healthy observation of the primary's
 // pod whose message says its memory, as a sidecar's does.
-func (r *rig) sendMemory(st signal.State, pct, growth float64, limitMi int64) {
+func (r *rig) sendMemory(st signal.State, pct, growthMi float64, limitMi int64) {
 	prev := r.last[r.pod]
 	r.last[r.pod] = st
 	limit := float64(limitMi * mi)
 	m := &signal.Message{State: st, MemoryLimitBytes: &limit,
-		Features: &signal.Features{MemoryPercent: ptr.To(pct), MemoryGrowthRate: ptr.To(growth)}}
+		Features: &signal.Features{MemoryPercent: ptr.To(pct), MemoryGrowthRate: ptr.To(growthMi * mi)}}
 	r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: r.pod}, State: st, Previous: prev, Transition: st != prev,
 		Source: signal.SourcePublish, Message: m, Received: time.Now()}
 }
@@ -211,6 +213,9 @@ func (f *fakeCluster) withBroker(pod string, limitMi int64) {
 	p.Spec.InitContainers = []corev1.Container{{Name: contract.SidecarName, Args: []string{"run", "--container=mosquitto"}}}
 	p.Spec.Containers = []corev1.Container{{Name: "exporter"}, {Name: "mosquitto", Resources: res}}
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "mosquitto", Resources: res.DeepCopy()}}
+	for _, d := range f.deps { // the pair's templates: the pod's spec as the ReplicaSet made it
+		d.Spec.Template.Spec = *p.Spec.DeepCopy()
+	}
 }
 
 func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
@@ -240,6 +245,16 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 		}
 		if n := r.replicas("standby"); n != 0 || slices.ContainsFunc(f.writes, func(w string) bool { return strings.HasPrefix(w, "scale ") }) {
 			t.Errorf("standby at %d; writes %q: a resize that took needs no standby", n, f.writes)
+		}
+		// The size survives: recorded on both, the template of the standby
+		// (at 0) given it, the running primary's left alone (it would roll).
+		for _, d := range []string{"primary", "standby"} {
+			if got := f.depLocked(ns, d).Annotations[contract.AnnMemorySize]; got != "157286400" {
+				t.Errorf("%s's %s = %q, want 150Mi in bytes", d, contract.AnnMemorySize, got)
+			}
+		}
+		if !slices.Contains(f.writes, "template edge/standby mosquitto 150Mi 150Mi") || slices.ContainsFunc(f.writes, func(w string) bool { return strings.HasPrefix(w, "template edge/primary ") }) {
+			t.Errorf("writes %q: want the standby's template sized and the primary's not", f.writes)
 		}
 	})
 	t.Run("deferred by the kubelet: the old size back, then the switchover", func(t *testing.T) {
@@ -278,5 +293,60 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 		r.logs.wait(t, "the refusal logged", func(m map[string]any) bool {
 			return str(m["msg"]) == "resize in place refused" && strings.Contains(str(m["why"]), "has no memory limit")
 		})
+	})
+}
+
+func TestTheSizeTheBrokerNeededSurvives(t *testing.T) {
+	sized := maps.Clone(fast)
+	sized[contract.AnnMemorySize] = strconv.Itoa(150 * mi)
+	t.Run("a pod of the pair that starts smaller is resized in place, once", func(t *testing.T) {
+		f := newFakeCluster()
+		pod := f.addPair(ns, "primary", "standby", sized)
+		f.withBroker(pod, 100)
+		r := start(t, f, pod, Config{Instance: "node-0"})
+		// Run takes one signal at a time: once the third is taken, the
+		// second has been handled.
+		for range 3 {
+			r.sendMemory(signal.Healthy, 10, 0, 100)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n := 0
+		for _, w := range f.writes {
+			if strings.HasPrefix(w, "resize ") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("writes %q: want one resize for one pod and size", f.writes)
+		}
+	})
+	t.Run("the retired primary's template takes the size, once it runs no pod", func(t *testing.T) {
+		f := newFakeCluster()
+		pod := f.addPair(ns, "primary", "standby", sized)
+		f.withBroker(pod, 150) // resized already: nothing to do in place
+		f.mu.Lock()
+		for _, d := range f.deps {
+			d.Spec.Template.Spec.Containers[1].Resources = corev1.ResourceRequirements{
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(100*mi, resource.BinarySI)},
+				Requests: corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(50*mi, resource.BinarySI)},
+			}
+		}
+		f.mu.Unlock()
+		r := start(t, f, pod, Config{Instance: "node-0"})
+		r.send(signal.Healthy)
+		for range 3 {
+			r.send(signal.Anomalous)
+		}
+		f.await(t, "standby Ready seen", func() bool { return r.record("primary").Phase == PhaseConfirm })
+		r.send(signal.Anomalous)
+		f.await(t, "the retired primary's template sized", func() bool {
+			return slices.Contains(f.writes, "template edge/primary mosquitto 150Mi 100Mi")
+		})
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if !before(f.writes, "scale edge/primary 0", "template edge/primary mosquitto 150Mi 100Mi") {
+			t.Errorf("writes %q: the template is written only once the primary runs no pod", f.writes)
+		}
 	})
 }

@@ -27,6 +27,13 @@ const (
 	// AnnResizeTimeout bounds the wait for an in-place resize to take
 	// effect before the agent switches over instead.
 	AnnResizeTimeout = "amf.io/resize-timeout"
+	// AnnMemorySize is the memory limit, in bytes, the broker container
+	// needed: written by the agent on both Deployments of a pair when a
+	// resize in place took effect. The agent gives it to each pod of the
+	// pair that starts smaller (in place) and to the pod template of a
+	// Deployment while it runs no pod (so nothing rolls). Remove it to
+	// stop that; the agent never lowers a limit.
+	AnnMemorySize = "amf.io/memory-size"
 	// AnnRole is "primary" or "standby"; written by the role exchange.
 	AnnRole = "amf.io/role"
 	// AnnPrimary names the primary on a standby after a role exchange.

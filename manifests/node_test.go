@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -96,6 +97,13 @@ func TestInstallOnARealNode(t *testing.T) {
 // the agent's pod and the primary's, Ready.
 func installBroker(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane) (agent, primary *corev1.Pod) {
 	t.Helper()
+	return installBrokerWith(ctx, t, cp, nil)
+}
+
+// installBrokerWith is installBroker with ann added to the primary's
+// annotations and extra given to inject.
+func installBrokerWith(ctx context.Context, t *testing.T, cp *controlplane.ControlPlane, ann map[string]string, extra ...string) (agent, primary *corev1.Pod) {
+	t.Helper()
 	cs := cp.Client()
 	repo, err := filepath.Abs("..")
 	if err != nil {
@@ -113,11 +121,13 @@ func installBroker(ctx context.Context, t *testing.T, cp *controlplane.ControlPl
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	plain, err := yaml.Marshal(brokerWithExporter(ns))
+	d := brokerWithExporter(ns)
+	maps.Copy(d.Annotations, ann)
+	plain, err := yaml.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	injected, warnings := injectWithBinary(t, repo, plain, "--standby", "--container", "mosquitto")
+	injected, warnings := injectWithBinary(t, repo, plain, append([]string{"--standby", "--container", "mosquitto"}, extra...)...)
 	t.Logf("inject said: %s", warnings)
 	if out, err := cp.Kubectl(ctx, bytes.NewReader(injected), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply the injected broker: %v: %s", err, out)
@@ -290,6 +300,12 @@ func injectWithBinary(t *testing.T, repo string, in []byte, args ...string) (out
 // waitLog follows the log of pod's first container until a line holds want.
 func waitLog(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, want string) {
 	t.Helper()
+	waitLogLine(ctx, t, cs, pod, want)
+}
+
+// waitLogLine is waitLog, returning the line.
+func waitLogLine(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, want string) string {
+	t.Helper()
 	rc, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -298,10 +314,11 @@ func waitLog(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod *co
 	sc := bufio.NewScanner(rc)
 	for sc.Scan() {
 		if strings.Contains(sc.Text(), want) {
-			return
+			return sc.Text()
 		}
 	}
 	t.Fatalf("%s's log ended without %q: %v", pod.Name, want, sc.Err())
+	return ""
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -313,10 +313,7 @@ func (f *fakeCluster) ResizeMemory(_ context.Context, ns, name, container string
 		if c.Name != container {
 			continue
 		}
-		c.Resources.Limits[corev1.ResourceMemory] = *resource.NewQuantity(limit, resource.BinarySI)
-		if request > 0 {
-			c.Resources.Requests[corev1.ResourceMemory] = *resource.NewQuantity(request, resource.BinarySI)
-		}
+		setMemory(&c.Resources, limit, request)
 		if f.resize != "" {
 			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: f.resize})
 			break
@@ -329,6 +326,14 @@ func (f *fakeCluster) ResizeMemory(_ context.Context, ns, name, container string
 	}
 	f.changeLocked(nil)
 	return nil
+}
+
+// setMemory is what a memory patch does to a container's resources.
+func setMemory(r *corev1.ResourceRequirements, limit, request int64) {
+	r.Limits[corev1.ResourceMemory] = *resource.NewQuantity(limit, resource.BinarySI)
+	if request > 0 {
+		r.Requests[corev1.ResourceMemory] = *resource.NewQuantity(request, resource.BinarySI)
+	}
 }
 
 func (f *fakeCluster) SizeTemplate(_ context.Context, ns, name, container string, limit, request int64) error {
@@ -344,10 +349,7 @@ func (f *fakeCluster) SizeTemplate(_ context.Context, ns, name, container string
 	for i := range d.Spec.Template.Spec.Containers {
 		c := &d.Spec.Template.Spec.Containers[i]
 		if c.Name == container {
-			c.Resources.Limits[corev1.ResourceMemory] = *resource.NewQuantity(limit, resource.BinarySI)
-			if request > 0 {
-				c.Resources.Requests[corev1.ResourceMemory] = *resource.NewQuantity(request, resource.BinarySI)
-			}
+			setMemory(&c.Resources, limit, request)
 		}
 	}
 	d.Generation++

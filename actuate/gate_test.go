@@ -283,24 +283,33 @@ func TestGate(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clk := &fakeClock{t: time.Unix(1000, 0)}
-			g := NewGate(tt.policy, tt.rec)
-			for i, s := range tt.steps {
-				in := s.in(clk.advance(s.after))
-				got := summary(g.Step(in))
-				want := s.want
-				if want == nil {
-					want = []string{}
-				}
-				if !slices.Equal(got, want) {
-					t.Fatalf("step %d (%+v): actions %v, want %v (record %+v)", i, in.Kind, got, want, g.Rec)
-				}
-				if s.phase != "" && g.Rec.Phase != s.phase {
-					t.Fatalf("step %d: phase %s, want %s", i, g.Rec.Phase, s.phase)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { runSteps(t, NewGate(tt.policy, tt.rec), tt.steps) })
+	}
+}
+
+// runSteps feeds g the steps on a fake clock and checks each one's actions
+// and phase, and that every change of the record but the debounce counts
+// is persisted (Persist).
+func runSteps(t *testing.T, g *Gate, steps []step) {
+	t.Helper()
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	for i, s := range steps {
+		in := s.in(clk.advance(s.after))
+		old := g.Rec
+		got := summary(g.Step(in))
+		want := s.want
+		if want == nil {
+			want = []string{}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d (%+v): actions %v, want %v (record %+v)", i, in.Kind, got, want, g.Rec)
+		}
+		if s.phase != "" && g.Rec.Phase != s.phase {
+			t.Fatalf("step %d: phase %s, want %s", i, g.Rec.Phase, s.phase)
+		}
+		if old.Resize != g.Rec.Resize && !g.Persist(old) {
+			t.Fatalf("step %d: the resize's progress %+v → %+v is not persisted", i, old.Resize, g.Rec.Resize)
+		}
 	}
 }
 

@@ -13,11 +13,14 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 )
 
@@ -40,19 +43,7 @@ func TestResizeInPlaceOnARealNode(t *testing.T) {
 	const ns, broker = "mqtt", "mosquitto"
 	before := containerStatus(t, primary, broker)
 
-	var stress bytes.Buffer
-	sctx, stopStress := context.WithCancel(ctx)
-	cmd, err := n.Exec(sctx, ns, primary.Name, broker, []string{images.LabBinary, "stress", "--memory-file", "--profile", "300s:mem=90Mi,ramp=1Mi/s"}, &stress, &stress)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stopStress()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("stress: %s", stress.String())
-		}
-	}()
+	ramp(ctx, t, n, primary.Name, "300s:mem=90Mi,ramp=1Mi/s")
 
 	var line struct{ Note string }
 	if err := json.Unmarshal([]byte(waitLogLine(ctx, t, cs, agent, `"msg":"event","component":"actuate","deployment":"mqtt/edge-broker-a","type":"Normal","reason":"Resized"`)), &line); err != nil {
@@ -140,4 +131,116 @@ func containerStatus(t *testing.T, p *corev1.Pod, name string) corev1.ContainerS
 	}
 	t.Fatalf("pod %s has no container %s", p.Name, name)
 	return corev1.ContainerStatus{}
+}
+
+// ramp starts amf-lab stress in the broker container of pod (as kubectl
+// exec), holding memory up to mem at rate; it stops when the test ends.
+func ramp(ctx context.Context, t *testing.T, n *kubenode.Node, pod, profile string) {
+	t.Helper()
+	var out bytes.Buffer
+	sctx, stop := context.WithCancel(ctx)
+	cmd, err := n.Exec(sctx, "mqtt", pod, "mosquitto", []string{images.LabBinary, "stress", "--memory-file", "--profile", profile}, &out, &out)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("stress: %s", out.String())
+		}
+	})
+}
+
+// TestResizeInPlaceFallsBackToASwitchoverOnARealNode: each case where a
+// resize cannot answer a broker whose memory climbs, on a real kubelet +
+// containerd node, ends in today's switchover, and the switchover's Event
+// says why no resize answered it: no ceiling (the policy off), a leak that
+// would use any room the ceiling allows before a switchover completes, and
+// a node without the room (the kubelet's Deferred, the old size put back).
+func TestResizeInPlaceFallsBackToASwitchoverOnARealNode(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ann     map[string]string
+		profile string
+		fill    bool   // leave the node no room for the resize (a pod requesting the rest)
+		want    string // in the SwitchoverDecided Event
+	}{
+		{"policy off: no ceiling, no resize", nil, "300s:mem=90Mi,ramp=1Mi/s", false, "bringing up the standby"},
+		{"a leak faster than any room the ceiling allows", map[string]string{contract.AnnMemoryCeiling: "128Mi"}, "300s:mem=95Mi,ramp=3Mi/s", false, "before a switchover could complete"},
+		{"a node without the room: Deferred, the old size back", map[string]string{contract.AnnMemoryCeiling: "256Mi"}, "300s:mem=90Mi,ramp=1Mi/s", true, "resize refused: the kubelet says Deferred"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
+			cs := cp.Client()
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			agent, primary := installBrokerWith(ctx, t, cp, tc.ann, "--model", "predict-linear")
+			if tc.fill {
+				fillNode(ctx, t, cs, primary.Spec.NodeName, 20<<20)
+			}
+			ramp(ctx, t, n, primary.Name, tc.profile)
+			var line struct{ Note string }
+			if err := json.Unmarshal([]byte(waitLogLine(ctx, t, cs, agent, `"deployment":"mqtt/edge-broker-a","type":"Normal","reason":"SwitchoverDecided"`)), &line); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("agent: %s", line.Note)
+			if !strings.Contains(line.Note, tc.want) {
+				t.Errorf("SwitchoverDecided %q, want it to say %q", line.Note, tc.want)
+			}
+			if tc.ann == nil && strings.Contains(line.Note, "resize") {
+				t.Errorf("SwitchoverDecided %q speaks of a resize for a workload without a ceiling", line.Note)
+			}
+			sb, err := cs.AppsV1().Deployments("mqtt").Get(ctx, "edge-broker-b", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *sb.Spec.Replicas != 1 {
+				t.Errorf("standby at %d replicas after the decision, want 1", *sb.Spec.Replicas)
+			}
+			p, err := cs.CoreV1().Pods("mqtt").Get(ctx, primary.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range p.Spec.Containers {
+				if l := c.Resources.Limits[corev1.ResourceMemory]; c.Name == "mosquitto" && l.Value() != 100<<20 {
+					t.Errorf("the broker's memory limit %s after the switchover's decision, want the 100Mi it had", l.String())
+				}
+			}
+		})
+	}
+}
+
+// fillNode creates a pod that requests all the memory the node has left
+// but free, so that a resize asking more is Deferred by the kubelet.
+func fillNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, free int64) {
+	t.Helper()
+	nd, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc := nd.Status.Allocatable[corev1.ResourceMemory]
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := int64(0) // every container's request: at least what the kubelet counts
+	for _, p := range pods.Items {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			r := c.Resources.Requests[corev1.ResourceMemory]
+			used += r.Value()
+		}
+	}
+	fill := alloc.Value() - used - free
+	t.Logf("node %s: allocatable %s, requested %d: a pod requesting %d leaves %d", node, alloc.String(), used, fill, free)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "fill", Namespace: "mqtt"}, Spec: corev1.PodSpec{
+		NodeName: node,
+		Containers: []corev1.Container{{Name: "pause", Image: images.PauseRef,
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(fill, resource.BinarySI)}}}},
+	}}
+	if _, err := cs.CoreV1().Pods("mqtt").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNodePod(ctx, t, cs, "mqtt", "", func(p *corev1.Pod) bool { return p.Name == "fill" && podReady(p) })
 }

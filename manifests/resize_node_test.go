@@ -168,7 +168,7 @@ func TestResizeInPlaceFallsBackToASwitchoverOnARealNode(t *testing.T) {
 		want    string // in the SwitchoverDecided Event
 	}{
 		{"policy off: no ceiling, no resize", nil, "300s:mem=90Mi,ramp=1Mi/s", false, "bringing up the standby"},
-		{"a leak faster than any room the ceiling allows", map[string]string{contract.AnnMemoryCeiling: "128Mi"}, "300s:mem=95Mi,ramp=3Mi/s", false, "before a switchover could complete"},
+		{"a leak faster than any room the ceiling allows", map[string]string{contract.AnnMemoryCeiling: "128Mi"}, "300s:mem=400Mi,ramp=3Mi/s", false, "before a switchover could complete"},
 		{"a node without the room: Deferred, the old size back", map[string]string{contract.AnnMemoryCeiling: "256Mi"}, "300s:mem=90Mi,ramp=1Mi/s", true, "resize refused: the kubelet says Deferred"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -180,6 +180,11 @@ func TestResizeInPlaceFallsBackToASwitchoverOnARealNode(t *testing.T) {
 			if tc.fill {
 				fillNode(ctx, t, cs, primary.Spec.NodeName, 20<<20)
 			}
+			// The slope a resize is judged by is memory_growth_rate, a deriv
+			// over 5 s subquery steps: a ramp that starts with the sidecar
+			// can be confirmed before it has two steps, and then the Event
+			// says the sample had no growth to judge by, not this case's why.
+			waitGrowthRate(ctx, t, n, "mqtt", primary.Name)
 			ramp(ctx, t, n, primary.Name, tc.profile)
 			var line struct{ Note string }
 			if err := json.Unmarshal([]byte(waitLogLine(ctx, t, cs, agent, `"deployment":"mqtt/edge-broker-a","type":"Normal","reason":"SwitchoverDecided"`)), &line); err != nil {
@@ -209,6 +214,24 @@ func TestResizeInPlaceFallsBackToASwitchoverOnARealNode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// waitGrowthRate waits until the pod's sidecar reports memory_growth_rate.
+func waitGrowthRate(ctx context.Context, t *testing.T, n *kubenode.Node, ns, pod string) {
+	t.Helper()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		var f map[string]*float64
+		if st := sidecarStatus(ctx, t, n, ns, pod); json.Unmarshal(st.Features, &f) == nil && f[contract.FeatureNames()[contract.MemoryGrowthRate]] != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the sidecar of %s reports no memory_growth_rate: %v", pod, ctx.Err())
+		case <-tick.C:
+		}
 	}
 }
 

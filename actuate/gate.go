@@ -138,6 +138,10 @@ type Input struct {
 	MemoryLimit   float64
 	MemoryPercent *float64
 	MemoryGrowth  *float64
+	// MemorySlope is the memory's current slope, bytes per second (the
+	// message's memory_slope_bytes_per_second); nil from a sidecar that
+	// does not send it, when MemoryGrowth stands in.
+	MemorySlope *float64
 	// InResize: the kubelet's answer to a resize in place: applied (the
 	// pod's status has the new limit), or Refused says why not.
 	Applied bool
@@ -159,6 +163,7 @@ func Observed(o signal.Observation) Input {
 		if m.MemoryLimitBytes != nil {
 			in.MemoryLimit = *m.MemoryLimitBytes
 		}
+		in.MemorySlope = m.MemorySlopeBytesPerSecond
 		if f := m.Features; f != nil {
 			in.MemoryPercent, in.MemoryGrowth = f.MemoryPercent, f.MemoryGrowthRate
 		}

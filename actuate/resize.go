@@ -57,18 +57,24 @@ func (g *Gate) resize(in Input) (acts []Action, noResize string) {
 	if ceiling == 0 || (r.Phase != PhaseIdle && r.Phase != PhaseSuspect) {
 		return nil, ""
 	}
-	if in.MemoryLimit <= 0 || in.MemoryPercent == nil || in.MemoryGrowth == nil {
-		return nil, "no resize in place: the sample says nothing of the container's memory limit and growth"
+	// The current slope (30 s) when the sidecar sends it; an older sidecar's
+	// memory_growth_rate (ten minutes) otherwise, which lags a new leak.
+	slopeOf, slopeP := "memory_slope_bytes_per_second", in.MemorySlope
+	if slopeP == nil {
+		slopeOf, slopeP = "memory_growth_rate", in.MemoryGrowth
 	}
-	limit, pct, growth := in.MemoryLimit, *in.MemoryPercent, *in.MemoryGrowth
+	if in.MemoryLimit <= 0 || in.MemoryPercent == nil || slopeP == nil {
+		return nil, "no resize in place: the sample says nothing of the container's memory limit and slope"
+	}
+	limit, pct, growth := in.MemoryLimit, *in.MemoryPercent, *slopeP
 	if growth <= 0 {
-		return nil, fmt.Sprintf("no resize in place: memory is not climbing (memory_growth_rate %.3g)", growth)
+		return nil, fmt.Sprintf("no resize in place: memory is not climbing (%s %.3g)", slopeOf, growth)
 	}
 	if !r.LastResize.IsZero() && in.At.Before(r.LastResize.Add(g.Policy.Gates.Cooldown)) {
 		return nil, fmt.Sprintf("no resize in place: resized at %s, within the cool-down of %v", r.LastResize.UTC().Format(time.RFC3339), g.Policy.Gates.Cooldown)
 	}
 	usage := pct / 100 * limit
-	slope := growth // memory_growth_rate is deriv(memory_usage_bytes): bytes per second
+	slope := growth // bytes per second, either way
 	// The time a switchover may take once decided: a resize must give more
 	// room than the slope uses in it, or it only delays the switchover.
 	// Hold, and the ready timeout unless the standby is Ready already.

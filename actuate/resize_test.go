@@ -37,6 +37,15 @@ func memSampleOf(pod string, state signal.State, pct, growthMi float64, limitMi 
 	}
 }
 
+// withSlope adds the sidecar's current slope (Mi/s) to a sample.
+func withSlope(smp func(time.Time) Input, slopeMi float64) func(time.Time) Input {
+	return func(at time.Time) Input {
+		in := smp(at)
+		in.MemorySlope = ptr.To(slopeMi * mi)
+		return in
+	}
+}
+
 func applied(at time.Time) Input { return ResizeApplied(at) }
 func deferred(at time.Time) Input {
 	return ResizeRefused(at, "Deferred: Node didn't have enough capacity")
@@ -140,7 +149,11 @@ func TestGateSaysWhyItSwitchesOverInsteadOfResizing(t *testing.T) {
 	}{
 		{"at the ceiling", memSample(signal.Anomalous, 80, 0.05, 200), "the limit 200Mi is at the ceiling 200Mi"},
 		{"a fast leak", memSample(signal.Anomalous, 90, 2, 100), "would be used up in 55s, before a switchover could complete"},
-		{"not climbing", memSample(signal.Anomalous, 80, 0, 100), "memory is not climbing"},
+		{"not climbing", memSample(signal.Anomalous, 80, 0, 100), "memory is not climbing (memory_growth_rate 0)"},
+		// The current slope, when sent, judges: memory_growth_rate's ten
+		// minutes say 0.05 Mi/s, the last 30 s 2 Mi/s.
+		{"a leak that has just begun", withSlope(memSample(signal.Anomalous, 90, 0.05, 100), 2), "would be used up in 55s, before a switchover could complete"},
+		{"a leak that has just stopped", withSlope(memSample(signal.Anomalous, 80, 0.05, 100), 0), "memory is not climbing (memory_slope_bytes_per_second 0)"},
 		{"no memory in the sample", anom, "says nothing of the container's memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -94,6 +94,7 @@ type Pipeline struct {
 	features *signal.Features // the last features, idem
 	why      string           // the last score's explanation, idem ("" below the threshold)
 	limit    *float64         // the container's memory limit at the last score; nil without one
+	slope    *float64         // the memory's current slope at the last score (infer.Vector.MemorySlope); nil when undefined
 }
 
 // NewPipeline checks cfg and builds a pipeline whose feature windows come
@@ -220,7 +221,10 @@ func (p *Pipeline) Sample(ctx context.Context) Step {
 	}
 	last := score
 	p.score, p.features, p.why = &last, st.Features, signal.ShortExplanation(st.Explanation)
-	p.limit = nil
+	p.limit, p.slope = nil, nil
+	if v := rec.Features.MemorySlope; !math.IsNaN(v) {
+		p.slope = &v
+	}
 	if limit := rec.Stats.MemoryLimitBytes; limit > 0 && !math.IsInf(limit, 0) {
 		p.limit = &limit
 	}
@@ -280,5 +284,6 @@ func (p *Pipeline) message(v Verdict, at time.Time) *signal.Message {
 	}
 	p.seq++
 	return &signal.Message{State: v.State, Reason: signal.ShortReason(v.Reason), Seq: p.seq, Time: at,
-		Probability: p.score, Features: p.features, Explanation: p.why, MemoryLimitBytes: p.limit}
+		Probability: p.score, Features: p.features, Explanation: p.why, MemoryLimitBytes: p.limit,
+		MemorySlopeBytesPerSecond: p.slope}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 // vanished container's.
 type synthSource struct {
 	memory float64
+	ramp   float64 // bytes added to memory at every read
 	limit  float64 // 0: 100 MiB
 	t0     time.Time
 	n      int
@@ -29,6 +31,7 @@ func (s *synthSource) Read(context.Context) (cgroup.Stats, error) {
 		return cgroup.Stats{}, fmt.Errorf("read x: %w", cgroup.ErrGone)
 	}
 	s.n++
+	s.memory += s.ramp
 	limit := s.limit
 	if limit == 0 {
 		limit = 100 << 20
@@ -196,6 +199,17 @@ func TestPipelineSignals(t *testing.T) {
 		}
 		if mp := *m.Features.MemoryPercent; mp != 30 {
 			t.Errorf("memory_percent %v after the resize, want 30 (60 MiB of 200)", mp)
+		}
+	})
+	t.Run("messages carry the memory's current slope once two samples give one", func(t *testing.T) {
+		p := newPipeline(t, &synthSource{memory: 60 << 20, ramp: 1 << 20, t0: t0})
+		msgs := run(t, p, 4)
+		if msgs[0].MemorySlopeBytesPerSecond != nil {
+			t.Errorf("first message: slope %v from one sample, want none", *msgs[0].MemorySlopeBytesPerSecond)
+		}
+		last := msgs[len(msgs)-1].MemorySlopeBytesPerSecond
+		if last == nil || math.Abs(*last-(1<<20)) > 1e-6 {
+			t.Fatalf("slope %v, want 1 MiB/s", last)
 		}
 	})
 	t.Run("an anomalous message says what drove its score, a healthy one says nothing", func(t *testing.T) {

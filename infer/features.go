@@ -121,7 +121,19 @@ type Vector struct {
 	// Projection is not a feature: it is what the predict_linear detector
 	// reads, computed only when Config.PredictWindow is set.
 	Projection Projection
+	// MemorySlope is not a feature either: deriv(memory_bytes[SlopeWindow]),
+	// bytes per second, NaN with fewer than two samples in the window. It is
+	// the memory's current slope, which the agent judges an in-place resize
+	// by: memory_growth_rate, a deriv over ten minutes of subquery steps,
+	// lags a leak that began a minute ago by several times (a line through
+	// a long flat past and a short climb), and would let a resize answer a
+	// leak it only postpones.
+	MemorySlope float64
 }
+
+// SlopeWindow is the range of Vector.MemorySlope: 30 samples at the
+// sidecar's 1 s interval, as long as predict_linear's horizon.
+const SlopeWindow = 30 * time.Second
 
 // ProjectionName is the projection's column name in replay and score CSVs.
 const ProjectionName = "memory_percent_projected"
@@ -242,6 +254,11 @@ func (e *Engine) Eval(t int64) (Vector, error) {
 	v.Values[contract.CPUGrowthRate], v.Why[contract.CPUGrowthRate] = e.deriv(&e.cpuRateSteps, t)
 	v.Values[contract.MemoryGrowthRate], v.Why[contract.MemoryGrowthRate] = e.deriv(&e.memSteps, t)
 	v.Projection = e.projection(t)
+	v.MemorySlope = math.NaN()
+	e.scratch = e.mem.window(e.scratch[:0], t-SlopeWindow.Milliseconds(), t)
+	if slope, ok := deriv(e.scratch); ok {
+		v.MemorySlope = slope
+	}
 	return v, nil
 }
 
@@ -317,7 +334,7 @@ func (e *Engine) closeSteps(t int64) {
 // times >= lastT; future steps at times >= nextStep.
 func (e *Engine) evict() {
 	oldest := min(e.lastT, e.nextStep)
-	rawHorizon := oldest - max(e.rateMs, e.lookbackMs, e.predictMs)
+	rawHorizon := oldest - max(e.rateMs, e.lookbackMs, e.predictMs, SlopeWindow.Milliseconds())
 	for _, s := range []*series{&e.cpu, &e.mem, &e.memPct, &e.memRef, &e.net, &e.disk} {
 		s.dropThrough(rawHorizon)
 	}

@@ -345,3 +345,49 @@ func TestResetStartsOverAfterTheClockStepsBack(t *testing.T) {
 		t.Fatalf("samples kept after reset = %d, want 2", e.cpu.len())
 	}
 }
+
+// TestMemorySlopeFollowsALeakThatHasJustBegun: after five flat minutes, a
+// leak of 1 MiB/s for 40 s reads as 1 MiB/s in MemorySlope, where
+// memory_growth_rate's ten-minute line through the flat past still says a
+// fraction of it; one sample gives no slope.
+func TestMemorySlopeFollowsALeakThatHasJustBegun(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		name       string
+		flat, leak int // seconds, one sample a second
+		want       float64
+	}{
+		{"one sample: no slope", 1, 0, math.NaN()},
+		{"flat: zero", 300, 0, 0},
+		{"a leak of 40 s after five flat minutes", 300, 40, mib},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := NewEngine(DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem, ts := 20.0*mib, int64(1_700_000_000_000)
+			for i := range tc.flat + tc.leak {
+				if i >= tc.flat {
+					mem += mib
+				}
+				if err := e.Add(Sample{T: ts + int64(i)*1000, MemoryBytes: mem, MemoryLimitBytes: 100 * mib}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v, err := e.Eval(ts + int64(tc.flat+tc.leak-1)*1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := v.MemorySlope; math.IsNaN(tc.want) != math.IsNaN(got) || !math.IsNaN(got) && math.Abs(got-tc.want) > 1e-6*mib {
+				t.Fatalf("MemorySlope %v, want %v", got, tc.want)
+			}
+			if tc.leak > 0 {
+				if g := v.Values[contract.MemoryGrowthRate]; !(g < tc.want/2) {
+					t.Errorf("memory_growth_rate %v: want it to lag the leak (below half of %v), or this slope has no reason to exist", g, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -114,6 +114,13 @@ type Message struct {
 	// kubelet's status says the runtime was asked, this says the cgroup
 	// has it. Same upgrade rule as Explanation.
 	MemoryLimitBytes *float64 `json:"memory_limit_bytes,omitempty"`
+	// MemorySlopeBytesPerSecond is the memory's current slope,
+	// deriv(memory_bytes[30s]) (infer.SlopeWindow), bytes per second; absent
+	// with fewer than two samples in the window. The agent judges whether
+	// the room an in-place resize gives outlasts a switchover by it: the
+	// memory_growth_rate feature's ten-minute window lags a leak that has
+	// just begun. Same upgrade rule as Explanation.
+	MemorySlopeBytesPerSecond *float64 `json:"memory_slope_bytes_per_second,omitempty"`
 }
 
 // Errors a decoder returns, to be checked with errors.Is.
@@ -184,6 +191,9 @@ func (m *Message) Validate() error {
 	if l := m.MemoryLimitBytes; l != nil && !(*l > 0 && !math.IsInf(*l, 0)) {
 		return fmt.Errorf("%w: memory_limit_bytes %v, want a positive finite number or none", ErrInvalid, *l)
 	}
+	if v := m.MemorySlopeBytesPerSecond; v != nil && (math.IsNaN(*v) || math.IsInf(*v, 0)) {
+		return fmt.Errorf("%w: memory_slope_bytes_per_second %v, want a finite number or none", ErrInvalid, *v)
+	}
 	if len(m.Reason) > MaxReasonBytes {
 		return fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalid, len(m.Reason), MaxReasonBytes)
 	}
@@ -253,6 +263,7 @@ func Decode(topic string, payload []byte) (Message, error) {
 		Reason      string     `json:"reason"`
 		Explanation string     `json:"explanation"`
 		MemoryLimit *float64   `json:"memory_limit_bytes"`
+		MemorySlope *float64   `json:"memory_slope_bytes_per_second"`
 	}
 	if err := decodeStrict(payload, &raw); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -272,6 +283,7 @@ func Decode(topic string, payload []byte) (Message, error) {
 		Version: *raw.Version, Namespace: *raw.Namespace, Pod: *raw.Pod, State: *raw.State,
 		Probability: raw.Probability, Features: raw.Features, Seq: *raw.Seq, Time: *raw.Time,
 		Reason: raw.Reason, Explanation: raw.Explanation, MemoryLimitBytes: raw.MemoryLimit,
+		MemorySlopeBytesPerSecond: raw.MemorySlope,
 	}
 	if err := m.Validate(); err != nil {
 		return Message{}, err

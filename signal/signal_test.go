@@ -65,6 +65,9 @@ func TestDecodeRefusesWhatBreaksTheContract(t *testing.T) {
 		{"memory limit of a resized container", topic, "{" + ok + `,"memory_limit_bytes":402653184}`, nil},
 		{"memory limit zero", topic, "{" + ok + `,"memory_limit_bytes":0}`, ErrInvalid},
 		{"memory limit negative", topic, "{" + ok + `,"memory_limit_bytes":-1}`, ErrInvalid},
+		{"memory climbing at 1 MiB/s", topic, "{" + ok + `,"memory_slope_bytes_per_second":1048576}`, nil},
+		{"memory falling", topic, "{" + ok + `,"memory_slope_bytes_per_second":-4096.5}`, nil},
+		{"memory slope not a number", topic, "{" + ok + `,"memory_slope_bytes_per_second":"fast"}`, ErrInvalid},
 		{"unknown feature", topic, "{" + ok + `,"features":{"gpu":1}}`, ErrInvalid},
 		{"null feature is undefined, not an error", topic, "{" + ok + `,"features":{"cpu_percent":null}}`, nil},
 		{"oversize", topic, "{" + ok + `,"reason":"` + strings.Repeat("x", MaxMessageBytes) + `"}`, ErrTooLarge},
@@ -138,6 +141,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add("amf/v1/a/b/health", []byte(`{"v":1,"namespace":"a","pod":"b","state":"gone","seq":0,"time":"2026-01-01T00:00:00Z"}`))
 	f.Add("amf/v1/a/b/health", []byte(`{"v":1,"features":{"cpu_percent":1e999}}`))
 	f.Add("amf/v1/a/b/health", []byte(`{"v":1,"namespace":"a","pod":"b","state":"gone","seq":0,"time":"2026-01-01T00:00:00Z","reason":"\ud83d\ude00\\ud800"}`))
+	f.Add("amf/v1/a/b/health", []byte(`{"v":1,"namespace":"a","pod":"b","state":"anomalous","seq":3,"time":"2026-01-01T00:00:00Z","memory_limit_bytes":104857600,"memory_slope_bytes_per_second":1048576}`))
 	f.Fuzz(func(t *testing.T, topic string, payload []byte) {
 		got, err := Decode(topic, payload)
 		if err != nil {

@@ -156,3 +156,72 @@ func promInstant(ctx context.Context, eng *promql.Engine, db storage.Queryable, 
 	}
 	return promResult{v: vec[0].F, ok: true}, nil
 }
+
+// TestMemorySlopeMatchesPrometheus compares infer's Vector.MemorySlope, the
+// slope an in-place resize is judged by, with Prometheus'
+// deriv(memory_bytes[30s]) over the same series as the projection.
+func TestMemorySlopeMatchesPrometheus(t *testing.T) {
+	names := map[string]bool{
+		"jittered_1s_fractional_start_with_skipped_scrapes": true,
+		"jittered_5s_with_gaps_longer_than_lookback":        true,
+		"constant_series_rates_and_slopes_zero":             true,
+	}
+	w := windowSets[0]
+	q := fmt.Sprintf("deriv(%s[%s])", memName, promDuration(infer.SlopeWindow))
+	for _, s := range scenarios {
+		if !names[s.name] {
+			continue
+		}
+		for _, seed := range seeds(t) {
+			t.Run(fmt.Sprintf("%s/seed=%d", s.name, seed), func(t *testing.T) {
+				t.Parallel()
+				events := generate(seed, s.sc, w.step, []time.Duration{infer.SlopeWindow, w.lookback})
+				cfg := w.config()
+				eng, err := infer.NewEngine(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				db := loadPrometheus(t, events)
+				pe := newPromEngine(cfg.Lookback)
+				defined, bad := 0, 0
+				for k, e := range events {
+					if !e.evalOnly {
+						if err := eng.Add(e.sample); err != nil {
+							t.Fatalf("event %d: %v", k, err)
+						}
+						if e.noEval {
+							continue
+						}
+					}
+					v, err := eng.Eval(e.t)
+					if err != nil {
+						t.Fatalf("event %d: %v", k, err)
+					}
+					p, err := promInstant(context.Background(), pe, db, q, e.t)
+					if err != nil {
+						t.Fatalf("event %d: %v", k, err)
+					}
+					ours := v.MemorySlope
+					var msg string
+					switch {
+					case p.ok != !math.IsNaN(ours):
+						msg = fmt.Sprintf("prometheus: %v (defined %v); infer: %v", p.v, p.ok, ours)
+					case p.ok && relErr(ours, p.v) > relTolerance:
+						msg = fmt.Sprintf("prometheus: %v; infer: %v (relative error %.3g)", p.v, ours, relErr(ours, p.v))
+					case p.ok:
+						defined++
+					}
+					if msg != "" {
+						bad++
+						if bad <= maxReported {
+							t.Errorf("t=%d (event %d, %s): %s: %s", e.t, k, kind(e), q, msg)
+						}
+					}
+				}
+				if defined == 0 {
+					t.Fatalf("%s: no defined value: the comparison proves nothing", q)
+				}
+			})
+		}
+	}
+}

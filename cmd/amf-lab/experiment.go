@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/bench"
@@ -23,7 +24,7 @@ import (
 func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amf-lab experiment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modes := fs.String("mode", "amf", "comma-separated modes, run in order on one control plane: reactive, observe, amf, amf-node (amf in node mode: no sidecar, the agent runs the pipeline), healthy")
+	modes := fs.String("mode", "amf", "comma-separated modes, run in order on one control plane: reactive, observe, amf, amf-node (amf in node mode: no sidecar, the agent runs the pipeline), amf-resize (amf with a memory ceiling: resize in place first), amf-resize-leak (the same under a leak no ceiling absorbs), amf-resize-noroom (the same on a node without the room), healthy")
 	runs := fs.Int("runs", 1, "runs per mode (reactive: consecutive injections into one Deployment, so the back-off grows)")
 	reactiveRuns := fs.Int("reactive-runs", 0, "runs of the reactive mode, if not --runs")
 	scale := fs.Float64("scale", 1, "multiply every phase of the fault (60 s / 120 s / 60 s) by this factor; the agent's gates are not scaled")
@@ -33,6 +34,7 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	restart := fs.Int("restart-timeout", testbed.DefaultBridge.RestartTimeout, "edge bridges' restart_timeout (s)")
 	modelFlag := fs.String("model", "", fmt.Sprintf("sidecars' model (observe, amf, healthy): an embedded model's name (%s) or a model file path, copied with its manifest where the pods can read it; default: the paper's, %s (the sidecar's own default is %s)",
 		strings.Join(model.EmbeddedNames(), ", "), model.PaperName, model.DefaultName))
+	ceiling := fs.String("resize-ceiling", "512Mi", "amf.io/memory-ceiling of the amf-resize modes")
 	out := fs.String("out", "", "results folder (default results/<UTC time>; results/latest points to the newest)")
 	verbose := fs.Bool("v", false, "log the node and control plane to standard error")
 	if err := fs.Parse(args); err != nil {
@@ -50,6 +52,10 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return 2
 		}
 		ms = append(ms, m)
+	}
+	if _, err := contract.ParseMemoryQuantity(*ceiling); err != nil {
+		fmt.Fprintf(stderr, "amf-lab experiment: --resize-ceiling: %v\n", err)
+		return 2
 	}
 	if err := experiment.CheckModel(*modelFlag); err != nil {
 		fmt.Fprintf(stderr, "amf-lab %v\n", err)
@@ -79,7 +85,7 @@ func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer)
 	res, err := experiment.Run(ctx, experiment.Config{
 		Modes: ms, Runs: *runs, ReactiveRuns: *reactiveRuns, Fault: experiment.PaperFault.Scaled(*scale), Healthy: *healthy, Tail: *tail,
 		Bridge: testbed.Bridge{KeepaliveInterval: *keepalive, RestartTimeout: *restart},
-		Out:    dir, Bin: bins, Model: *modelFlag,
+		Out:    dir, Bin: bins, Model: *modelFlag, ResizeCeiling: *ceiling,
 		Log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		Progress: stderr,
 	})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/amf-edge/amf/lab/bench"
@@ -26,15 +27,30 @@ const (
 	// AMFNode is amf in node mode: no sidecar, the agent (overlays/node-mode)
 	// runs the pipeline for the annotated Deployments' pods.
 	AMFNode Mode = "amf-node"
+	// AMFResize is amf with a memory ceiling on the primary
+	// (amf.io/memory-ceiling, Config.ResizeCeiling): the agent raises the
+	// broker's limit in place before it would switch over.
+	AMFResize Mode = "amf-resize"
+	// AMFResizeLeak is amf-resize under a leak no ceiling absorbs (Leak
+	// instead of the staged fault): the room a resize gives would be used up
+	// before a switchover completes, so the agent switches over.
+	AMFResizeLeak Mode = "amf-resize-leak"
+	// AMFResizeNoRoom is amf-resize on a node without the room: a pod
+	// requests all the node's memory but 20 Mi, so the kubelet answers
+	// Deferred, the old size goes back and the agent switches over.
+	AMFResizeNoRoom Mode = "amf-resize-noroom"
 )
+
+// resizes reports whether a mode runs with a memory ceiling.
+func (m Mode) resizes() bool { return m == AMFResize || m == AMFResizeLeak || m == AMFResizeNoRoom }
 
 // ParseMode checks a --mode value.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Reactive, Observe, AMF, Healthy, AMFNode:
+	case Reactive, Observe, AMF, Healthy, AMFNode, AMFResize, AMFResizeLeak, AMFResizeNoRoom:
 		return m, nil
 	}
-	return "", fmt.Errorf("unknown mode %q: use reactive, observe, amf, amf-node or healthy", s)
+	return "", fmt.Errorf("unknown mode %q: use reactive, observe, amf, amf-node, amf-resize, amf-resize-leak, amf-resize-noroom or healthy", s)
 }
 
 // Config configures Run.
@@ -58,6 +74,12 @@ type Config struct {
 	Bin  bench.Binaries
 	// Policy overrides of the agent's gates on the primary (annotations).
 	Policy map[string]string
+	// ResizeCeiling is amf.io/memory-ceiling in the amf-resize modes
+	// (default 512Mi: the staged fault's 160 Mi fits, and the room it gives
+	// outlasts a switchover to the cold standby at the fault's slope).
+	ResizeCeiling string
+	// Leak is the fault of amf-resize-leak (default LeakFault).
+	Leak Leak
 	// Model is the sidecars' --model (modes observe, amf, healthy): an
 	// embedded model's name, or a model file path (copied with its manifest
 	// where the pods can read it). Default: the paper's model, p1
@@ -76,6 +98,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Fault.Stress == 0 {
 		c.Fault = PaperFault
+	}
+	if c.ResizeCeiling == "" {
+		c.ResizeCeiling = "512Mi"
+	}
+	if c.Leak == (Leak{}) {
+		c.Leak = LeakFault
 	}
 	if c.Healthy <= 0 {
 		c.Healthy = 30 * time.Minute
@@ -135,6 +163,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, err
 	}
 	res := &Results{Started: time.Now().UTC(), Fault: cfg.Fault, Bridge: cfg.Bridge}
+	if slices.ContainsFunc(cfg.Modes, Mode.resizes) {
+		res.ResizeCeiling, res.Leak = cfg.ResizeCeiling, &cfg.Leak
+	}
 	env, err := setup(ctx, &cfg)
 	if err != nil {
 		return nil, err

@@ -138,6 +138,55 @@ func TestScaledExperimentInNodeMode(t *testing.T) {
 	}
 }
 
+// TestScaledExperimentResizesInPlaceFirst runs the amf-resize modes side by
+// side at a quarter of the staged fault's length and checks each branch as
+// the agent's Events tell it: under the staged fault with room for it, the
+// broker's limit is raised in place, with no switchover and no OOM kill; on a
+// node without the room the kubelet defers the resize and the agent switches
+// over, retiring the primary only after the standby is Ready; under a leak no
+// ceiling absorbs, a switchover is decided.
+func TestScaledExperimentResizesInPlaceFirst(t *testing.T) {
+	bins, repo := requireLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	out := t.TempDir()
+	res, err := Run(ctx, Config{
+		Modes: []Mode{AMFResize, AMFResizeNoRoom, AMFResizeLeak}, Runs: 1, Fault: PaperFault.Scaled(0.25), Tail: 10 * time.Second,
+		Out: out, Repo: repo, Bin: bins, Progress: testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("experiment: %v", err)
+	}
+	if len(res.Runs) != 3 || res.ResizeCeiling == "" {
+		t.Fatalf("%d runs, ceiling %q: want 3 runs and the ceiling recorded", len(res.Runs), res.ResizeCeiling)
+	}
+	resize, noRoom, leak := res.Runs[0], res.Runs[1], res.Runs[2]
+	for _, r := range res.Runs {
+		t.Logf("%s: %s; %q %s", r.Mode, r.Line(), r.ResizeNotes, r.SwitchoverNote)
+	}
+	if resize.Resized == nil || resize.Confirmation != nil || resize.OOMKilled {
+		t.Errorf("amf-resize: resized at %v, switchover decided at %v, OOM %v: want a resize in place and neither of the others (%s)",
+			resize.Resized, resize.Confirmation, resize.OOMKilled, resize.SwitchoverNote)
+	}
+	if noRoom.ResizeDecided == nil || noRoom.Resized != nil || !strings.Contains(noRoom.SwitchoverNote, "Deferred") {
+		t.Errorf("amf-resize-noroom: resize decided at %v, resized at %v, %q: want a resize the kubelet deferred, then a switchover",
+			noRoom.ResizeDecided, noRoom.Resized, noRoom.SwitchoverNote)
+	}
+	switch {
+	case noRoom.StandbyReady == nil || noRoom.PrimaryRetired == nil:
+		t.Errorf("amf-resize-noroom: standby Ready %v, primary retired %v: want the switchover completed", noRoom.StandbyReady, noRoom.PrimaryRetired)
+	case *noRoom.PrimaryRetired < *noRoom.StandbyReady:
+		t.Errorf("amf-resize-noroom: primary retired at %+.1f s before the standby was Ready at %+.1f s", *noRoom.PrimaryRetired, *noRoom.StandbyReady)
+	}
+	if leak.Confirmation == nil {
+		t.Errorf("amf-resize-leak: no switchover decided (%q)", leak.ResizeNotes)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	if err != nil || !strings.Contains(string(b), "Resize in place first") {
+		t.Errorf("summary.md has no resize table (%v)", err)
+	}
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {

@@ -37,3 +37,21 @@ func (f Fault) StressProfile() string {
 	return fmt.Sprintf("%s:mem=%s,cpu=%g;%s:mem=%s,ramp=%s",
 		f.Stress, f.StressMemory, f.StressCPU, f.Overload, f.OverloadMemory, f.OverloadRamp)
 }
+
+// Leak is a memory leak from the fault's onset: memory climbs at Ramp
+// towards Memory for Duration, past any limit a broker would be given; no
+// CPU load.
+type Leak struct {
+	Duration     time.Duration
+	Memory, Ramp string
+}
+
+// LeakFault is the amf-resize-leak mode's fault: memory climbs from the
+// onset at the staged fault's own overload rate, 10 MiB/s, for 60 s, past
+// the limit and past a 512 Mi ceiling: no resize absorbs it.
+var LeakFault = Leak{Duration: 60 * time.Second, Memory: "1Gi", Ramp: "10Mi/s"}
+
+// StressProfile is the `amf-lab stress --profile` of the leak.
+func (l Leak) StressProfile() string {
+	return fmt.Sprintf("%s:mem=%s,ramp=%s", l.Duration, l.Memory, l.Ramp)
+}

@@ -34,6 +34,14 @@ type RunResult struct {
 	PrimaryRetired *float64 `json:"primary_retired_s"` // the agent's retire decision: switchover complete
 	OOM            *float64 `json:"oom_s"`             // the broker container OOM-killed
 
+	// The amf-resize modes: the agent's ResizeDecided and Resized Events
+	// (ResizeNotes their texts, the reason first), and the Event that began
+	// a switchover or failover (SwitchoverNote, its reason first).
+	ResizeDecided  *float64 `json:"resize_decided_s,omitempty"`
+	Resized        *float64 `json:"resized_s,omitempty"`
+	ResizeNotes    []string `json:"resize_notes,omitempty"`
+	SwitchoverNote string   `json:"switchover_note,omitempty"`
+
 	OOMKilled bool `json:"oom_killed"`
 	Restarts  int  `json:"restarts"`
 	// JitterMs is the largest gap between messages in the healthy window before
@@ -43,6 +51,10 @@ type RunResult struct {
 	JitterMs   float64 `json:"jitter_ms"`
 	SOTMs      float64 `json:"sot_ms"`
 	SOTAt      string  `json:"sot_at,omitempty"`
+	// FaultGapMs is the largest interval between fresh messages from the
+	// onset to the run's end, whatever happened: a resize that spares the
+	// clients shows the healthy jitter here.
+	FaultGapMs float64 `json:"fault_gap_ms"`
 	Gaps       []GapAt `json:"gaps"`       // every gap over the probe's threshold from the baseline on
 	Duplicates int     `json:"duplicates"` // messages the OBU received twice (both edge brokers bridged)
 	Lost       int     `json:"lost"`
@@ -80,6 +92,9 @@ type Results struct {
 	Finished time.Time      `json:"finished"`
 	Node     NodeInfo       `json:"node"`
 	Fault    Fault          `json:"fault"`
+	// ResizeCeiling and Leak are the amf-resize modes' (absent without them).
+	ResizeCeiling string `json:"resize_ceiling,omitempty"`
+	Leak          *Leak  `json:"leak,omitempty"`
 	Bridge   testbed.Bridge `json:"bridge"`
 	Runs     []RunResult    `json:"runs"`
 	Error    string         `json:"error,omitempty"`
@@ -98,7 +113,7 @@ func (r RunResult) Line() string {
 	for _, f := range []struct {
 		name string
 		v    *float64
-	}{{"detection", r.Detection}, {"confirmation", r.Confirmation}, {"standby Ready", r.StandbyReady}, {"primary retired", r.PrimaryRetired}, {"OOM", r.OOM}} {
+	}{{"detection", r.Detection}, {"resize decided", r.ResizeDecided}, {"resized", r.Resized}, {"confirmation", r.Confirmation}, {"standby Ready", r.StandbyReady}, {"primary retired", r.PrimaryRetired}, {"OOM", r.OOM}} {
 		if f.v != nil {
 			fmt.Fprintf(&b, "%s %+.1f s, ", f.name, *f.v)
 		}
@@ -107,7 +122,7 @@ func (r RunResult) Line() string {
 	if r.SOTAt != "" {
 		fmt.Fprintf(&b, " (%s)", r.SOTAt)
 	}
-	fmt.Fprintf(&b, ", jitter %.0f ms, duplicates %d", r.JitterMs, r.Duplicates)
+	fmt.Fprintf(&b, ", largest gap after onset %.0f ms, jitter %.0f ms, duplicates %d", r.FaultGapMs, r.JitterMs, r.Duplicates)
 	return b.String()
 }
 
@@ -201,6 +216,7 @@ func (res *Results) Summary(w io.Writer) {
 		fmt.Fprintln(w)
 		explanations(w, runs)
 	}
+	resizeTable(w, res, by)
 	if runs := by[Observe]; len(runs) > 0 {
 		fmt.Fprintln(w, "Observe (the agent decides but never acts; times in s after the fault's onset):")
 		fmt.Fprintln(w)
@@ -280,4 +296,43 @@ func explanations(w io.Writer, runs []RunResult) {
 	if said {
 		fmt.Fprintln(w)
 	}
+}
+
+// resizeTable puts the amf-resize modes' runs beside today's AMF (the amf
+// mode's runs of the same experiment): what answered the fault, when, and
+// what the clients saw.
+func resizeTable(w io.Writer, res *Results, by map[Mode][]RunResult) {
+	modes := []Mode{AMF, AMFResize, AMFResizeLeak, AMFResizeNoRoom}
+	if len(by[AMFResize])+len(by[AMFResizeLeak])+len(by[AMFResizeNoRoom]) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Resize in place first (amf.io/memory-ceiling %s) beside today's AMF; amf-resize-leak's fault is a leak (%s), the others the staged fault; amf-resize-noroom's node has no room for the resize (times in s after the fault's onset):\n\n", res.ResizeCeiling, leakText(res.Leak))
+	fmt.Fprintln(w, "| mode | run | detection | resize decided | resized | switchover decided | standby Ready | switchover complete | OOM | largest gap after onset (ms) | lost |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, m := range modes {
+		for _, r := range by[m] {
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %d |\n", m, r.Index, opt(r.Detection, "%.1f"), opt(r.ResizeDecided, "%.1f"), opt(r.Resized, "%.1f"),
+				opt(r.Confirmation, "%.1f"), opt(r.StandbyReady, "%.1f"), opt(r.PrimaryRetired, "%.1f"), oomCell(r), r.FaultGapMs, r.Lost)
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "What the agent said (its Events):")
+	fmt.Fprintln(w)
+	for _, m := range modes[1:] {
+		for _, r := range by[m] {
+			for _, n := range append(slices.Clone(r.ResizeNotes), r.SwitchoverNote) {
+				if n != "" {
+					fmt.Fprintf(w, "- %s run %d: %s\n", m, r.Index, n)
+				}
+			}
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+func leakText(l *Leak) string {
+	if l == nil {
+		return "none run"
+	}
+	return l.StressProfile()
 }

@@ -130,6 +130,7 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	if err != nil {
 		return res, err
 	}
+	ed.Policy = e.resizePolicy(m)
 	objs, err := ed.AMF()
 	with := "with the sidecar"
 	if m == AMFNode {
@@ -165,6 +166,15 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	if err := e.waitFlow(ctx, time.Minute); err != nil {
 		return res, err
 	}
+	if m == AMFResizeNoRoom {
+		tmpl, err := standbyTemplate(objs)
+		if err != nil {
+			return res, err
+		}
+		if err := e.fillNode(ctx, ns, tmpl); err != nil {
+			return res, err
+		}
+	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	go e.watchDeploymentReady(runCtx, ns, testbed.StandbyName, rec.setStandbyReady)
@@ -198,12 +208,16 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	if err := sleep(ctx, f.Baseline); err != nil {
 		return res, err
 	}
-	onset, err := e.inject(ctx, ns, pod.Name, fmt.Sprintf("%s-%d", m, i))
+	profile, length := f.StressProfile(), f.Stress+f.Overload
+	if m == AMFResizeLeak {
+		profile, length = e.cfg.Leak.StressProfile(), e.cfg.Leak.Duration
+	}
+	onset, err := e.injectProfile(ctx, ns, pod.Name, fmt.Sprintf("%s-%d", m, i), profile)
 	if err != nil {
 		return res, err
 	}
-	e.progress("%s run %d: fault injected (stress %v, then over the limit for %v)", m, i, f.Stress, f.Overload)
-	if err := sleep(ctx, f.Stress+f.Overload+e.cfg.Tail); err != nil {
+	e.progress("%s run %d: fault injected (%s)", m, i, profile)
+	if err := sleep(ctx, length+e.cfg.Tail); err != nil {
 		return res, err
 	}
 	e.analyse(&res, rec, baseline, onset, time.Now())
@@ -254,6 +268,12 @@ func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Tim
 			res.Switchovers++
 		case l.Msg == "decision" && l.Deployment == primary && l.Action == string(actuate.ActRetirePrimary) && !l.DryRun && retired.IsZero():
 			retired = l.Time
+		case l.Msg == "event" && l.Deployment == primary && l.Reason == "ResizeDecided" && res.ResizeDecided == nil:
+			res.ResizeDecided, res.ResizeNotes = since(l.Time), append(res.ResizeNotes, l.Reason+": "+l.Note)
+		case l.Msg == "event" && l.Deployment == primary && l.Reason == "Resized" && res.Resized == nil:
+			res.Resized, res.ResizeNotes = since(l.Time), append(res.ResizeNotes, l.Reason+": "+l.Note)
+		case l.Msg == "event" && l.Deployment == primary && (l.Reason == "SwitchoverDecided" || l.Reason == "Failover") && res.SwitchoverNote == "":
+			res.SwitchoverNote = l.Reason + ": " + l.Note
 		}
 	}
 	for _, s := range rec.scores {
@@ -291,6 +311,9 @@ func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Tim
 			}
 			res.Gaps = append(res.Gaps, GapAt{Start: g.Start.Sub(onset).Seconds(), End: g.End.Sub(onset).Seconds(), Ms: ms(g.Duration()), Sent: sent})
 		}
+	}
+	if g, ok := r.MaxGap(onset, end); ok {
+		res.FaultGapMs = ms(g.Duration())
 	}
 	res.Duplicates = r.Duplicates(onset, end)
 	res.Lost = len(r.Lost(onset, end))

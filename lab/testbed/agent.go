@@ -41,6 +41,8 @@ type AgentLine struct {
 	// Explanation is what drove the score (a signal) or the switchover (a
 	// decision).
 	Explanation string `json:"explanation"`
+	// Note is an Event's text, as the agent logs each Event it records.
+	Note string `json:"note"`
 	// Node is the node of the agent's liveness lines ("guarded node lost",
 	// "fence").
 	Node string `json:"node"`

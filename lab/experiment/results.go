@@ -48,9 +48,9 @@ type RunResult struct {
 	// the fault; SOTMs the end-to-end service outage: the largest gap overlapping
 	// the event (the OOM, or the cut-over from standby Ready to Tail after the
 	// retire), SOTAt which.
-	JitterMs   float64 `json:"jitter_ms"`
-	SOTMs      float64 `json:"sot_ms"`
-	SOTAt      string  `json:"sot_at,omitempty"`
+	JitterMs float64 `json:"jitter_ms"`
+	SOTMs    float64 `json:"sot_ms"`
+	SOTAt    string  `json:"sot_at,omitempty"`
 	// FaultGapMs is the largest interval between fresh messages from the
 	// onset to the run's end, whatever happened: a resize that spares the
 	// clients shows the healthy jitter here.
@@ -88,16 +88,16 @@ type Point struct {
 
 // Results is the whole experiment.
 type Results struct {
-	Started  time.Time      `json:"started"`
-	Finished time.Time      `json:"finished"`
-	Node     NodeInfo       `json:"node"`
-	Fault    Fault          `json:"fault"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Node     NodeInfo  `json:"node"`
+	Fault    Fault     `json:"fault"`
 	// ResizeCeiling and Leak are the amf-resize modes' (absent without them).
-	ResizeCeiling string `json:"resize_ceiling,omitempty"`
-	Leak          *Leak  `json:"leak,omitempty"`
-	Bridge   testbed.Bridge `json:"bridge"`
-	Runs     []RunResult    `json:"runs"`
-	Error    string         `json:"error,omitempty"`
+	ResizeCeiling string         `json:"resize_ceiling,omitempty"`
+	Leak          *Leak          `json:"leak,omitempty"`
+	Bridge        testbed.Bridge `json:"bridge"`
+	Runs          []RunResult    `json:"runs"`
+	Error         string         `json:"error,omitempty"`
 }
 
 // NodeInfo is the node the pods ran on, as its Node object reports it.

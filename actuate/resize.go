@@ -2,25 +2,26 @@ package actuate
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
 // Resizing in place is the cheapest remedy for a predicted memory
 // exhaustion: nothing disconnects and the broker keeps what it holds. The
 // Gate tries it before a switchover when the workload allows it (a memory
-// ceiling, contract.AnnMemoryCeiling) and it can help: the memory is
-// climbing, the limit is below the ceiling, and the room a new limit gives
-// lasts longer at the current slope than a switchover could take to
-// complete (hold, plus ready-timeout unless the standby is Ready) — a leak that would use the room up
-// sooner is only postponed by it, so the switchover starts at once
-// instead. The resize is done when the kubelet reports the new limit in
-// the pod's status (InResize, read by the driver) and the sidecar reads it
-// from the container's cgroup (a sample's MemoryLimit); a refusal
-// (PodResizePending Deferred or Infeasible, or the API's), or no effect
-// within ResizeTimeout, puts the old size back in the spec and switches
-// over. A crash during it fails over at once, as always. At most one
-// resize per cool-down: an anomaly that comes back after one switches over.
+// ceiling, contract.AnnMemoryCeiling) and it can help: memory is the
+// pressure (climbing, or above half the limit: a step that stopped), the
+// limit is below the ceiling, and the room the ceiling gives lasts longer
+// at the memory's current slope than a switchover could take to complete
+// (hold, plus ready-timeout unless the standby is Ready) — a leak that
+// would use the room up sooner is only postponed by it, so the switchover
+// starts at once instead. The limit goes to the ceiling at once. The
+// resize is done when the kubelet reports the new limit in the pod's
+// status (InResize, read by the driver) and the sidecar reads it from the
+// container's cgroup (a sample's MemoryLimit); a refusal (PodResizePending
+// Deferred or Infeasible, or the API's), or no effect within
+// ResizeTimeout, puts the old size back in the spec and switches over. A
+// crash during it fails over at once, as always. At most one resize per
+// cool-down: an anomaly that comes back after one switches over.
 
 // Resize is a resize in place in progress, persisted in the Record.
 type Resize struct {
@@ -57,7 +58,7 @@ func (g *Gate) resize(in Input) (acts []Action, noResize string) {
 	if ceiling == 0 || (r.Phase != PhaseIdle && r.Phase != PhaseSuspect) {
 		return nil, ""
 	}
-	// The current slope (30 s) when the sidecar sends it; an older sidecar's
+	// The current slope when the sidecar sends it; an older sidecar's
 	// memory_growth_rate (ten minutes) otherwise, which lags a new leak.
 	slopeOf, slopeP := "memory_slope_bytes_per_second", in.MemorySlope
 	if slopeP == nil {
@@ -66,15 +67,17 @@ func (g *Gate) resize(in Input) (acts []Action, noResize string) {
 	if in.MemoryLimit <= 0 || in.MemoryPercent == nil || slopeP == nil {
 		return nil, "no resize in place: the sample says nothing of the container's memory limit and slope"
 	}
-	limit, pct, growth := in.MemoryLimit, *in.MemoryPercent, *slopeP
-	if growth <= 0 {
-		return nil, fmt.Sprintf("no resize in place: memory is not climbing (%s %.3g)", slopeOf, growth)
+	limit, pct, slope := in.MemoryLimit, *in.MemoryPercent, *slopeP // slope: bytes per second
+	// Memory is the pressure when it climbs, or when it holds more than
+	// half the limit after a step: an anomaly of CPU or I/O is not cured
+	// by memory.
+	if slope <= 0 && pct < 50 {
+		return nil, fmt.Sprintf("no resize in place: memory is neither climbing (%s %.3g) nor above half its limit (%.1f%%)", slopeOf, slope, pct)
 	}
 	if !r.LastResize.IsZero() && in.At.Before(r.LastResize.Add(g.Policy.Gates.Cooldown)) {
 		return nil, fmt.Sprintf("no resize in place: resized at %s, within the cool-down of %v", r.LastResize.UTC().Format(time.RFC3339), g.Policy.Gates.Cooldown)
 	}
 	usage := pct / 100 * limit
-	slope := growth // bytes per second, either way
 	// The time a switchover may take once decided: a resize must give more
 	// room than the slope uses in it, or it only delays the switchover.
 	// Hold, and the ready timeout unless the standby is Ready already.
@@ -82,21 +85,27 @@ func (g *Gate) resize(in Input) (acts []Action, noResize string) {
 	if !r.StandbyReady {
 		bound += g.Policy.Gates.ReadyTimeout
 	}
-	want := math.Max(limit*resizeStep, usage+2*slope*bound.Seconds())
-	to := min(int64(math.Ceil(want/(1<<20)))<<20, ceiling)
+	// Straight to the ceiling: it is what the user lets the broker have,
+	// and one resize that buys the most time beats steps that each cost a
+	// decision (and, within a cool-down, leave a switchover as the answer).
+	to := ceiling
 	if to <= int64(limit) {
 		return nil, fmt.Sprintf("no resize in place: the limit %s is at the ceiling %s", mib(limit), mib(float64(ceiling)))
 	}
-	lasts := time.Duration((float64(to) - usage) / slope * float64(time.Second))
-	if lasts < bound {
-		return nil, fmt.Sprintf("no resize in place: at %s/s, %s would be used up in %v, before a switchover could complete (%v)",
-			mib(slope), mib(float64(to)), lasts.Round(time.Second), bound)
+	enough := "for as long as it stops there"
+	if slope > 0 {
+		lasts := time.Duration((float64(to) - usage) / slope * float64(time.Second))
+		if lasts < bound {
+			return nil, fmt.Sprintf("no resize in place: at %s/s, %s would be used up in %v, before a switchover could complete (%v)",
+				mib(slope), mib(float64(to)), lasts.Round(time.Second), bound)
+		}
+		enough = "for " + lasts.Round(time.Second).String()
 	}
 	r.Phase, r.Decision, r.Why = PhaseResizing, in.At, in.Why
 	r.Resize = Resize{Pod: in.Pod, From: int64(limit), To: to}
 	return []Action{
-		event("ResizeDecided", "%d consecutive anomalous samples%s, memory at %.1f%% of %s and climbing %s/s: raising the memory limit of %s to %s in place (ceiling %s), enough for %v",
-			r.Anomalous, drivenBy(in.Why), pct, mib(limit), mib(slope), in.Pod, mib(float64(to)), mib(float64(ceiling)), lasts.Round(time.Second)),
+		event("ResizeDecided", "%d consecutive anomalous samples%s, memory at %.1f%% of %s, its slope %s/s: raising the memory limit of %s to the ceiling %s in place, enough %s",
+			r.Anomalous, drivenBy(in.Why), pct, mib(limit), mib(slope), in.Pod, mib(float64(to)), enough),
 		{Kind: ActResize, Memory: to, Pod: in.Pod},
 	}, ""
 }

@@ -59,14 +59,14 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 	cold := withCeiling(contract.Cold, 256)
 	hot := withCeiling(contract.Hot, 256)
 	noCeiling := withCeiling(contract.Cold, 0)
-	// 80 % of 100 Mi, climbing 0.05 Mi/s: 1.5 × the limit is
-	// 150 Mi, room for 1400 s, far beyond the 135 s a switchover may take.
+	// 80 % of 100 Mi, climbing 0.05 Mi/s: the 256 Mi ceiling is room for
+	// 3520 s, far beyond the 135 s a switchover may take.
 	leak := memSample(signal.Anomalous, 80, 0.05, 100)
-	after := memSample(signal.Healthy, 53.4, 0.01, 150) // the cgroup has the new limit
+	after := memSample(signal.Healthy, 31.3, 0.01, 256) // the cgroup has the new limit
 	debounced := func(last []string, phase Phase) []step {
 		return []step{{0, leak, nil, PhaseSuspect}, {sec, leak, nil, PhaseSuspect}, {sec, leak, last, phase}}
 	}
-	decided := []string{"event:ResizeDecided", "resize:broker-0:150Mi"}
+	decided := []string{"event:ResizeDecided", "resize:broker-0:256Mi"}
 	tests := []struct {
 		name   string
 		policy contract.Policy
@@ -76,22 +76,22 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 		{"applied by the kubelet and seen by the sidecar: no switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, healthy, nil, PhaseResizing}, // a sample without the new limit: wait
 			step{sec, applied, nil, PhaseResizing},
-			step{sec, after, []string{"keep:150Mi", "event:Resized"}, PhaseIdle},
+			step{sec, after, []string{"keep:256Mi", "event:Resized"}, PhaseIdle},
 		)},
 		{"seen by the sidecar before the kubelet's status: done on the status", hot, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, after, nil, PhaseResizing},
-			step{sec, applied, []string{"keep:150Mi", "event:Resized"}, PhaseIdle},
+			step{sec, applied, []string{"keep:256Mi", "event:Resized"}, PhaseIdle},
 		)},
 		{"another pod's limit is not this pod's", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, applied, nil, PhaseResizing},
-			step{sec, memSampleOf("broker-1", signal.Healthy, 10, 0, 150), nil, PhaseResizing},
+			step{sec, memSampleOf("broker-1", signal.Healthy, 10, 0, 256), nil, PhaseResizing},
 		)},
 		{"the anomaly back after a resize, within the cool-down: switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, applied, nil, PhaseResizing},
-			step{sec, after, []string{"keep:150Mi", "event:Resized"}, PhaseIdle},
-			step{time.Minute, memSample(signal.Anomalous, 90, 0.05, 150), nil, PhaseSuspect},
-			step{sec, memSample(signal.Anomalous, 90, 0.05, 150), nil, PhaseSuspect},
-			step{sec, memSample(signal.Anomalous, 90, 0.05, 150), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+			step{sec, after, []string{"keep:256Mi", "event:Resized"}, PhaseIdle},
+			step{time.Minute, memSample(signal.Anomalous, 90, 0.05, 256), nil, PhaseSuspect},
+			step{sec, memSample(signal.Anomalous, 90, 0.05, 256), nil, PhaseSuspect},
+			step{sec, memSample(signal.Anomalous, 90, 0.05, 256), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
 		)},
 		{"deferred by the kubelet: the old size back and a switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, deferred, []string{"resize:broker-0:100Mi", "event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
@@ -117,16 +117,21 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 			{sec, memSample(signal.Anomalous, 90, 2, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
 		}},
 		{"a hot standby Ready: a switchover takes the hold only, so the same leak is resized", withCeiling(contract.Hot, 200), Record{}, []step{
-			// 150 Mi (1.5 × the limit, and twice the hold at the slope) lasts 30 s > the 15 s hold.
+			// the 200 Mi ceiling lasts 55 s > the 15 s hold.
 			{0, ready, nil, PhaseIdle},
 			{sec, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
 			{sec, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 90, 2, 100), []string{"event:ResizeDecided", "resize:broker-0:150Mi"}, PhaseResizing},
+			{sec, memSample(signal.Anomalous, 90, 2, 100), []string{"event:ResizeDecided", "resize:broker-0:200Mi"}, PhaseResizing},
 		}},
-		{"memory not climbing: a switchover", cold, Record{}, []step{
-			{0, memSample(signal.Anomalous, 80, -0.01, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 80, -0.01, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 80, -0.01, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		{"memory neither climbing nor above half the limit: a switchover", cold, Record{}, []step{
+			{0, memSample(signal.Anomalous, 30, -0.01, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 30, -0.01, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 30, -0.01, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+		}},
+		{"a step that stopped above half the limit: resized, its room lasts", cold, Record{}, []step{
+			{0, memSample(signal.Anomalous, 60, 0, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 60, 0, 100), nil, PhaseSuspect},
+			{sec, memSample(signal.Anomalous, 60, 0, 100), decided, PhaseResizing},
 		}},
 		{"a sample that says nothing of memory: a switchover", cold, Record{}, []step{
 			{0, anom, nil, PhaseSuspect}, {sec, anom, nil, PhaseSuspect},
@@ -149,11 +154,11 @@ func TestGateSaysWhyItSwitchesOverInsteadOfResizing(t *testing.T) {
 	}{
 		{"at the ceiling", memSample(signal.Anomalous, 80, 0.05, 200), "the limit 200Mi is at the ceiling 200Mi"},
 		{"a fast leak", memSample(signal.Anomalous, 90, 2, 100), "would be used up in 55s, before a switchover could complete"},
-		{"not climbing", memSample(signal.Anomalous, 80, 0, 100), "memory is not climbing (memory_growth_rate 0)"},
+		{"not climbing, below half the limit", memSample(signal.Anomalous, 40, 0, 100), "memory is neither climbing (memory_growth_rate 0) nor above half its limit (40.0%)"},
 		// The current slope, when sent, judges: memory_growth_rate's ten
 		// minutes say 0.05 Mi/s, the last 30 s 2 Mi/s.
 		{"a leak that has just begun", withSlope(memSample(signal.Anomalous, 90, 0.05, 100), 2), "would be used up in 55s, before a switchover could complete"},
-		{"a leak that has just stopped", withSlope(memSample(signal.Anomalous, 80, 0.05, 100), 0), "memory is not climbing (memory_slope_bytes_per_second 0)"},
+		{"a small leak that has just stopped", withSlope(memSample(signal.Anomalous, 30, 0.05, 100), 0), "memory is neither climbing (memory_slope_bytes_per_second 0)"},
 		{"no memory in the sample", anom, "says nothing of the container's memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -223,12 +228,12 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
 		}
 		f.await(t, "the broker container resized, its request by as much", func() bool {
-			return slices.Contains(f.writes, "resize edge/"+pod+" mosquitto 150Mi 150Mi")
+			return slices.Contains(f.writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi")
 		})
 		f.await(t, "the kubelet's status read", func() bool {
 			return r.record("primary").Resize.Kubelet
 		})
-		r.sendMemory(signal.Healthy, 53, 0.01, 150) // the sidecar reads the new limit
+		r.sendMemory(signal.Healthy, 31, 0.01, 256) // the sidecar reads the new limit
 		f.await(t, "Resized Event", func() bool { return slices.Contains(f.reasonsLocked(), "Resized") })
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -241,11 +246,11 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 		// The size survives: recorded on both, the template of the standby
 		// (at 0) given it, the running primary's left alone (it would roll).
 		for _, d := range []string{"primary", "standby"} {
-			if got := f.depLocked(ns, d).Annotations[contract.AnnMemorySize]; got != "157286400" {
-				t.Errorf("%s's %s = %q, want 150Mi in bytes", d, contract.AnnMemorySize, got)
+			if got := f.depLocked(ns, d).Annotations[contract.AnnMemorySize]; got != "268435456" {
+				t.Errorf("%s's %s = %q, want 256Mi in bytes", d, contract.AnnMemorySize, got)
 			}
 		}
-		if !slices.Contains(f.writes, "template edge/standby mosquitto 150Mi 150Mi") || slices.ContainsFunc(f.writes, func(w string) bool { return strings.HasPrefix(w, "template edge/primary ") }) {
+		if !slices.Contains(f.writes, "template edge/standby mosquitto 256Mi 256Mi") || slices.ContainsFunc(f.writes, func(w string) bool { return strings.HasPrefix(w, "template edge/primary ") }) {
 			t.Errorf("writes %q: want the standby's template sized and the primary's not", f.writes)
 		}
 	})
@@ -265,8 +270,8 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 		defer f.mu.Unlock()
 		// The scale-up goes out with the switchover's record (early), the
 		// undoing after it: their order does not matter, both follow the try.
-		if !before(f.writes, "resize edge/"+pod+" mosquitto 150Mi 150Mi", "resize edge/"+pod+" mosquitto 100Mi 100Mi") ||
-			!before(f.writes, "resize edge/"+pod+" mosquitto 150Mi 150Mi", "scale edge/standby 1") {
+		if !before(f.writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi", "resize edge/"+pod+" mosquitto 100Mi 100Mi") ||
+			!before(f.writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi", "scale edge/standby 1") {
 			t.Errorf("writes %q: want the resize, then its undoing and the standby", f.writes)
 		}
 	})

@@ -201,7 +201,7 @@ func TestPipelineSignals(t *testing.T) {
 			t.Errorf("memory_percent %v after the resize, want 30 (60 MiB of 200)", mp)
 		}
 	})
-	t.Run("messages carry the memory's current slope once two samples give one", func(t *testing.T) {
+	t.Run("messages carry the memory's current slope once three steps give one", func(t *testing.T) {
 		p := newPipeline(t, &synthSource{memory: 60 << 20, ramp: 1 << 20, t0: t0})
 		msgs := run(t, p, 4)
 		if msgs[0].MemorySlopeBytesPerSecond != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/amf-edge/amf/contract"
@@ -121,19 +122,20 @@ type Vector struct {
 	// Projection is not a feature: it is what the predict_linear detector
 	// reads, computed only when Config.PredictWindow is set.
 	Projection Projection
-	// MemorySlope is not a feature either: deriv(memory_bytes[SlopeWindow]),
-	// bytes per second, NaN with fewer than two samples in the window. It is
-	// the memory's current slope, which the agent judges an in-place resize
-	// by: memory_growth_rate, a deriv over ten minutes of subquery steps,
-	// lags a leak that began a minute ago by several times (a line through
-	// a long flat past and a short climb), and would let a resize answer a
-	// leak it only postpones.
+	// MemorySlope is not a feature either: the memory's current slope,
+	// bytes per second, what the agent judges an in-place resize by (see
+	// memorySlope); NaN with fewer than MinSlopeSteps steps in SlopeWindow.
 	MemorySlope float64
 }
 
-// SlopeWindow is the range of Vector.MemorySlope: 30 samples at the
-// sidecar's 1 s interval, as long as predict_linear's horizon.
-const SlopeWindow = 30 * time.Second
+// SlopeWindow is the range of Vector.MemorySlope, (t − 6 s, t]: five steps
+// at the sidecar's 1 s interval, an odd count, so that a step of memory
+// spread over two samples is still outvoted.
+const SlopeWindow = 6 * time.Second
+
+// MinSlopeSteps is the fewest steps between samples that make a
+// MemorySlope.
+const MinSlopeSteps = 3
 
 // ProjectionName is the projection's column name in replay and score CSVs.
 const ProjectionName = "memory_percent_projected"
@@ -254,12 +256,36 @@ func (e *Engine) Eval(t int64) (Vector, error) {
 	v.Values[contract.CPUGrowthRate], v.Why[contract.CPUGrowthRate] = e.deriv(&e.cpuRateSteps, t)
 	v.Values[contract.MemoryGrowthRate], v.Why[contract.MemoryGrowthRate] = e.deriv(&e.memSteps, t)
 	v.Projection = e.projection(t)
-	v.MemorySlope = math.NaN()
 	e.scratch = e.mem.window(e.scratch[:0], t-SlopeWindow.Milliseconds(), t)
-	if slope, ok := deriv(e.scratch); ok {
-		v.MemorySlope = slope
-	}
+	v.MemorySlope = memorySlope(e.scratch)
 	return v, nil
+}
+
+// memorySlope is the median of the slopes between successive samples of
+// pts, (v[i] − v[i−1]) / (t[i] − t[i−1]) in units per second, NaN with fewer
+// than MinSlopeSteps of them. It is not PromQL on purpose: the question it
+// answers is "is memory climbing now, and how fast", asked at the moment
+// an anomaly is confirmed, a few seconds after whatever began it. A line
+// through a window (deriv) cannot tell a step from a ramp then: a broker that
+// took 57 MiB at once (a burst of sessions, a retained set loaded) reads as
+// climbing 2.3 MiB/s over 30 s, and a leak five seconds old as a tenth of its
+// speed. The median of the last steps reads the step as 0 (one outlier among
+// them) and the leak at its speed (every step climbs).
+func memorySlope(pts []Point) float64 {
+	n := len(pts) - 1
+	if n < MinSlopeSteps {
+		return math.NaN()
+	}
+	var buf [16]float64
+	d := buf[:0]
+	for i := 1; i < len(pts); i++ {
+		d = append(d, (pts[i].V-pts[i-1].V)/(float64(pts[i].T-pts[i-1].T)/1000))
+	}
+	slices.Sort(d)
+	if n%2 == 1 {
+		return d[n/2]
+	}
+	return (d[n/2-1] + d[n/2]) / 2
 }
 
 // projection evaluates predict_linear(memory_bytes[W], H) / memory_limit_bytes * 100

@@ -346,20 +346,28 @@ func TestResetStartsOverAfterTheClockStepsBack(t *testing.T) {
 	}
 }
 
-// TestMemorySlopeFollowsALeakThatHasJustBegun: after five flat minutes, a
-// leak of 1 MiB/s for 40 s reads as 1 MiB/s in MemorySlope, where
+// TestMemorySlopeTellsALeakFromAStep: the memory's current slope reads a
+// leak at its speed as soon as five steps have climbed — where
 // memory_growth_rate's ten-minute line through the flat past still says a
-// fraction of it; one sample gives no slope.
-func TestMemorySlopeFollowsALeakThatHasJustBegun(t *testing.T) {
+// fraction of it — and a step that has stopped as 0, where a line through it
+// would say it climbs; fewer than three steps give none.
+func TestMemorySlopeTellsALeakFromAStep(t *testing.T) {
 	const mib = 1 << 20
 	tests := []struct {
-		name       string
-		flat, leak int // seconds, one sample a second
-		want       float64
+		name string
+		// memory at each second after five flat minutes at 20 MiB
+		after    func(s int) float64
+		seconds  int
+		want     float64
+		lagsBy10 bool // memory_growth_rate below a tenth of want
 	}{
-		{"one sample: no slope", 1, 0, math.NaN()},
-		{"flat: zero", 300, 0, 0},
-		{"a leak of 40 s after five flat minutes", 300, 40, mib},
+		{"flat: zero", func(int) float64 { return 20 * mib }, 10, 0, false},
+		{"a leak of 1 MiB/s, 40 s old", func(s int) float64 { return float64(20+s) * mib }, 40, mib, false},
+		{"a leak of 10 MiB/s, 6 s old", func(s int) float64 { return float64(20+10*s) * mib }, 6, 10 * mib, true},
+		{"a step of 57 MiB, 3 s ago", func(s int) float64 { return map[bool]float64{true: 77 * mib, false: 20 * mib}[s >= 1] }, 3, 0, false},
+		{"a step spread over two samples, 3 s ago", func(s int) float64 {
+			return []float64{20 * mib, 50 * mib, 77 * mib, 77 * mib}[min(s, 3)]
+		}, 3, 0, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -367,27 +375,42 @@ func TestMemorySlopeFollowsALeakThatHasJustBegun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mem, ts := 20.0*mib, int64(1_700_000_000_000)
-			for i := range tc.flat + tc.leak {
-				if i >= tc.flat {
-					mem += mib
-				}
+			ts := int64(1_700_000_000_000)
+			add := func(i int, mem float64) {
 				if err := e.Add(Sample{T: ts + int64(i)*1000, MemoryBytes: mem, MemoryLimitBytes: 100 * mib}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			v, err := e.Eval(ts + int64(tc.flat+tc.leak-1)*1000)
+			for i := range 300 {
+				add(i, 20*mib)
+			}
+			for s := 1; s <= tc.seconds; s++ {
+				add(299+s, tc.after(s))
+			}
+			v, err := e.Eval(ts + int64(299+tc.seconds)*1000)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := v.MemorySlope; math.IsNaN(tc.want) != math.IsNaN(got) || !math.IsNaN(got) && math.Abs(got-tc.want) > 1e-6*mib {
+			if got := v.MemorySlope; math.Abs(got-tc.want) > 1e-6*mib {
 				t.Fatalf("MemorySlope %v, want %v", got, tc.want)
 			}
-			if tc.leak > 0 {
-				if g := v.Values[contract.MemoryGrowthRate]; !(g < tc.want/2) {
-					t.Errorf("memory_growth_rate %v: want it to lag the leak (below half of %v), or this slope has no reason to exist", g, tc.want)
-				}
+			if g := v.Values[contract.MemoryGrowthRate]; tc.lagsBy10 && !(g < tc.want/10) {
+				t.Errorf("memory_growth_rate %v: want it to lag the leak (below a tenth of %v), or this slope has no reason to exist", g, tc.want)
 			}
 		})
 	}
+	t.Run("two samples: none", func(t *testing.T) {
+		e, err := NewEngine(DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if err := e.Add(Sample{T: int64(i+1) * 1000, MemoryBytes: float64(i) * mib, MemoryLimitBytes: 100 * mib}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v, _ := e.Eval(3000); !math.IsNaN(v.MemorySlope) {
+			t.Errorf("MemorySlope %v from two steps, want NaN", v.MemorySlope)
+		}
+	})
 }

@@ -114,12 +114,12 @@ type Message struct {
 	// kubelet's status says the runtime was asked, this says the cgroup
 	// has it. Same upgrade rule as Explanation.
 	MemoryLimitBytes *float64 `json:"memory_limit_bytes,omitempty"`
-	// MemorySlopeBytesPerSecond is the memory's current slope,
-	// deriv(memory_bytes[30s]) (infer.SlopeWindow), bytes per second; absent
-	// with fewer than two samples in the window. The agent judges whether
-	// the room an in-place resize gives outlasts a switchover by it: the
-	// memory_growth_rate feature's ten-minute window lags a leak that has
-	// just begun. Same upgrade rule as Explanation.
+	// MemorySlopeBytesPerSecond is the memory's current slope, bytes per
+	// second: the median of the steps between its samples of the last 6 s
+	// (infer.Vector.MemorySlope); absent with fewer than three steps. The
+	// agent judges by it whether a resize in place answers a memory
+	// anomaly (a step that has stopped) or only postpones it (a leak that
+	// goes on). Same upgrade rule as Explanation.
 	MemorySlopeBytesPerSecond *float64 `json:"memory_slope_bytes_per_second,omitempty"`
 }
 

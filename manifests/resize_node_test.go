@@ -180,10 +180,11 @@ func TestResizeInPlaceFallsBackToASwitchoverOnARealNode(t *testing.T) {
 			if tc.fill {
 				fillNode(ctx, t, cs, primary.Spec.NodeName, 20<<20)
 			}
-			// The slope a resize is judged by is memory_growth_rate, a deriv
-			// over 5 s subquery steps: a ramp that starts with the sidecar
-			// can be confirmed before it has two steps, and then the Event
-			// says the sample had no growth to judge by, not this case's why.
+			// A ramp that starts with the sidecar can be confirmed before
+			// the sidecar has the samples a slope needs, and then the Event
+			// says the sample had no slope to judge by, not this case's why:
+			// the ramp starts once its features are all defined (the last,
+			// memory_growth_rate, after two 5 s steps).
 			waitGrowthRate(ctx, t, n, "mqtt", primary.Name)
 			ramp(ctx, t, n, primary.Name, tc.profile)
 			var line struct{ Note string }

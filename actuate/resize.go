@@ -46,9 +46,6 @@ func ResizeRefused(at time.Time, why string) Input {
 	return Input{Kind: InResize, At: at, Refused: why}
 }
 
-// resizeStep is how much a resize gives at least: half the limit again.
-const resizeStep = 1.5
-
 // resize starts a resize in place for the confirming sample in, if the
 // policy allows one and it can help. It returns no actions and, when the
 // workload has a ceiling, why not (for the switchover's Event).

@@ -156,4 +156,3 @@ func promInstant(ctx context.Context, eng *promql.Engine, db storage.Queryable, 
 	}
 	return promResult{v: vec[0].F, ok: true}, nil
 }
-

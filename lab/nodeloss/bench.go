@@ -47,6 +47,10 @@ type BenchConfig struct {
 	// follow the cuts (0: none): the node runs on, its agent fences, its
 	// guard fails it over, and one primary remains after the heal.
 	Partitions int
+	// ClientWait bounds the wait for the directly connected clients after a
+	// cut (default 2 min; paho alone notices a dead broker ≈ 40 s after its
+	// last answer at a 30 s keep-alive); negative: no clients.
+	ClientWait time.Duration
 	Progress   io.Writer
 	Log        func(format string, args ...any)
 }
@@ -60,6 +64,20 @@ type Cut struct {
 	// cut to the failover seen: the service path's outage.
 	SOTS         float64 `json:"sot_s"`
 	LostMessages int     `json:"lost_messages"`
+	// Clients are the directly connected clients' figures.
+	Clients []ClientCut `json:"clients,omitempty"`
+}
+
+// ClientCut is what one client of the primary saw of a cut, seconds after
+// it: its connection lost (LostS, -1: never noticed within the wait) and its
+// own messages served again by the new primary (ServedS, -1: not within the
+// wait).
+type ClientCut struct {
+	Client    string     `json:"client"`
+	Kind      ClientKind `json:"kind"`
+	KeepAlive float64    `json:"keepalive_s"`
+	LostS     float64    `json:"lost_s"`
+	ServedS   float64    `json:"served_s"`
 }
 
 // Partition is one partition's figures, seconds after the cut (HealS: after
@@ -84,18 +102,32 @@ type Partition struct {
 
 // BenchReport is the result; its JSON is the bench's last line.
 type BenchReport struct {
-	Cuts      int     `json:"cuts"`
-	SOTP50    float64 `json:"sot_p50_s"`
-	SOTP99    float64 `json:"sot_p99_s"`
-	SOTMax    float64 `json:"sot_max_s"`
-	Failover  float64 `json:"failover_p50_s"`
-	FailMax   float64 `json:"failover_max_s"`
-	LostP50   float64 `json:"lost_p50_s"`
-	K8sSOT    float64 `json:"k8s_sot_s"` // -1: not run; the wait bound if the path never came back
-	K8sTolS   float64 `json:"k8s_toleration_s"`
-	K8sBack   bool    `json:"k8s_back"` // the path came back within K8sWait
-	FalseFail int     `json:"false_failovers"`
-	PerCut    []Cut   `json:"per_cut"`
+	Cuts   int     `json:"cuts"`
+	SOTP50 float64 `json:"sot_p50_s"`
+	SOTP99 float64 `json:"sot_p99_s"`
+	SOTMax float64 `json:"sot_max_s"`
+	// The directly connected clients (BenchConfig.ClientWait): from the
+	// cut to each client's first own message served by the new primary,
+	// over every client of every cut, and by kind; a client not served
+	// within the wait counts as the wait (ClientsNotBack says how many).
+	ClientSOTP50         float64 `json:"client_sot_p50_s,omitempty"`
+	ClientSOTP99         float64 `json:"client_sot_p99_s,omitempty"`
+	ClientSOTMax         float64 `json:"client_sot_max_s,omitempty"`
+	ClientPodSOTP50      float64 `json:"client_sot_pod_p50_s,omitempty"`
+	ClientPodSOTP99      float64 `json:"client_sot_pod_p99_s,omitempty"`
+	ClientPodSOTMax      float64 `json:"client_sot_pod_max_s,omitempty"`
+	ClientNodePortSOTP50 float64 `json:"client_sot_nodeport_p50_s,omitempty"`
+	ClientNodePortSOTP99 float64 `json:"client_sot_nodeport_p99_s,omitempty"`
+	ClientNodePortSOTMax float64 `json:"client_sot_nodeport_max_s,omitempty"`
+	ClientsNotBack       int     `json:"clients_not_back,omitempty"`
+	Failover             float64 `json:"failover_p50_s"`
+	FailMax              float64 `json:"failover_max_s"`
+	LostP50              float64 `json:"lost_p50_s"`
+	K8sSOT               float64 `json:"k8s_sot_s"` // -1: not run; the wait bound if the path never came back
+	K8sTolS              float64 `json:"k8s_toleration_s"`
+	K8sBack              bool    `json:"k8s_back"` // the path came back within K8sWait
+	FalseFail            int     `json:"false_failovers"`
+	PerCut               []Cut   `json:"per_cut"`
 	// The slow node (BenchConfig.Slow): how long, at what CPU, the share of
 	// CFS periods in which the node was held at its quota, and what the
 	// agents declared meanwhile (each a false alarm: the node was alive).
@@ -169,6 +201,17 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		return nil, err
 	}
 	defer p.Stop()
+	var clients *Clients
+	if cfg.ClientWait >= 0 {
+		if cfg.ClientWait == 0 {
+			cfg.ClientWait = 2 * time.Minute
+		}
+		say("the clients: a pod on %s and the LAN, through the Service's ClusterIP and NodePort, keep-alive 30 s and 60 s", cl.Nodes[2].Name)
+		if clients, err = p.StartClients(ctx, cl.Nodes[2], cl.LAN, []time.Duration{30 * time.Second, 60 * time.Second}); err != nil {
+			return nil, err
+		}
+		defer clients.Stop()
+	}
 	rep := &BenchReport{Cuts: cfg.Cuts, K8sSOT: -1}
 	start := time.Now()
 	roles := [2]string{testbed.PrimaryName, testbed.StandbyName}
@@ -183,6 +226,15 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cut %d: %w", i, err)
 		}
+		var marks []int
+		if clients != nil {
+			if err := clients.OntoPrimary(ctx, cl.Nodes[2], old); err != nil {
+				return nil, fmt.Errorf("cut %d: %w", i, err)
+			}
+			for _, c := range clients.List {
+				marks = append(marks, c.Mark())
+			}
+		}
 		cut, err := pn.PowerCut(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("cut %d: %w", i, err)
@@ -194,6 +246,12 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		}
 		c := Cut{Node: pn.Name, LostS: f.Lost.Sub(cut.At).Seconds(), FailoverS: f.Retired.Sub(cut.At).Seconds(),
 			SOTS: f.MaxGap.Seconds(), LostMessages: f.LostMessages}
+		if clients != nil {
+			c.Clients = clients.Served(ctx, marks, cut.At, cfg.ClientWait)
+			for _, cc := range c.Clients {
+				say("cut %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)
+			}
+		}
 		rep.PerCut = append(rep.PerCut, c)
 		say("cut %d of %s: lost after %.2f s, failed over after %.2f s, longest interval between fresh messages %.3f s, %d lost",
 			i, pn.Name, c.LostS, c.FailoverS, c.SOTS, c.LostMessages)
@@ -253,6 +311,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 	}
 	rep.SOTP50, rep.SOTP99, rep.SOTMax = quantile(sot, 0.5), quantile(sot, 0.99), quantile(sot, 1)
 	rep.Failover, rep.FailMax, rep.LostP50 = quantile(fo, 0.5), quantile(fo, 1), quantile(lost, 0.5)
+	rep.clientFigures(cfg.ClientWait)
 
 	if cfg.K8sToleration > 0 {
 		rep.K8sTolS = cfg.K8sToleration.Seconds()
@@ -408,10 +467,44 @@ func k8sAlone(ctx context.Context, p *Pair, cl *kubenode.Cluster, cfg BenchConfi
 	return g.Duration(), back, nil
 }
 
+// clientFigures sums the clients up: a client not served again within the
+// wait counts as the wait.
+func (r *BenchReport) clientFigures(wait time.Duration) {
+	var all []float64
+	by := map[ClientKind][]float64{}
+	for _, c := range r.PerCut {
+		for _, cc := range c.Clients {
+			s := cc.ServedS
+			if s < 0 {
+				s = wait.Seconds()
+				r.ClientsNotBack++
+			}
+			all = append(all, s)
+			by[cc.Kind] = append(by[cc.Kind], s)
+		}
+	}
+	if len(all) == 0 {
+		return
+	}
+	q := func(xs []float64) (p50, p99, top float64) {
+		return quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1)
+	}
+	r.ClientSOTP50, r.ClientSOTP99, r.ClientSOTMax = q(all)
+	if xs := by[InPod]; len(xs) > 0 {
+		r.ClientPodSOTP50, r.ClientPodSOTP99, r.ClientPodSOTMax = q(xs)
+	}
+	if xs := by[NodePort]; len(xs) > 0 {
+		r.ClientNodePortSOTP50, r.ClientNodePortSOTP99, r.ClientNodePortSOTMax = q(xs)
+	}
+}
+
 // PrintBench writes the per-cut lines and the JSON line (last).
 func PrintBench(w io.Writer, r *BenchReport) {
 	for i, c := range r.PerCut {
 		fmt.Fprintf(w, "cut %d %s: lost %.2f s, failover %.2f s, SOT %.3f s, %d messages lost\n", i+1, c.Node, c.LostS, c.FailoverS, c.SOTS, c.LostMessages)
+		for _, cc := range c.Clients {
+			fmt.Fprintf(w, "  client %s: its connection lost after %.2f s, served again after %.2f s\n", cc.Client, cc.LostS, cc.ServedS)
+		}
 	}
 	for i, pt := range r.PerPartition {
 		fmt.Fprintf(w, "partition %d %s: fenced %.2f s (before lost: %v), paused %.2f s, lost %.2f s, failover %.2f s, still paused %v, SOT %.3f s, %d messages lost, one primary %.2f s after the heal\n",

@@ -33,6 +33,13 @@ func cpuThrottling(t *testing.T, n *kubenode.Node) (periods, throttled int64) {
 // generous (the rules alone take 2.5–3 s; the bench measures the figure).
 const failoverBound = 30 * time.Second
 
+// clientBound bounds a power cut → a directly connected client of the lost
+// primary served again by the new primary: generous, as failoverBound (the
+// bench measures the figure: ≈ 3 s, and a reconnect that races kube-proxy's
+// removal of the dead endpoint waits out a 2 s connect timeout), and far
+// below the ≈ 40 s paho takes alone to notice a broker that never answers.
+const clientBound = 15 * time.Second
+
 // TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains runs the agent
 // DaemonSet (manifests/base, --liveness on) on three real nodes, a hot pair
 // of edge brokers (primary on node 0, standby on node 1) bridging RDS and
@@ -99,13 +106,27 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 		}
 	}
 
-	// A power cut of the primary's node.
+	// A power cut of the primary's node, with the primary's clients
+	// connected directly: one in a pod on node 2 through the Service's
+	// ClusterIP, one in the LAN through node 2's NodePort.
+	clients, err := p.StartClients(ctx, cl.Nodes[2], cl.LAN, []time.Duration{30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clients.Stop()
 	if err := p.WaitPair(ctx, a, b, nA.Name, nB.Name); err != nil {
 		t.Fatal(err)
 	}
 	oldPod, err := p.PodOf(ctx, a)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := clients.OntoPrimary(ctx, cl.Nodes[2], oldPod); err != nil {
+		t.Fatal(err)
+	}
+	var marks []int
+	for _, c := range clients.List {
+		marks = append(marks, c.Mark())
 	}
 	cut, err := nA.PowerCut(ctx)
 	if err != nil {
@@ -116,6 +137,13 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 		t.Fatalf("power cut: %v", err)
 	}
 	check("power cut", cut.At, f, nA.Name, nB.Name)
+	// paho alone would notice the dead broker ≈ 40 s after its last answer.
+	for _, cc := range clients.Served(ctx, marks, cut.At, 30*time.Second) {
+		t.Logf("power cut: client %s (%s) lost its connection after %.2f s, served again by the new primary after %.2f s", cc.Client, cc.Kind, cc.LostS, cc.ServedS)
+		if cc.ServedS < 0 || cc.ServedS > clientBound.Seconds() {
+			t.Errorf("power cut: client %s served again after %.2f s (-1: not within 30 s), want within %v", cc.Client, cc.ServedS, clientBound)
+		}
+	}
 	if err := p.Restore(ctx, nA); err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,9 @@ type Partition struct {
 	LostMessages int     `json:"lost_messages"`
 	// HealS: from the heal until the old pod was gone and one primary left.
 	HealS float64 `json:"heal_s"`
+	// Clients are the directly connected clients' figures (on the near
+	// side: the node no fault touches).
+	Clients []ClientCut `json:"clients,omitempty"`
 }
 
 // BenchReport is the result; its JSON is the bench's last line.
@@ -138,12 +141,15 @@ type BenchReport struct {
 	SlowFenced    int     `json:"slow_fenced"`
 	SlowRetired   int     `json:"slow_retired"`
 	// The partitions (--partitions), when run.
-	Partitions       int         `json:"partitions,omitempty"`
-	PartFenceP50     float64     `json:"partition_fence_p50_s,omitempty"`
-	PartFailoverP50  float64     `json:"partition_failover_p50_s,omitempty"`
-	PartFencedFirst  int         `json:"partition_fenced_first,omitempty"`
-	PartStayedPaused int         `json:"partition_stayed_paused,omitempty"`
-	PartHealMax      float64     `json:"partition_heal_max_s,omitempty"`
+	Partitions       int     `json:"partitions,omitempty"`
+	PartFenceP50     float64 `json:"partition_fence_p50_s,omitempty"`
+	PartFailoverP50  float64 `json:"partition_failover_p50_s,omitempty"`
+	PartFencedFirst  int     `json:"partition_fenced_first,omitempty"`
+	PartStayedPaused int     `json:"partition_stayed_paused,omitempty"`
+	PartHealMax      float64 `json:"partition_heal_max_s,omitempty"`
+	// PartClientSOTMax is the slowest client's figure over the partitions
+	// (a client not served within the wait counts as the wait).
+	PartClientSOTMax float64     `json:"partition_client_sot_max_s,omitempty"`
 	PerPartition     []Partition `json:"per_partition,omitempty"`
 }
 
@@ -265,11 +271,14 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		at[0], at[1] = at[1], at[0]
 	}
 	for i := 1; i <= cfg.Partitions; i++ {
-		pt, err := partition(ctx, p, at[0], at[1], roles)
+		pt, err := partition(ctx, p, at[0], at[1], roles, clients, cl.Nodes[2], cfg.ClientWait)
 		if err != nil {
 			return nil, fmt.Errorf("partition %d: %w", i, err)
 		}
 		rep.PerPartition = append(rep.PerPartition, pt)
+		for _, cc := range pt.Clients {
+			say("partition %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)
+		}
 		say("partition %d of %s: fenced after %.2f s, broker seen paused after %.2f s, lost after %.2f s, failed over after %.2f s, still paused %v; longest interval between fresh messages %.3f s, %d lost; one primary %.2f s after the heal",
 			i, pt.Node, pt.FenceS, pt.PausedS, pt.LostS, pt.FailoverS, pt.StayedPaused, pt.SOTS, pt.LostMessages, pt.HealS)
 		roles[0], roles[1] = roles[1], roles[0]
@@ -281,6 +290,12 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		for _, pt := range rep.PerPartition {
 			fence, fo = append(fence, pt.FenceS), append(fo, pt.FailoverS)
 			rep.PartHealMax = max(rep.PartHealMax, pt.HealS)
+			for _, cc := range pt.Clients {
+				if cc.ServedS < 0 {
+					rep.PartClientSOTMax = max(rep.PartClientSOTMax, cfg.ClientWait.Seconds())
+				}
+				rep.PartClientSOTMax = max(rep.PartClientSOTMax, cc.ServedS)
+			}
 			if pt.FencedFirst {
 				rep.PartFencedFirst++
 			}
@@ -328,7 +343,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 
 // partition partitions the primary's node pn (its standby's on sn) and
 // measures the fence, the failover and the heal.
-func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string) (Partition, error) {
+func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string, clients *Clients, clientsAt *kubenode.Node, clientWait time.Duration) (Partition, error) {
 	primary, standby := roles[0], roles[1]
 	if err := p.WaitPair(ctx, primary, standby, pn.Name, sn.Name); err != nil {
 		return Partition{}, err
@@ -336,6 +351,15 @@ func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]str
 	old, err := p.PodOf(ctx, primary)
 	if err != nil {
 		return Partition{}, err
+	}
+	var marks []int
+	if clients != nil {
+		if err := clients.OntoPrimary(ctx, clientsAt, old); err != nil {
+			return Partition{}, err
+		}
+		for _, c := range clients.List {
+			marks = append(marks, c.Mark())
+		}
 	}
 	at := time.Now()
 	if err := pn.Partition(ctx); err != nil {
@@ -352,6 +376,9 @@ func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]str
 	}
 	pt.LostS, pt.FailoverS, pt.SOTS, pt.LostMessages = f.Lost.Sub(at).Seconds(), f.Retired.Sub(at).Seconds(), f.MaxGap.Seconds(), f.LostMessages
 	pt.StayedPaused, _, _ = p.BrokerPaused(ctx, old)
+	if clients != nil {
+		pt.Clients = clients.Served(ctx, marks, at, clientWait)
+	}
 	if err := p.Restore(ctx, pn); err != nil {
 		return pt, fmt.Errorf("restore: %w", err)
 	}
@@ -509,6 +536,9 @@ func PrintBench(w io.Writer, r *BenchReport) {
 	for i, pt := range r.PerPartition {
 		fmt.Fprintf(w, "partition %d %s: fenced %.2f s (before lost: %v), paused %.2f s, lost %.2f s, failover %.2f s, still paused %v, SOT %.3f s, %d messages lost, one primary %.2f s after the heal\n",
 			i+1, pt.Node, pt.FenceS, pt.FencedFirst, pt.PausedS, pt.LostS, pt.FailoverS, pt.StayedPaused, pt.SOTS, pt.LostMessages, pt.HealS)
+		for _, cc := range pt.Clients {
+			fmt.Fprintf(w, "  client %s: its connection lost after %.2f s, served again after %.2f s\n", cc.Client, cc.LostS, cc.ServedS)
+		}
 	}
 	b, _ := json.Marshal(r)
 	fmt.Fprintln(w, string(b))

@@ -13,7 +13,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
+	"github.com/amf-edge/amf/lab/testbed"
 )
 
 // TestResizeInPlaceOnARealNode is the cheapest remedy as a user meets it,
@@ -240,31 +240,10 @@ func waitGrowthRate(ctx context.Context, t *testing.T, n *kubenode.Node, ns, pod
 // but free, so that a resize asking more is Deferred by the kubelet.
 func fillNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, free int64) {
 	t.Helper()
-	nd, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	fill, err := testbed.FillNode(ctx, cs, node, "mqtt", free)
 	if err != nil {
 		t.Fatal(err)
 	}
-	alloc := nd.Status.Allocatable[corev1.ResourceMemory]
-	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	used := int64(0) // every container's request: at least what the kubelet counts
-	for _, p := range pods.Items {
-		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
-			r := c.Resources.Requests[corev1.ResourceMemory]
-			used += r.Value()
-		}
-	}
-	fill := alloc.Value() - used - free
-	t.Logf("node %s: allocatable %s, requested %d: a pod requesting %d leaves %d", node, alloc.String(), used, fill, free)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "fill", Namespace: "mqtt"}, Spec: corev1.PodSpec{
-		NodeName: node,
-		Containers: []corev1.Container{{Name: "pause", Image: images.PauseRef,
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(fill, resource.BinarySI)}}}},
-	}}
-	if _, err := cs.CoreV1().Pods("mqtt").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitNodePod(ctx, t, cs, "mqtt", "", func(p *corev1.Pod) bool { return p.Name == "fill" && podReady(p) })
+	t.Logf("node %s: a pod requesting %d leaves %d", node, fill, free)
+	waitNodePod(ctx, t, cs, "mqtt", "", func(p *corev1.Pod) bool { return p.Name == testbed.FillPod && podReady(p) })
 }

@@ -113,9 +113,7 @@ func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kuben
 			cl.addr = addr
 			cl.dial = func(ctx context.Context, addr string) (net.Conn, error) { return kubenode.DialIn(ctx, ns, addr) }
 			c.List = append(c.List, cl)
-			if err := cl.connect(ctx); err != nil {
-				return nil, err
-			}
+			cl.connect(ctx)
 		}
 	}
 	return c, nil
@@ -159,9 +157,7 @@ func (c *Clients) OntoPrimary(ctx context.Context, node *kubenode.Node, pod stri
 				return fmt.Errorf("client %s: %d connections through %s reached %s, never %s", cl.Name, try, cl.addr, on, pod)
 			}
 			cl.close()
-			if err := cl.connect(ctx); err != nil {
-				return err
-			}
+			cl.connect(ctx)
 		}
 	}
 	return nil
@@ -191,7 +187,7 @@ func (cl *Client) ServedAgain(mark int) (served, lost time.Time) {
 
 // connect starts a new paho client (a new connection, so a new pick of the
 // Service's endpoints) and its publisher.
-func (cl *Client) connect(ctx context.Context) error {
+func (cl *Client) connect(ctx context.Context) {
 	topic := "amf/lab/clients/" + cl.Name
 	opts := paho.NewClientOptions().AddBroker("tcp://" + cl.addr).SetClientID("amf-lab-" + cl.Name).
 		SetKeepAlive(cl.KeepAlive).SetPingTimeout(10 * time.Second).
@@ -249,7 +245,6 @@ func (cl *Client) connect(ctx context.Context) error {
 			}
 		}
 	}()
-	return nil
 }
 
 // waitOn waits until the current connection knows its broker.

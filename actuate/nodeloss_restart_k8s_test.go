@@ -32,8 +32,8 @@ import (
 // standby's pod (as its sidecar reconnects), or resumes at start
 // (ResumeOnStart); where nothing was recorded, its own guard declares node-a
 // lost again. It must finish the failover exactly once: from every request
-// both agents sent, the old primary exchanged to standby once, scaled to 0
-// and never again once it came back, brought back (0 → 1) once; the hot
+// both agents sent, the old primary exchanged to standby once, scaled to 0,
+// brought back (0 → 1) and never retired again once it came back; the hot
 // standby never scaled; at most one RolesExchanged Event; and the new pod of
 // the old primary, signalling, starts nothing. A watcher checks the pair's
 // Ready replicas never drop to 0.
@@ -169,8 +169,13 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 			if n := count(rolePatch(pr.p, "standby")); n != 1 {
 				t.Errorf("the old primary exchanged to standby %d times, want 1", n)
 			}
-			if n := count(scaleTo(pr.p, 1)); n != 1 {
-				t.Errorf("the old primary brought back %d times, want 1", n)
+			// Brought back once: scaled up, never retired again after it.
+			// The scale to 1 may go out more than once (Gate.restore repeats
+			// it on each drained observation until the watch shows it
+			// scaled; a PUT of 1 onto 1 changes nothing), so the count is
+			// not the test, the absence of a later scale to 0 is.
+			if n := count(scaleTo(pr.p, 1)); n < 1 {
+				t.Errorf("the old primary never brought back")
 			}
 			if i := slices.IndexFunc(sent, scaleTo(pr.p, 1)); i >= 0 && slices.ContainsFunc(sent[i:], scaleTo(pr.p, 0)) {
 				t.Errorf("the old primary retired again after it came back")

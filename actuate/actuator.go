@@ -87,6 +87,7 @@ type Actuator struct {
 	workloads map[podKey]*workload // keyed by the primary Deployment
 	loads     uint64
 	readyCh   chan readiness
+	roleCh    chan roleChange
 	events    *recorder
 	nl        nodeLoss
 	fc        fencing
@@ -165,6 +166,7 @@ func New(cfg Config) (*Actuator, error) {
 		cluster: cluster, log: cfg.Logger, now: cfg.Now, dryRun: cfg.DryRun, inst: cfg.Instance, resume: cfg.ResumeOnStart, m: newMetrics(cfg.Registerer),
 		owners: make(map[podKey]string), ownersMax: cfg.OwnerCacheSize, sized: make(map[podKey]int64),
 		workloads: make(map[podKey]*workload), readyCh: make(chan readiness, 64),
+		roleCh: make(chan roleChange, 16),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
@@ -234,6 +236,14 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 			}
 			w.standbyAnn = r.ann
 			a.step(ctx, w, StandbyStatus(r.at, r.status.ready, r.status.scaled, r.status.drained))
+		case r := <-a.roleCh:
+			if w := a.workloads[r.key]; w != nil && w.gen == r.gen {
+				a.log.Info("roles changed by another agent: read again", slog.String("deployment", r.key.String()))
+				w.loaded = time.Time{}
+				if _, err := a.workload(ctx, r.key); err != nil {
+					a.log.Warn("deployment not read", slog.String("deployment", r.key.String()), slog.String("error", err.Error()))
+				}
+			}
 		case e := <-a.nl.events:
 			a.nodeEvent(ctx, e)
 		case <-timer.C:
@@ -510,6 +520,16 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 	a.workloads[k] = w
 	p, managed, err := contract.ParsePolicy(d.Name, d.Annotations)
 	if !managed {
+		if d.Annotations[contract.AnnPrimary] != "" {
+			// A standby with a pod here: another agent may make it the
+			// primary (its primary's crash or anomaly, decided on the
+			// primary's node), and its signals, healthy, would not say so
+			// before unmanagedTTL, if ever. This agent must know at once:
+			// it records the new primary's node for the guard.
+			wctx, cancel := context.WithCancel(ctx)
+			w.stop = cancel
+			go a.watchRole(wctx, k, w.gen, d)
+		}
 		return w
 	}
 	if err != nil {

@@ -156,7 +156,12 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64, standby string, initial *appsv1.Deployment) {
 	var last *standbyStatus
 	var lastNodes [2]string
-	send := func(st standbyStatus, ann map[string]string) {
+	a.follow(ctx, podKey{primary.ns, standby}, initial, func(d *appsv1.Deployment) {
+		var st standbyStatus
+		var ann map[string]string
+		if d != nil { // nil: deleted
+			st, ann = statusOf(d), d.Annotations
+		}
 		nodes := [2]string{ann[contract.AnnPrimaryNode], ann[contract.AnnStandbyNode]}
 		if last != nil && *last == st && nodes == lastNodes {
 			return
@@ -166,16 +171,49 @@ func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64,
 		case a.readyCh <- readiness{primary: primary, gen: gen, status: st, ann: ann, at: a.now()}:
 		case <-ctx.Done():
 		}
+	})
+}
+
+// roleChange asks Run to read a standby's Deployment again: its roles
+// changed (watchRole).
+type roleChange struct {
+	key podKey
+	gen uint64
+}
+
+// watchRole watches the standby k (loaded as gen) until its roles change,
+// then tells Run; the load that follows ends this watch.
+func (a *Actuator) watchRole(ctx context.Context, k podKey, gen uint64, initial *appsv1.Deployment) {
+	roles := func(d *appsv1.Deployment) [3]string {
+		return [3]string{d.Annotations[contract.AnnRole], d.Annotations[contract.AnnPrimary], d.Annotations[contract.AnnStandby]}
 	}
+	was := roles(initial)
+	told := false
+	a.follow(ctx, k, initial, func(d *appsv1.Deployment) {
+		if told || (d != nil && roles(d) == was) {
+			return
+		}
+		select {
+		case a.roleCh <- roleChange{key: k, gen: gen}:
+			told = true
+		case <-ctx.Done():
+		}
+	})
+}
+
+// follow reads the Deployment k (initial first, if given) and watches it
+// until ctx ends, reading it again whenever a watch ends; send gets each
+// state seen (nil: deleted), from this goroutine.
+func (a *Actuator) follow(ctx context.Context, k podKey, initial *appsv1.Deployment, send func(*appsv1.Deployment)) {
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
 		d, err := initial, error(nil)
 		if d == nil {
-			d, err = a.cluster.Deployment(ctx, primary.ns, standby)
+			d, err = a.cluster.Deployment(ctx, k.ns, k.name)
 		}
 		initial = nil
 		if err != nil {
-			a.log.Warn("standby not read", slog.String("standby", primary.ns+"/"+standby), slog.String("error", err.Error()))
+			a.log.Warn("deployment not read", slog.String("deployment", k.String()), slog.String("error", err.Error()))
 			select { // back-off between failed reads, not a synchronisation
 			case <-time.After(backoff):
 				backoff = min(2*backoff, 10*time.Second)
@@ -185,14 +223,8 @@ func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64,
 			}
 		}
 		backoff = 200 * time.Millisecond
-		send(statusOf(d), d.Annotations)
-		_ = a.cluster.WatchDeployment(ctx, primary.ns, standby, d.ResourceVersion, func(d *appsv1.Deployment) {
-			if d == nil {
-				send(standbyStatus{}, nil) // deleted
-				return
-			}
-			send(statusOf(d), d.Annotations)
-		})
+		send(d)
+		_ = a.cluster.WatchDeployment(ctx, k.ns, k.name, d.ResourceVersion, send)
 	}
 }
 

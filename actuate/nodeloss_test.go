@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
@@ -116,6 +118,42 @@ func TestPairNodesAreRecordedOnTheStandbyAndEachAgentLearnsWhomItGuards(t *testi
 			}
 		})
 	}
+}
+
+// TestTheStandbysAgentLearnsAtOnceThatAnotherAgentMadeItThePrimary: the
+// primary's own agent fails it over (a crash, an anomaly: decided on the
+// primary's node) and exchanges the roles. The agent of the standby's node
+// hears nothing from its pod, healthy before and after, yet must learn at
+// once that it holds the primary now: it records its node on the new
+// standby, which the guard of the pair needs. Before, it learned it only
+// from a signal after unmanagedTTL, and a healthy pod sends none.
+func TestTheStandbysAgentLearnsAtOnceThatAnotherAgentMadeItThePrimary(t *testing.T) {
+	f := newFakeCluster()
+	_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
+	g := startGuard(t, f, "node-b")
+	g.send(signal.Healthy, sp)
+	f.await(t, "the standby's node recorded", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b" })
+	f.await(t, "guarding the primary's node", func() bool { return g.latest().equal(Guards{Guard: []string{"node-a"}}) })
+
+	// The roles exchanged by the agent of node-a, as retire writes them.
+	newPrimary := map[string]*string{contract.AnnStandby: ptr.To("primary"), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil,
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
+	for k, v := range hotFast {
+		newPrimary[k] = ptr.To(v)
+	}
+	oldPrimary := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To("standby"), contract.AnnStandby: nil,
+		contract.AnnRecord: nil, contract.AnnRedundancy: nil, contract.AnnHold: nil, contract.AnnCooldown: nil}
+	for _, p := range []struct {
+		name string
+		ann  map[string]*string
+	}{{"standby", newPrimary}, {"primary", oldPrimary}} {
+		if err := f.PatchAnnotations(context.Background(), ns, p.name, p.ann); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.await(t, "its node recorded on the new standby as the primary's, with no signal", func() bool {
+		return f.depLocked(ns, "primary").Annotations[contract.AnnPrimaryNode] == "node-b"
+	})
 }
 
 func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {

@@ -310,3 +310,60 @@ func TestTheServerEndsTheFlowsItIsAskedForByItsUserOnly(t *testing.T) {
 		t.Errorf("no endpoint: %v, want refused with the reason", err)
 	}
 }
+
+// TestAReconnectStillNATedToTheDeadBrokerIsFailedAtOnce: a client that
+// reconnects before the node's Service NAT has dropped the dead endpoint
+// (kube-proxy applies an EndpointSlice change up to a second late) sends
+// its SYN to an address that never answers, and its connect hangs until
+// its own timeout. A later Kill (the Watcher's sweeps, DefaultAgain) finds
+// that half-open flow by its NAT entry and fails the connect at once.
+func TestAReconnectStillNATedToTheDeadBrokerIsFailedAtOnce(t *testing.T) {
+	n := newNode(t)
+	n.connect(t)
+	in(t, n.broker, "ip", "link", "set", "p1", "down")
+	dead := netip.MustParseAddrPort(brokerIP + ":1883")
+	k := connkill.Killer{HostNetns: n.host, Namespaces: func() ([]string, error) { return []string{n.client}, nil }}
+	if _, err := k.Kill(t.Context(), []netip.AddrPort{dead}); err != nil {
+		t.Fatal(err)
+	}
+
+	dctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	dialled := make(chan error, 1)
+	go func() {
+		c, err := netns.Dial(dctx, n.client, service)
+		if err == nil {
+			c.Close()
+		}
+		dialled <- err
+	}()
+	// The SYN is on its way once the NAT holds its flow: sweep until a
+	// sweep finds it (each is what one of the Watcher's later sweeps does).
+	var res connkill.Result
+	for res.Sockets == 0 {
+		select {
+		case err := <-dialled:
+			t.Fatalf("the connect to a dead endpoint ended before a sweep found it: %v", err)
+		case <-dctx.Done():
+			t.Fatal("no sweep found the connect's flow")
+		default:
+		}
+		var err error
+		if res, err = k.Kill(t.Context(), []netip.AddrPort{dead}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	select {
+	case err := <-dialled:
+		if !errors.Is(err, syscall.ECONNABORTED) {
+			t.Errorf("the connect ended with %v, want ECONNABORTED", err)
+		}
+		t.Logf("the connect ended %v after the sweep: %v", time.Since(start).Round(time.Microsecond), err)
+	case <-dctx.Done():
+		t.Fatal("the connect still hangs after the sweep destroyed its socket")
+	}
+	if len(res.Flows) != 1 || res.Flows[0].Dialled != netip.MustParseAddrPort(service) || res.Conntrack != 1 {
+		t.Errorf("the sweep: %+v, want the one flow through the Service and its entry", res)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,8 +33,23 @@ type Watcher struct {
 	// Kill ends the node's flows to dead (Client.Kill of the connkill
 	// process beside the agent).
 	Kill func(ctx context.Context, dead []netip.AddrPort) (flows, sockets int, err error)
-	Log  *slog.Logger
+	// Again are the delays after the first Kill at which Kill is asked
+	// again for the same endpoint (nil: DefaultAgain).
+	Again []time.Duration
+	Log   *slog.Logger
 }
+
+// DefaultAgain sweeps an endpoint again for five seconds after it turned
+// terminating. The node's Service proxy reads the same EndpointSlice change
+// as the Watcher, in no set order, and applies it later: kube-proxy's
+// iptables mode at most once a second (--iptables-min-sync-period), longer
+// on a busy node. A client whose connection the first Kill ended reconnects
+// within that window and may be NATed to the dead endpoint again: its SYN
+// goes unanswered until its own connect timeout (seen in the lab: 2.5 s
+// lost so). A later sweep finds that flow too and fails the connect at once,
+// and by then the proxy sends the retry to the new primary. A sweep that
+// finds nothing costs one read of the node's conntrack table.
+var DefaultAgain = []time.Duration{250 * time.Millisecond, 750 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second, 5 * time.Second}
 
 // WatchRules are the rights Watcher needs: the EndpointSlices, and a pod by
 // name to tell a managed broker (already among the actuator's rights).
@@ -75,12 +91,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return nil
 	}
 	w.Log.Info("connkill: watching the endpoints of managed brokers")
+	var sweeps sync.WaitGroup // the later sweeps, done before Run returns
+	defer sweeps.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case eps := <-todo:
-			w.end(ctx, eps)
+			for _, ep := range w.end(ctx, eps) {
+				sweeps.Go(func() { w.again(ctx, ep) })
+			}
 		}
 	}
 }
@@ -135,8 +155,9 @@ func terminating(e discoveryv1.Endpoint) bool {
 	return e.Conditions.Terminating != nil && *e.Conditions.Terminating
 }
 
-// end asks Kill for each endpoint of a managed broker.
-func (w *Watcher) end(ctx context.Context, eps []endpoint) {
+// end asks Kill for each endpoint of a managed broker, and returns those
+// endpoints.
+func (w *Watcher) end(ctx context.Context, eps []endpoint) (managed []endpoint) {
 	for _, ep := range eps {
 		log := w.Log.With(slog.String("pod", ep.namespace+"/"+ep.pod), slog.Any("endpoints", ep.dead))
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -151,6 +172,7 @@ func (w *Watcher) end(ctx context.Context, eps []endpoint) {
 		case !slices.ContainsFunc(p.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == contract.ConditionHealthy }):
 			continue // not AMF's: its clients are not ours to move
 		}
+		managed = append(managed, ep)
 		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		start := time.Now()
 		flows, sockets, err := w.Kill(kctx, ep.dead)
@@ -160,5 +182,35 @@ func (w *Watcher) end(ctx context.Context, eps []endpoint) {
 			continue
 		}
 		log.Info("connkill: the node's connections to a retired broker ended", slog.Int("flows", flows), slog.Int("sockets", sockets), slog.Duration("took", time.Since(start)))
+	}
+	return managed
+}
+
+// again sweeps ep at each of the Again delays after now (see DefaultAgain),
+// saying only what it found.
+func (w *Watcher) again(ctx context.Context, ep endpoint) {
+	delays := w.Again
+	if delays == nil {
+		delays = DefaultAgain
+	}
+	log := w.Log.With(slog.String("pod", ep.namespace+"/"+ep.pod), slog.Any("endpoints", ep.dead))
+	t0 := time.Now()
+	for _, d := range delays {
+		t := time.NewTimer(time.Until(t0.Add(d)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		flows, sockets, err := w.Kill(kctx, ep.dead)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("connkill: a later sweep of a retired broker's connections failed", slog.Duration("after", d), slog.String("error", err.Error()))
+		case flows > 0:
+			log.Info("connkill: connections made to a retired broker after its end, ended", slog.Duration("after", d), slog.Int("flows", flows), slog.Int("sockets", sockets))
+		}
 	}
 }

@@ -42,7 +42,8 @@ func (k *kills) kill(_ context.Context, dead []netip.AddrPort) (int, int, error)
 // pods behind Services, a broker with the readiness gate amf.io/healthy and
 // another app without it, each kept terminating by a finalizer once
 // deleted (as a pod on a lost node stays). The broker's deletion asks Kill
-// for its endpoint's TCP ports; the other app's asks nothing.
+// for its endpoint's TCP ports, and again at each later sweep; the other
+// app's asks nothing.
 func TestTheWatcherAsksToEndTheConnectionsOfARetiredBrokerOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -59,7 +60,7 @@ func TestTheWatcherAsksToEndTheConnectionsOfARetiredBrokerOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &kills{ch: make(chan struct{}, 8)}
-	w := &connkill.Watcher{Client: cs, Kill: k.kill}
+	w := &connkill.Watcher{Client: cs, Kill: k.kill, Again: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}}
 	wctx, wcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
@@ -113,18 +114,22 @@ func TestTheWatcherAsksToEndTheConnectionsOfARetiredBrokerOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case <-k.ch:
-	case <-ctx.Done():
-		t.Fatal("no request to end the retired broker's connections")
+	// The first request, then one per later sweep (Watcher.Again).
+	for i := range 3 {
+		select {
+		case <-k.ch:
+		case <-ctx.Done():
+			t.Fatalf("%d requests to end the retired broker's connections, want 3", i)
+		}
 	}
-	k.mu.Lock()
-	got := k.got[0]
-	k.mu.Unlock()
 	ip := netip.MustParseAddr(pods["broker"])
 	want := []netip.AddrPort{netip.AddrPortFrom(ip, 1883), netip.AddrPortFrom(ip, 9001)}
-	slices.SortFunc(got, func(a, b netip.AddrPort) int { return a.Compare(b) })
-	if !slices.Equal(got, want) {
-		t.Errorf("asked to end %v, want the broker's %v (and nothing of web at %s)", got, want, pods["web"])
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, got := range k.got {
+		slices.SortFunc(got, func(a, b netip.AddrPort) int { return a.Compare(b) })
+		if !slices.Equal(got, want) {
+			t.Errorf("request %d: asked to end %v, want the broker's %v (and nothing of web at %s)", i, got, want, pods["web"])
+		}
 	}
 }

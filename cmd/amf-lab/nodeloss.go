@@ -28,6 +28,7 @@ func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer)
 	slow := fs.Duration("slow", 0, "after the cuts, hold the primary's node at --slow-cpu, saturated by a busy pod, this long: a slow node must not be failed over (0: skip)")
 	slowCPU := fs.Float64("slow-cpu", 0.7, "the slow node's CPU quota (cores; not below the broker pod's)")
 	partitions := fs.Int("partitions", 0, "after the cuts, partitions of the primary's node (it runs on): the fence, the failover and the heal measured (0: skip)")
+	crashes := fs.Int("crashes", 0, "after the cuts, crashes of the primary's broker (its processes killed): the failover its node's agent makes at once, and the clients (0: skip)")
 	clientWait := fs.Duration("client-wait", 2*time.Minute, "after each cut, the longest wait for the directly connected clients (a pod's, through the ClusterIP; the LAN's, through a NodePort) to be served again (negative: no clients)")
 	keep := fs.Bool("keep", false, "keep the run's files")
 	verbose := fs.Bool("v", false, "log the nodes and the control plane to standard error")
@@ -56,7 +57,7 @@ func benchNodeLoss(ctx context.Context, args []string, stdout, stderr io.Writer)
 		os.RemoveAll(dir)
 	}()
 	cfg := nodeloss.BenchConfig{Cuts: *cuts, Repo: repo, WorkDir: dir, K8sToleration: *tol, K8sWait: *wait,
-		Slow: *slow, SlowCPU: *slowCPU, Partitions: *partitions, ClientWait: *clientWait, Progress: stderr}
+		Slow: *slow, SlowCPU: *slowCPU, Partitions: *partitions, Crashes: *crashes, ClientWait: *clientWait, Progress: stderr}
 	if *verbose {
 		cfg.Log = func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }
 	} else {

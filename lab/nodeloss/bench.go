@@ -47,6 +47,9 @@ type BenchConfig struct {
 	// follow the cuts (0: none): the node runs on, its agent fences, its
 	// guard fails it over, and one primary remains after the heal.
 	Partitions int
+	// Crashes is how many crashes of the primary's broker (its processes
+	// killed) follow the cuts: the agent of its node fails it over at once.
+	Crashes int
 	// ClientWait bounds the wait for the directly connected clients after a
 	// cut (default 2 min; paho alone notices a dead broker ≈ 40 s after its
 	// last answer at a 30 s keep-alive); negative: no clients.
@@ -101,6 +104,20 @@ type Partition struct {
 	// Clients are the directly connected clients' figures (on the near
 	// side: the node no fault touches).
 	Clients []ClientCut `json:"clients,omitempty"`
+	// FarClients are those of a pod on the partitioned node itself,
+	// connected to the primary there: seconds after the heal (LostS
+	// negative: lost during the partition).
+	FarClients []ClientCut `json:"far_clients,omitempty"`
+}
+
+// Crash is one crash's figures, seconds after the broker was killed.
+type Crash struct {
+	Node string `json:"node"`
+	// FailoverS: the agent of the node retired the primary.
+	FailoverS    float64     `json:"failover_s"`
+	SOTS         float64     `json:"sot_s"`
+	LostMessages int         `json:"lost_messages"`
+	Clients      []ClientCut `json:"clients,omitempty"`
 }
 
 // BenchReport is the result; its JSON is the bench's last line.
@@ -149,8 +166,19 @@ type BenchReport struct {
 	PartHealMax      float64 `json:"partition_heal_max_s,omitempty"`
 	// PartClientSOTMax is the slowest client's figure over the partitions
 	// (a client not served within the wait counts as the wait).
-	PartClientSOTMax float64     `json:"partition_client_sot_max_s,omitempty"`
+	PartClientSOTMax float64 `json:"partition_client_sot_max_s,omitempty"`
+	// PartFarClientMax is the slowest far-side client's figure, from the
+	// heal (a client not served within the wait counts as the wait).
+	PartFarClientMax float64     `json:"partition_far_client_heal_max_s,omitempty"`
 	PerPartition     []Partition `json:"per_partition,omitempty"`
+	// The crashes (--crashes), when run: the failover and the clients, from
+	// the kill.
+	Crashes           int     `json:"crashes,omitempty"`
+	CrashFailoverP50  float64 `json:"crash_failover_p50_s,omitempty"`
+	CrashFailoverMax  float64 `json:"crash_failover_max_s,omitempty"`
+	CrashClientSOTP50 float64 `json:"crash_client_sot_p50_s,omitempty"`
+	CrashClientSOTMax float64 `json:"crash_client_sot_max_s,omitempty"`
+	PerCrash          []Crash `json:"per_crash,omitempty"`
 }
 
 // RunBench starts a control plane, three lab nodes and a Pair, cuts the
@@ -158,7 +186,7 @@ type BenchReport struct {
 // nodes 0 and 1; each cut is restored and one primary awaited before the
 // next), then, with the pair removed, runs one plain broker as Kubernetes
 // alone would and cuts its node.
-func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
+func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) {
 	if cfg.Cuts <= 0 {
 		cfg.Cuts = 10
 	}
@@ -207,6 +235,11 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		return nil, err
 	}
 	defer p.Stop()
+	defer func() {
+		if err != nil {
+			saveAgentLogs(cfg.WorkDir, p, say)
+		}
+	}()
 	var clients *Clients
 	if cfg.ClientWait >= 0 {
 		if cfg.ClientWait == 0 {
@@ -234,12 +267,10 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		}
 		var marks []int
 		if clients != nil {
-			if err := clients.OntoPrimary(ctx, cl.Nodes[2], old); err != nil {
+			if err := clients.OntoPrimary(ctx, old); err != nil {
 				return nil, fmt.Errorf("cut %d: %w", i, err)
 			}
-			for _, c := range clients.List {
-				marks = append(marks, c.Mark())
-			}
+			marks = clients.Marks()
 		}
 		cut, err := pn.PowerCut(ctx)
 		if err != nil {
@@ -253,7 +284,11 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		c := Cut{Node: pn.Name, LostS: f.Lost.Sub(cut.At).Seconds(), FailoverS: f.Retired.Sub(cut.At).Seconds(),
 			SOTS: f.MaxGap.Seconds(), LostMessages: f.LostMessages}
 		if clients != nil {
-			c.Clients = clients.Served(ctx, marks, cut.At, cfg.ClientWait)
+			newPod, err := p.PodOf(ctx, standby)
+			if err != nil {
+				return nil, fmt.Errorf("cut %d: %w", i, err)
+			}
+			c.Clients = clients.Served(ctx, marks, cut.At, cfg.ClientWait, newPod)
 			for _, cc := range c.Clients {
 				say("cut %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)
 			}
@@ -270,14 +305,46 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 		roles[0], roles[1] = roles[1], roles[0]
 		at[0], at[1] = at[1], at[0]
 	}
+	for i := 1; i <= cfg.Crashes; i++ {
+		cr, err := crash(ctx, p, at[0], at[1], roles, clients, cfg.ClientWait)
+		if err != nil {
+			return nil, fmt.Errorf("crash %d: %w", i, err)
+		}
+		rep.PerCrash = append(rep.PerCrash, cr)
+		for _, cc := range cr.Clients {
+			say("crash %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)
+		}
+		say("crash %d on %s: failed over after %.2f s, longest interval between fresh messages %.3f s, %d lost", i, cr.Node, cr.FailoverS, cr.SOTS, cr.LostMessages)
+		roles[0], roles[1] = roles[1], roles[0]
+		at[0], at[1] = at[1], at[0]
+	}
+	rep.crashFigures(cfg.ClientWait)
+	// The far side of a partition: a client in a pod on each node of the
+	// pair, connected to the primary on its own node when that node is cut
+	// off.
+	far := map[string]*Clients{}
+	if clients != nil && cfg.Partitions > 0 {
+		for _, n := range at {
+			say("far-side clients: a pod on %s, through the Service's ClusterIP, keep-alive 30 s", n.Name)
+			fc, err := p.StartClients(ctx, n, nil, []time.Duration{30 * time.Second})
+			if err != nil {
+				return nil, err
+			}
+			defer fc.Stop()
+			far[n.Name] = fc
+		}
+	}
 	for i := 1; i <= cfg.Partitions; i++ {
-		pt, err := partition(ctx, p, at[0], at[1], roles, clients, cl.Nodes[2], cfg.ClientWait)
+		pt, err := partition(ctx, p, at[0], at[1], roles, clients, far[at[0].Name], cfg.ClientWait)
 		if err != nil {
 			return nil, fmt.Errorf("partition %d: %w", i, err)
 		}
 		rep.PerPartition = append(rep.PerPartition, pt)
 		for _, cc := range pt.Clients {
 			say("partition %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)
+		}
+		for _, cc := range pt.FarClients {
+			say("partition %d: far-side client %s lost its connection %.2f s after the heal, served again by the new primary %.2f s after it", i, cc.Client, cc.LostS, cc.ServedS)
 		}
 		say("partition %d of %s: fenced after %.2f s, broker seen paused after %.2f s, lost after %.2f s, failed over after %.2f s, still paused %v; longest interval between fresh messages %.3f s, %d lost; one primary %.2f s after the heal",
 			i, pt.Node, pt.FenceS, pt.PausedS, pt.LostS, pt.FailoverS, pt.StayedPaused, pt.SOTS, pt.LostMessages, pt.HealS)
@@ -295,6 +362,12 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 					rep.PartClientSOTMax = max(rep.PartClientSOTMax, cfg.ClientWait.Seconds())
 				}
 				rep.PartClientSOTMax = max(rep.PartClientSOTMax, cc.ServedS)
+			}
+			for _, cc := range pt.FarClients {
+				if cc.ServedS < 0 {
+					rep.PartFarClientMax = max(rep.PartFarClientMax, cfg.ClientWait.Seconds())
+				}
+				rep.PartFarClientMax = max(rep.PartFarClientMax, cc.ServedS)
 			}
 			if pt.FencedFirst {
 				rep.PartFencedFirst++
@@ -319,7 +392,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 			}
 		}
 	}
-	rep.FalseFail = max(retired-cfg.Cuts-len(rep.PerPartition), 0)
+	rep.FalseFail = max(retired-cfg.Cuts-len(rep.PerPartition)-len(rep.PerCrash), 0)
 	var sot, fo, lost []float64
 	for _, c := range rep.PerCut {
 		sot, fo, lost = append(sot, c.SOTS), append(fo, c.FailoverS), append(lost, c.LostS)
@@ -342,8 +415,9 @@ func RunBench(ctx context.Context, cfg BenchConfig) (*BenchReport, error) {
 }
 
 // partition partitions the primary's node pn (its standby's on sn) and
-// measures the fence, the failover and the heal.
-func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string, clients *Clients, clientsAt *kubenode.Node, clientWait time.Duration) (Partition, error) {
+// measures the fence, the failover and the heal; the clients on the near
+// side from the partition, those on pn (far) from the heal.
+func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string, clients, far *Clients, clientWait time.Duration) (Partition, error) {
 	primary, standby := roles[0], roles[1]
 	if err := p.WaitPair(ctx, primary, standby, pn.Name, sn.Name); err != nil {
 		return Partition{}, err
@@ -352,14 +426,19 @@ func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]str
 	if err != nil {
 		return Partition{}, err
 	}
-	var marks []int
+	var marks, farMarks []int
+	for _, c := range []*Clients{clients, far} {
+		if c != nil {
+			if err := c.OntoPrimary(ctx, old); err != nil {
+				return Partition{}, err
+			}
+		}
+	}
 	if clients != nil {
-		if err := clients.OntoPrimary(ctx, clientsAt, old); err != nil {
-			return Partition{}, err
-		}
-		for _, c := range clients.List {
-			marks = append(marks, c.Mark())
-		}
+		marks = clients.Marks()
+	}
+	if far != nil {
+		farMarks = far.Marks()
 	}
 	at := time.Now()
 	if err := pn.Partition(ctx); err != nil {
@@ -376,13 +455,22 @@ func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]str
 	}
 	pt.LostS, pt.FailoverS, pt.SOTS, pt.LostMessages = f.Lost.Sub(at).Seconds(), f.Retired.Sub(at).Seconds(), f.MaxGap.Seconds(), f.LostMessages
 	pt.StayedPaused, _, _ = p.BrokerPaused(ctx, old)
-	if clients != nil {
-		pt.Clients = clients.Served(ctx, marks, at, clientWait)
+	newPod, err := p.PodOf(ctx, standby)
+	if err != nil {
+		return pt, err
 	}
+	if clients != nil {
+		pt.Clients = clients.Served(ctx, marks, at, clientWait, newPod)
+	}
+	// The heal is the link back; Restore then waits for the node's
+	// readiness, which the far side's clients do not.
+	healed := time.Now()
 	if err := p.Restore(ctx, pn); err != nil {
 		return pt, fmt.Errorf("restore: %w", err)
 	}
-	healed := time.Now()
+	if far != nil {
+		pt.FarClients = far.Served(ctx, farMarks, healed, clientWait, newPod)
+	}
 	fence, err := p.WaitLine(ctx, pn.Name, "fence", at, pn.Name)
 	if err != nil {
 		return pt, err
@@ -393,6 +481,88 @@ func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]str
 	}
 	pt.HealS = time.Since(healed).Seconds()
 	return pt, nil
+}
+
+// crash kills the broker of the primary (on pn, its standby on sn) and
+// measures the failover its node's agent makes at once, and the clients.
+func crash(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string, clients *Clients, clientWait time.Duration) (Crash, error) {
+	primary, standby := roles[0], roles[1]
+	if err := p.WaitPair(ctx, primary, standby, pn.Name, sn.Name); err != nil {
+		return Crash{}, err
+	}
+	old, err := p.PodOf(ctx, primary)
+	if err != nil {
+		return Crash{}, err
+	}
+	newPod, err := p.PodOf(ctx, standby)
+	if err != nil {
+		return Crash{}, err
+	}
+	var marks []int
+	if clients != nil {
+		if err := clients.OntoPrimary(ctx, old); err != nil {
+			return Crash{}, err
+		}
+		marks = clients.Marks()
+	}
+	at, err := p.CrashBroker(ctx, old)
+	if err != nil {
+		return Crash{}, err
+	}
+	f, err := p.waitExchanged(ctx, primary, standby, old, at, time.Minute)
+	if err != nil {
+		return Crash{}, err
+	}
+	retired, err := p.waitLine(ctx, pn.Name, "the RetirePrimary decision", func(l testbed.AgentLine) bool {
+		return l.Msg == "decision" && l.Action == "RetirePrimary" && l.Deployment == BrokerNamespace+"/"+primary && l.Time.After(at) && l.Error == ""
+	})
+	if err != nil {
+		return Crash{}, err
+	}
+	cr := Crash{Node: pn.Name, FailoverS: retired.Sub(at).Seconds(), SOTS: f.MaxGap.Seconds(), LostMessages: f.LostMessages}
+	if clients != nil {
+		cr.Clients = clients.Served(ctx, marks, at, clientWait, newPod)
+	}
+	return cr, p.WaitOnePrimary(ctx, standby, primary, old)
+}
+
+// crashFigures sums the crashes up.
+func (r *BenchReport) crashFigures(wait time.Duration) {
+	if len(r.PerCrash) == 0 {
+		return
+	}
+	var fo, cls []float64
+	for _, c := range r.PerCrash {
+		fo = append(fo, c.FailoverS)
+		for _, cc := range c.Clients {
+			s := cc.ServedS
+			if s < 0 {
+				s = wait.Seconds()
+			}
+			cls = append(cls, s)
+		}
+	}
+	r.Crashes = len(r.PerCrash)
+	r.CrashFailoverP50, r.CrashFailoverMax = quantile(fo, 0.5), quantile(fo, 1)
+	r.CrashClientSOTP50, r.CrashClientSOTMax = quantile(cls, 0.5), quantile(cls, 1)
+}
+
+// saveAgentLogs writes what each agent logged into dir (agent-NODE.log),
+// for a run that failed.
+func saveAgentLogs(dir string, p *Pair, say func(string, ...any)) {
+	for node, ag := range p.Agents {
+		var b strings.Builder
+		for _, l := range ag.Lines() {
+			b.WriteString(l.Raw)
+			b.WriteByte('\n')
+		}
+		path := filepath.Join(dir, "agent-"+node+".log")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			say("the agents' logs: %v", err)
+			return
+		}
+		say("the agent on %s logged into %s", node, path)
+	}
 }
 
 // quantile is the nearest-rank quantile q of xs (0 if empty).
@@ -537,6 +707,15 @@ func PrintBench(w io.Writer, r *BenchReport) {
 		fmt.Fprintf(w, "partition %d %s: fenced %.2f s (before lost: %v), paused %.2f s, lost %.2f s, failover %.2f s, still paused %v, SOT %.3f s, %d messages lost, one primary %.2f s after the heal\n",
 			i+1, pt.Node, pt.FenceS, pt.FencedFirst, pt.PausedS, pt.LostS, pt.FailoverS, pt.StayedPaused, pt.SOTS, pt.LostMessages, pt.HealS)
 		for _, cc := range pt.Clients {
+			fmt.Fprintf(w, "  client %s: its connection lost after %.2f s, served again after %.2f s\n", cc.Client, cc.LostS, cc.ServedS)
+		}
+		for _, cc := range pt.FarClients {
+			fmt.Fprintf(w, "  far-side client %s: its connection lost %.2f s after the heal, served again %.2f s after it\n", cc.Client, cc.LostS, cc.ServedS)
+		}
+	}
+	for i, c := range r.PerCrash {
+		fmt.Fprintf(w, "crash %d %s: failover %.2f s, SOT %.3f s, %d messages lost\n", i+1, c.Node, c.FailoverS, c.SOTS, c.LostMessages)
+		for _, cc := range c.Clients {
 			fmt.Fprintf(w, "  client %s: its connection lost after %.2f s, served again after %.2f s\n", cc.Client, cc.LostS, cc.ServedS)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -52,6 +53,7 @@ type Client struct {
 	mq    paho.Client
 	epoch int               // connections made so far
 	on    string            // the broker (pod) the current connection reached
+	onOf  map[int]string    // the broker each connection reached
 	first map[int]time.Time // the first own message received on each connection
 	lost  map[int]time.Time // when each connection was lost
 	stop  chan struct{}
@@ -59,15 +61,18 @@ type Client struct {
 }
 
 // Clients are a Pair's directly connected clients: the Service edge-broker
-// (NodePort) over both edge brokers, a pod on the node that survives every
-// cut, and in it and in the LAN a client of each kind at each keep-alive.
+// (NodePort) over both edge brokers, a pod on a node, and in it (and in the
+// LAN, through that node's NodePort) a client of each kind at each
+// keep-alive.
 type Clients struct {
 	List []*Client
 	p    *Pair
+	node *kubenode.Node
 }
 
-// StartClients creates the Service and the client pod on node (one that
-// no fault touches) and connects the clients; Stop ends them.
+// StartClients creates the Service (if it is not there yet) and a client
+// pod on node and connects the clients, those of the LAN too unless lan is
+// nil; Stop ends them.
 func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kubenode.LAN, keepAlives []time.Duration) (_ *Clients, err error) {
 	cs := p.Client
 	svc, err := cs.CoreV1().Services(BrokerNamespace).Create(ctx, &corev1.Service{
@@ -75,11 +80,15 @@ func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kuben
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app.kubernetes.io/name": "edge-broker"},
 			Ports: []corev1.ServicePort{{Name: "mqtt", Port: 1883, TargetPort: intstr.FromString("mqtt")}}},
 	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		svc, err = cs.CoreV1().Services(BrokerNamespace).Get(ctx, "edge-broker", metav1.GetOptions{})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the Service edge-broker: %w", err)
 	}
+	podName := "clients-" + node.Name
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "clients", Labels: map[string]string{"app": "clients"}},
+		ObjectMeta: metav1.ObjectMeta{Name: podName, Labels: map[string]string{"app": "clients"}},
 		Spec: corev1.PodSpec{NodeName: node.Name,
 			Containers: []corev1.Container{{Name: "pause", Image: images.PauseRef, ImagePullPolicy: corev1.PullNever}}},
 	}
@@ -88,13 +97,13 @@ func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kuben
 	}
 	var pid int
 	if err := eventually(ctx, "the client pod runs", time.Minute, func() (bool, string) {
-		pid, err = node.ContainerPID(ctx, BrokerNamespace, "clients", "pause")
+		pid, err = node.ContainerPID(ctx, BrokerNamespace, podName, "pause")
 		return err == nil, fmt.Sprint(err)
 	}); err != nil {
 		return nil, err
 	}
 	podNetns := fmt.Sprintf("/proc/%d/ns/net", pid)
-	c := &Clients{p: p}
+	c := &Clients{p: p, node: node}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -104,8 +113,11 @@ func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kuben
 	nodePort := net.JoinHostPort(node.IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
 	for _, ka := range keepAlives {
 		for _, k := range []ClientKind{InPod, NodePort} {
-			cl := &Client{Kind: k, KeepAlive: ka, Name: fmt.Sprintf("%s-%ds", k, int(ka.Seconds())),
-				first: map[int]time.Time{}, lost: map[int]time.Time{}}
+			if k == NodePort && lan == nil {
+				continue
+			}
+			cl := &Client{Kind: k, KeepAlive: ka, Name: fmt.Sprintf("%s-%s-%ds", k, node.Name, int(ka.Seconds())),
+				onOf: map[int]string{}, first: map[int]time.Time{}, lost: map[int]time.Time{}}
 			ns, addr := podNetns, cluster
 			if k == NodePort {
 				ns, addr = lan.NetNS, nodePort
@@ -127,11 +139,12 @@ func (c *Clients) Stop() {
 }
 
 // OntoPrimary tells each edge broker its pod's name (retained on
-// whoamiTopic, published in node's network to the pods' IPs), then
-// reconnects each client until it reached pod, the primary: the Service
-// spreads connections over both brokers of a hot pair, and a client of the
-// standby would not see the primary's loss at all.
-func (c *Clients) OntoPrimary(ctx context.Context, node *kubenode.Node, pod string) error {
+// whoamiTopic, published in the clients' node's network to the pods' IPs),
+// then reconnects each client until it reached pod, the primary: the
+// Service spreads connections over both brokers of a hot pair, and a client
+// of the standby would not see the primary's loss at all.
+func (c *Clients) OntoPrimary(ctx context.Context, pod string) error {
+	node := c.node
 	pods, err := c.p.Client.CoreV1().Pods(BrokerNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=edge-broker"})
 	if err != nil {
 		return err
@@ -170,15 +183,26 @@ func (cl *Client) Mark() int {
 	return cl.epoch
 }
 
+// Marks are the Mark of each client of c, in List's order.
+func (c *Clients) Marks() []int {
+	var marks []int
+	for _, cl := range c.List {
+		marks = append(marks, cl.Mark())
+	}
+	return marks
+}
+
 // ServedAgain returns when the client, after the connection mark, first
-// received its own message on a later connection (served by whichever
-// broker it reached then), and when it lost the connection mark; zero
-// times where it has not (yet).
-func (cl *Client) ServedAgain(mark int) (served, lost time.Time) {
+// received its own message on a later connection to the broker by (its pod;
+// "": any), and when it lost the connection mark; zero times where it has
+// not (yet). A later connection to another broker (a crashed primary
+// restarted in place before it was retired, say) is not the new primary
+// serving it.
+func (cl *Client) ServedAgain(mark int, by string) (served, lost time.Time) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	for e, t := range cl.first {
-		if e > mark && (served.IsZero() || t.Before(served)) {
+		if e > mark && (by == "" || cl.onOf[e] == by) && (served.IsZero() || t.Before(served)) {
 			served = t
 		}
 	}
@@ -211,6 +235,7 @@ func (cl *Client) connect(ctx context.Context) {
 			m.Subscribe(whoamiTopic, 1, func(_ paho.Client, msg paho.Message) {
 				cl.mu.Lock()
 				cl.on = string(msg.Payload())
+				cl.onOf[cl.epoch] = cl.on
 				cl.mu.Unlock()
 			})
 			m.Subscribe(topic, 1, func(paho.Client, paho.Message) {
@@ -291,12 +316,14 @@ func tell(ctx context.Context, node *kubenode.Node, addr, name string) error {
 	return nil
 }
 
-// Served waits (at most wait after the cut) until every client is served
-// again on a connection after its mark, and returns each one's figures.
-func (c *Clients) Served(ctx context.Context, marks []int, cut time.Time, wait time.Duration) []ClientCut {
-	_ = eventually(ctx, "every client served again", wait-time.Since(cut), func() (bool, string) {
+// Served waits (at most wait after from: the fault, or the heal) until
+// every client is served again by the broker by (its pod; "": any) on a
+// connection after its mark, and returns each one's figures, seconds after
+// from.
+func (c *Clients) Served(ctx context.Context, marks []int, from time.Time, wait time.Duration, by string) []ClientCut {
+	_ = eventually(ctx, "every client served again", wait-time.Since(from), func() (bool, string) {
 		for i, cl := range c.List {
-			if s, _ := cl.ServedAgain(marks[i]); s.IsZero() {
+			if s, _ := cl.ServedAgain(marks[i], by); s.IsZero() {
 				return false, cl.Name + " not yet"
 			}
 		}
@@ -306,11 +333,11 @@ func (c *Clients) Served(ctx context.Context, marks []int, cut time.Time, wait t
 		if t.IsZero() {
 			return -1
 		}
-		return t.Sub(cut).Seconds()
+		return t.Sub(from).Seconds()
 	}
 	var out []ClientCut
 	for i, cl := range c.List {
-		served, lost := cl.ServedAgain(marks[i])
+		served, lost := cl.ServedAgain(marks[i], by)
 		out = append(out, ClientCut{Client: cl.Name, Kind: cl.Kind, KeepAlive: cl.KeepAlive.Seconds(), LostS: since(lost), ServedS: since(served)})
 	}
 	return out

@@ -121,13 +121,10 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := clients.OntoPrimary(ctx, cl.Nodes[2], oldPod); err != nil {
+	if err := clients.OntoPrimary(ctx, oldPod); err != nil {
 		t.Fatal(err)
 	}
-	var marks []int
-	for _, c := range clients.List {
-		marks = append(marks, c.Mark())
-	}
+	marks := clients.Marks()
 	cut, err := nA.PowerCut(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +135,11 @@ func TestHotStandbyTakesOverFromALostNodeAndOnePrimaryRemains(t *testing.T) {
 	}
 	check("power cut", cut.At, f, nA.Name, nB.Name)
 	// paho alone would notice the dead broker ≈ 40 s after its last answer.
-	for _, cc := range clients.Served(ctx, marks, cut.At, 30*time.Second) {
+	newPod, err := p.PodOf(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cc := range clients.Served(ctx, marks, cut.At, 30*time.Second, newPod) {
 		t.Logf("power cut: client %s (%s) lost its connection after %.2f s, served again by the new primary after %.2f s", cc.Client, cc.Kind, cc.LostS, cc.ServedS)
 		if cc.ServedS < 0 || cc.ServedS > clientBound.Seconds() {
 			t.Errorf("power cut: client %s served again after %.2f s (-1: not within 30 s), want within %v", cc.Client, cc.ServedS, clientBound)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -259,6 +260,25 @@ type Failover struct {
 // it may be back at 1 already, the new hot standby to be), the roles
 // exchanged, the new primary Ready.
 func (p *Pair) WaitFailover(ctx context.Context, primary, standby, oldPod string, faultAt time.Time, lostNode, guardNode string, timeout time.Duration) (Failover, error) {
+	f, err := p.waitExchanged(ctx, primary, standby, oldPod, faultAt, timeout)
+	if err != nil {
+		return f, err
+	}
+	if f.Lost, err = p.WaitLine(ctx, guardNode, "guarded node lost", faultAt, lostNode); err != nil {
+		return f, err
+	}
+	if f.Retired, err = p.waitLine(ctx, guardNode, "the RetirePrimary decision", func(l testbed.AgentLine) bool {
+		return l.Msg == "decision" && l.Action == "RetirePrimary" && l.Deployment == BrokerNamespace+"/"+primary && l.Time.After(faultAt) && l.Error == ""
+	}); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// waitExchanged is WaitFailover as the API and the probe show it: the
+// roles exchanged, the new primary Ready, the old pod marked for deletion,
+// and the probe's figures from the fault until then.
+func (p *Pair) waitExchanged(ctx context.Context, primary, standby, oldPod string, faultAt time.Time, timeout time.Duration) (Failover, error) {
 	var f Failover
 	if err := eventually(ctx, "the standby becomes the primary", timeout, func() (bool, string) {
 		pd, sd := p.dep(ctx, primary), p.dep(ctx, standby)
@@ -275,15 +295,6 @@ func (p *Pair) WaitFailover(ctx context.Context, primary, standby, oldPod string
 		deleted := apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil)
 		ok := deleted && sd.Annotations[contract.AnnRole] == "primary" && pd.Annotations[contract.AnnRole] == "standby" && ready(sd)
 		return ok, fmt.Sprintf("old pod %s deleted %v (%v); %s; %s", oldPod, deleted, err, describe(pd), describe(sd))
-	}); err != nil {
-		return f, err
-	}
-	var err error
-	if f.Lost, err = p.WaitLine(ctx, guardNode, "guarded node lost", faultAt, lostNode); err != nil {
-		return f, err
-	}
-	if f.Retired, err = p.waitLine(ctx, guardNode, "the RetirePrimary decision", func(l testbed.AgentLine) bool {
-		return l.Msg == "decision" && l.Action == "RetirePrimary" && l.Deployment == BrokerNamespace+"/"+primary && l.Time.After(faultAt) && l.Error == ""
 	}); err != nil {
 		return f, err
 	}
@@ -349,26 +360,16 @@ func (p *Pair) WaitOnePrimary(ctx context.Context, primary, standby, oldPod stri
 // the host's /proc: the container's ID is its cgroup's last element. It
 // names what it saw.
 func (p *Pair) BrokerPaused(ctx context.Context, pod string) (bool, string, error) {
-	pd, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
+	c, err := p.brokerContainer(ctx, pod)
 	if err != nil {
 		return false, "", err
 	}
-	var id string
-	for _, cs := range pd.Status.ContainerStatuses {
-		if cs.Name == testbed.BrokerContainer {
-			_, id, _ = strings.Cut(cs.ContainerID, "://")
-		}
-	}
-	if id == "" {
-		return false, "", fmt.Errorf("pod %s: no %s container ID in its status", pod, testbed.BrokerContainer)
-	}
-	c := pause.Container{Leaf: id}
 	pids, err := c.PIDs()
 	if err != nil {
 		return false, "", err
 	}
 	if len(pids) == 0 {
-		return false, "no process of container " + id[:12], nil
+		return false, "no process of container " + c.Leaf[:12], nil
 	}
 	var states []string
 	all := true
@@ -381,6 +382,48 @@ func (p *Pair) BrokerPaused(ctx context.Context, pod string) (bool, string, erro
 		states = append(states, fmt.Sprintf("%d stopped=%v", pid, stopped))
 	}
 	return all, strings.Join(states, ", "), nil
+}
+
+// brokerContainer is pod's broker container (testbed's, "mosquitto"),
+// found on the host by its ID, its cgroup's last element.
+func (p *Pair) brokerContainer(ctx context.Context, pod string) (pause.Container, error) {
+	pd, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return pause.Container{}, err
+	}
+	var id string
+	for _, cs := range pd.Status.ContainerStatuses {
+		if cs.Name == testbed.BrokerContainer {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		return pause.Container{}, fmt.Errorf("pod %s: no %s container ID in its status", pod, testbed.BrokerContainer)
+	}
+	return pause.Container{Leaf: id}, nil
+}
+
+// CrashBroker kills (SIGKILL) every process of pod's broker container, as
+// a crash of the broker does, and returns when.
+func (p *Pair) CrashBroker(ctx context.Context, pod string) (time.Time, error) {
+	c, err := p.brokerContainer(ctx, pod)
+	if err != nil {
+		return time.Time{}, err
+	}
+	pids, err := c.PIDs()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(pids) == 0 {
+		return time.Time{}, fmt.Errorf("pod %s: no process in its broker container %s", pod, c.Leaf[:12])
+	}
+	at := time.Now()
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return at, fmt.Errorf("pod %s: kill %d: %w", pod, pid, err)
+		}
+	}
+	return at, nil
 }
 
 // WaitBrokerPaused waits until every process of pod's broker is stopped.

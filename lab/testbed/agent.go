@@ -46,6 +46,8 @@ type AgentLine struct {
 	// Node is the node of the agent's liveness lines ("guarded node lost",
 	// "fence").
 	Node string `json:"node"`
+	// Raw is the whole line, as logged.
+	Raw string `json:"-"`
 }
 
 // Agent is the agent DaemonSet's pod on a node (DeployAgent) and what it logged.
@@ -70,6 +72,7 @@ func (a *Agent) onLine(s string) {
 	if json.Unmarshal([]byte(s), &l) != nil || l.Msg == "" {
 		return
 	}
+	l.Raw = s
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.lines = append(a.lines, l)

@@ -146,6 +146,12 @@ type BenchReport struct {
 	K8sSOT               float64 `json:"k8s_sot_s"` // -1: not run; the wait bound if the path never came back
 	K8sTolS              float64 `json:"k8s_toleration_s"`
 	K8sBack              bool    `json:"k8s_back"` // the path came back within K8sWait
+	// The same four clients of the plain broker, through its Service, from
+	// the cut (-1: not run; a client not served within K8sWait counts as
+	// the wait).
+	K8sClientSOTP50 float64     `json:"k8s_client_sot_p50_s,omitempty"`
+	K8sClientSOTMax float64     `json:"k8s_client_sot_max_s,omitempty"`
+	K8sClients      []ClientCut `json:"k8s_clients,omitempty"`
 	FalseFail            int     `json:"false_failovers"`
 	PerCut               []Cut   `json:"per_cut"`
 	// The slow node (BenchConfig.Slow): how long, at what CPU, the share of
@@ -402,14 +408,32 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 	rep.clientFigures(cfg.ClientWait)
 
 	if cfg.K8sToleration > 0 {
+		// The pair's clients go with the pair: their Service's NodePort may
+		// be the plain broker's next, and their client IDs are the same.
+		if clients != nil {
+			clients.Stop()
+		}
+		for _, fc := range far {
+			fc.Stop()
+		}
 		rep.K8sTolS = cfg.K8sToleration.Seconds()
 		say("Kubernetes alone: one plain broker, toleration %v; the pair removed", cfg.K8sToleration)
-		sot, back, err := k8sAlone(ctx, p, cl, cfg)
+		sot, back, k8sClients, err := k8sAlone(ctx, p, cl, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes alone: %w", err)
 		}
-		rep.K8sSOT, rep.K8sBack = sot.Seconds(), back
+		rep.K8sSOT, rep.K8sBack, rep.K8sClients = sot.Seconds(), back, k8sClients
 		say("Kubernetes alone: service path back after %.1f s (back: %v)", rep.K8sSOT, back)
+		var xs []float64
+		for _, cc := range k8sClients {
+			say("Kubernetes alone: client %s lost its connection after %.2f s, served again after %.2f s", cc.Client, cc.LostS, cc.ServedS)
+			s := cc.ServedS
+			if s < 0 {
+				s = cfg.K8sWait.Seconds()
+			}
+			xs = append(xs, s)
+		}
+		rep.K8sClientSOTP50, rep.K8sClientSOTMax = quantile(xs, 0.5), quantile(xs, 1)
 	}
 	return rep, nil
 }
@@ -579,34 +603,36 @@ func quantile(xs []float64, q float64) float64 {
 // k8sAlone removes the pair, runs the edge broker as Kubernetes alone would
 // (one Deployment, no sidecar, no standby, tolerating not-ready and
 // unreachable for cfg.K8sToleration, kept off node 2, where RDS and OBU
-// run), cuts the power of its node and waits for the service path.
-func k8sAlone(ctx context.Context, p *Pair, cl *kubenode.Cluster, cfg BenchConfig) (time.Duration, bool, error) {
+// run), with the same clients as the pair's (cfg.ClientWait not negative)
+// through a Service of its own, cuts the power of its node and waits for
+// the service path and the clients.
+func k8sAlone(ctx context.Context, p *Pair, cl *kubenode.Cluster, cfg BenchConfig) (_ time.Duration, _ bool, _ []ClientCut, err error) {
 	c := p.Client
 	if err := c.CoreV1().Namespaces().Delete(ctx, BrokerNamespace, metav1.DeleteOptions{}); err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	if err := eventually(ctx, "the pair's namespace gone", 3*time.Minute, func() (bool, string) {
 		_, err := c.CoreV1().Namespaces().Get(ctx, BrokerNamespace, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	}); err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	cordon, _ := json.Marshal(map[string]any{"spec": map[string]any{"unschedulable": true}})
 	if _, err := c.CoreV1().Nodes().Patch(ctx, cl.Nodes[2].Name, types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	const ns = "k8s-alone"
 	ed := testbed.Edge{Namespace: ns, RDS: p.RDS, OBU: p.OBU, Bridge: testbed.DefaultBridge, BrokerPortA: 1883, BrokerImage: images.MosquittoRef, ClientPrefix: "k8s"}
 	objs, err := ed.Reactive()
 	if err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	for _, cm := range objs.ConfigMaps {
 		if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			return 0, false, err
+			return 0, false, nil, err
 		}
 	}
 	d := objs.Deployments[0]
@@ -616,7 +642,7 @@ func k8sAlone(ctx context.Context, p *Pair, cl *kubenode.Cluster, cfg BenchConfi
 		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: tol},
 	}
 	if _, err := c.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	var node string
 	if err := eventually(ctx, "the plain broker Ready", 3*time.Minute, func() (bool, string) {
@@ -633,19 +659,36 @@ func k8sAlone(ctx context.Context, p *Pair, cl *kubenode.Cluster, cfg BenchConfi
 		}
 		return false, pod.Name + " not Ready"
 	}); err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	if err := p.Probe.WaitReceived(ctx, p.Probe.Received()+10); err != nil {
-		return 0, false, fmt.Errorf("no messages through the plain broker: %w", err)
+		return 0, false, nil, fmt.Errorf("no messages through the plain broker: %w", err)
 	}
 	n := p.Node(node)
 	if n == nil {
-		return 0, false, fmt.Errorf("the plain broker runs on %q, not a lab node", node)
+		return 0, false, nil, fmt.Errorf("the plain broker runs on %q, not a lab node", node)
+	}
+	var clients *Clients
+	var marks []int
+	if cfg.ClientWait >= 0 {
+		clients, err = startClients(ctx, c, ns, cl.Nodes[2], cl.LAN, []time.Duration{30 * time.Second, 60 * time.Second})
+		if err != nil {
+			return 0, false, nil, err
+		}
+		defer clients.Stop()
+		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=edge-broker"})
+		if err != nil || len(pods.Items) != 1 {
+			return 0, false, nil, fmt.Errorf("the plain broker's pod: %d found (%v)", len(pods.Items), err)
+		}
+		if err := clients.OntoPrimary(ctx, pods.Items[0].Name); err != nil {
+			return 0, false, nil, err
+		}
+		marks = clients.Marks()
 	}
 	before := p.Probe.Received()
 	cut, err := n.PowerCut(ctx)
 	if err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
 	defer func() { _ = p.Restore(context.WithoutCancel(ctx), n) }()
 	wctx, cancel := context.WithTimeout(ctx, cfg.K8sWait)
@@ -654,14 +697,20 @@ func k8sAlone(ctx context.Context, p *Pair, cl *kubenode.Cluster, cfg BenchConfi
 	// wait for ten more than had arrived by then.
 	back := p.Probe.WaitReceived(wctx, before+10) == nil
 	if ctx.Err() != nil {
-		return 0, false, ctx.Err()
+		return 0, false, nil, ctx.Err()
+	}
+	var served []ClientCut
+	if clients != nil {
+		// Served by the broker that replaced it: a new pod, never told
+		// its name (so any broker).
+		served = clients.Served(ctx, marks, cut.At, cfg.K8sWait, "")
 	}
 	rec := p.Probe.Snapshot()
 	g, ok := rec.MaxGap(cut.At, time.Now())
 	if !ok {
-		return 0, back, errors.New("no probe receipts around the cut")
+		return 0, back, nil, errors.New("no probe receipts around the cut")
 	}
-	return g.Duration(), back, nil
+	return g.Duration(), back, served, nil
 }
 
 // clientFigures sums the clients up: a client not served again within the
@@ -718,6 +767,9 @@ func PrintBench(w io.Writer, r *BenchReport) {
 		for _, cc := range c.Clients {
 			fmt.Fprintf(w, "  client %s: its connection lost after %.2f s, served again after %.2f s\n", cc.Client, cc.LostS, cc.ServedS)
 		}
+	}
+	for _, cc := range r.K8sClients {
+		fmt.Fprintf(w, "Kubernetes alone: client %s: its connection lost after %.2f s, served again after %.2f s\n", cc.Client, cc.LostS, cc.ServedS)
 	}
 	b, _ := json.Marshal(r)
 	fmt.Fprintln(w, string(b))

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
@@ -66,22 +67,27 @@ type Client struct {
 // keep-alive.
 type Clients struct {
 	List []*Client
-	p    *Pair
+	cs   kubernetes.Interface
+	ns   string
 	node *kubenode.Node
 }
 
 // StartClients creates the Service (if it is not there yet) and a client
 // pod on node and connects the clients, those of the LAN too unless lan is
 // nil; Stop ends them.
-func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kubenode.LAN, keepAlives []time.Duration) (_ *Clients, err error) {
-	cs := p.Client
-	svc, err := cs.CoreV1().Services(BrokerNamespace).Create(ctx, &corev1.Service{
+func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kubenode.LAN, keepAlives []time.Duration) (*Clients, error) {
+	return startClients(ctx, p.Client, BrokerNamespace, node, lan, keepAlives)
+}
+
+// startClients is StartClients for the edge brokers of namespace ns.
+func startClients(ctx context.Context, cs kubernetes.Interface, ns string, node *kubenode.Node, lan *kubenode.LAN, keepAlives []time.Duration) (_ *Clients, err error) {
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "edge-broker"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app.kubernetes.io/name": "edge-broker"},
 			Ports: []corev1.ServicePort{{Name: "mqtt", Port: 1883, TargetPort: intstr.FromString("mqtt")}}},
 	}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		svc, err = cs.CoreV1().Services(BrokerNamespace).Get(ctx, "edge-broker", metav1.GetOptions{})
+		svc, err = cs.CoreV1().Services(ns).Get(ctx, "edge-broker", metav1.GetOptions{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the Service edge-broker: %w", err)
@@ -92,18 +98,18 @@ func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kuben
 		Spec: corev1.PodSpec{NodeName: node.Name,
 			Containers: []corev1.Container{{Name: "pause", Image: images.PauseRef, ImagePullPolicy: corev1.PullNever}}},
 	}
-	if _, err := cs.CoreV1().Pods(BrokerNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("the client pod: %w", err)
 	}
 	var pid int
 	if err := eventually(ctx, "the client pod runs", time.Minute, func() (bool, string) {
-		pid, err = node.ContainerPID(ctx, BrokerNamespace, podName, "pause")
+		pid, err = node.ContainerPID(ctx, ns, podName, "pause")
 		return err == nil, fmt.Sprint(err)
 	}); err != nil {
 		return nil, err
 	}
 	podNetns := fmt.Sprintf("/proc/%d/ns/net", pid)
-	c := &Clients{p: p, node: node}
+	c := &Clients{cs: cs, ns: ns, node: node}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -145,7 +151,7 @@ func (c *Clients) Stop() {
 // of the standby would not see the primary's loss at all.
 func (c *Clients) OntoPrimary(ctx context.Context, pod string) error {
 	node := c.node
-	pods, err := c.p.Client.CoreV1().Pods(BrokerNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=edge-broker"})
+	pods, err := c.cs.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=edge-broker"})
 	if err != nil {
 		return err
 	}

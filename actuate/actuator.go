@@ -252,6 +252,9 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 				a.nl.retryAt = time.Time{}
 				a.failLostNodes(ctx)
 			}
+			if !a.nl.syncAt.IsZero() && !a.nl.syncAt.After(now) {
+				a.nl.syncAt = time.Time{} // syncNodes runs below
+			}
 			for _, w := range a.workloads {
 				if (len(w.retry) > 0 || w.unsaved) && !w.retryAt.After(now) {
 					a.retry(ctx, w)
@@ -360,8 +363,10 @@ func (a *Actuator) resetTimer(t *time.Timer) {
 			next = d
 		}
 	}
-	if r := a.nl.retryAt; !r.IsZero() && (next.IsZero() || r.Before(next)) {
-		next = r
+	for _, r := range []time.Time{a.nl.retryAt, a.nl.syncAt} {
+		if !r.IsZero() && (next.IsZero() || r.Before(next)) {
+			next = r
+		}
 	}
 	wait := time.Hour
 	if !next.IsZero() {

@@ -194,6 +194,7 @@ func (f *fakeCluster) WatchDeployment(ctx context.Context, ns, name, rv string, 
 	if d := f.deps[k]; d != nil && d.ResourceVersion != rv {
 		ch <- d.DeepCopy()
 	}
+	f.changeLocked(nil) // a test may await a watch
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()

@@ -193,10 +193,38 @@ func (a *Actuator) watchRole(ctx context.Context, k podKey, gen uint64, initial 
 		if told || (d != nil && roles(d) == was) {
 			return
 		}
+		if d != nil && d.Annotations[contract.AnnRole] == "primary" {
+			// A role exchange writes the new primary first, then the old
+			// one. Read between the two, this one would look like an
+			// exchange left unfinished, and its load would repeat it
+			// beside the agent still doing it (clearing the pair's node
+			// annotations once more). Wait for the second write; an
+			// exchange whose agent stopped is resumed after the bound.
+			a.awaitExchanged(ctx, podKey{k.ns, d.Annotations[contract.AnnStandby]}, k.name)
+		}
 		select {
 		case a.roleCh <- roleChange{key: k, gen: gen}:
 			told = true
 		case <-ctx.Done():
+		}
+	})
+}
+
+// exchangeSettle bounds awaitExchanged: a role exchange's two writes are
+// one agent's two requests, milliseconds apart unless it stopped between.
+const exchangeSettle = 10 * time.Second
+
+// awaitExchanged waits (exchangeSettle at most) until old, a role
+// exchange's old primary, is the standby of primary.
+func (a *Actuator) awaitExchanged(ctx context.Context, old podKey, primary string) {
+	if old.name == "" {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, exchangeSettle)
+	defer cancel()
+	a.follow(wctx, old, nil, func(d *appsv1.Deployment) {
+		if d == nil || (d.Annotations[contract.AnnPrimary] == primary && d.Annotations[contract.AnnRole] == "standby") {
+			cancel()
 		}
 	})
 }

@@ -65,6 +65,7 @@ type nodeLoss struct {
 	local   map[podKey][]string
 	lost    map[string]time.Time // nodes lost (not back yet) → when declared
 	retryAt time.Time            // when failLostNodes runs again
+	syncAt  time.Time            // when syncNodes runs again without an input (writeNode)
 	guards  Guards
 	wrote   map[podKey]time.Time // node annotations last written
 }
@@ -286,6 +287,12 @@ func (a *Actuator) writeNode(ctx context.Context, sk podKey, key string, seen ma
 	}
 	wk := podKey{sk.ns, sk.name + "\x00" + key}
 	if t, ok := a.nl.wrote[wk]; ok && a.now().Sub(t) < nodeAnnEvery {
+		// Written moments ago and gone again (a role exchange clears
+		// it): write it once the bound has passed, even if no input comes
+		// then (a healthy pod sends none).
+		if at := t.Add(nodeAnnEvery); a.nl.syncAt.IsZero() || at.Before(a.nl.syncAt) {
+			a.nl.syncAt = at
+		}
 		return
 	}
 	a.nl.wrote[wk] = a.now()

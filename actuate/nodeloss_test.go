@@ -2,11 +2,13 @@ package actuate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/utils/ptr"
 
@@ -154,6 +156,100 @@ func TestTheStandbysAgentLearnsAtOnceThatAnotherAgentMadeItThePrimary(t *testing
 	f.await(t, "its node recorded on the new standby as the primary's, with no signal", func() bool {
 		return f.depLocked(ns, "primary").Annotations[contract.AnnPrimaryNode] == "node-b"
 	})
+}
+
+// TestTheStandbysAgentWaitsForBothWritesOfAnotherAgentsRoleExchange: read
+// between a role exchange's two writes (the new primary first), the pair
+// looks like an exchange left unfinished, and loading it resumes the
+// exchange beside the agent still doing it, clearing the node annotations
+// again. The standby's agent waits for the second write, does not touch the
+// old primary meanwhile, and then records its node.
+func TestTheStandbysAgentWaitsForBothWritesOfAnotherAgentsRoleExchange(t *testing.T) {
+	f := newFakeCluster()
+	_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
+	g := startGuard(t, f, "node-b")
+	g.send(signal.Healthy, sp)
+	f.await(t, "the standby's node recorded", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b" })
+	ctx := context.Background()
+
+	// The exchanging agent of node-a: the primary Retiring and scaled to
+	// 0, then the new primary written; the old one not yet.
+	rec, err := json.Marshal(Record{Phase: PhaseRetiring, Standby: "standby"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.PatchAnnotations(ctx, ns, "primary", map[string]*string{contract.AnnRecord: ptr.To(string(rec))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Scale(ctx, ns, "primary", 0); err != nil {
+		t.Fatal(err)
+	}
+	newPrimary := map[string]*string{contract.AnnStandby: ptr.To("primary"), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil,
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
+	for k, v := range hotFast {
+		newPrimary[k] = ptr.To(v)
+	}
+	f.mu.Lock()
+	before := len(f.writes)
+	f.mu.Unlock()
+	if err := f.PatchAnnotations(ctx, ns, "standby", newPrimary); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's wait for the second write is a watch of the old primary
+	// (the first it holds on it).
+	f.await(t, "the old primary watched", func() bool { return len(f.watchers[podKey{ns, "primary"}]) > 0 })
+	f.mu.Lock()
+	between := slices.Clone(f.writes[before:])
+	f.mu.Unlock()
+	if len(between) != 1 {
+		t.Errorf("writes between the exchange's two: %q, want only the test's own", between)
+	}
+
+	oldPrimary := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To("standby"), contract.AnnStandby: nil,
+		contract.AnnRecord: nil, contract.AnnRedundancy: nil, contract.AnnHold: nil, contract.AnnCooldown: nil}
+	if err := f.PatchAnnotations(ctx, ns, "primary", oldPrimary); err != nil {
+		t.Fatal(err)
+	}
+	f.await(t, "its node recorded on the new standby", func() bool {
+		return f.depLocked(ns, "primary").Annotations[contract.AnnPrimaryNode] == "node-b"
+	})
+	g.logs.mu.Lock()
+	resumed := slices.ContainsFunc(g.logs.lines, func(l map[string]any) bool { return str(l["msg"]) == "resuming an unfinished role exchange" })
+	g.logs.mu.Unlock()
+	if resumed {
+		g.logs.dump(t)
+		t.Errorf("the exchange was resumed beside the agent doing it")
+	}
+}
+
+// TestANodeAnnotationClearedRightAfterItsWriteIsWrittenAgainWithoutAnInput:
+// an agent writes each node annotation at most once per nodeAnnEvery. One
+// cleared within that bound (a role exchange right after the write) is
+// written again when the bound has passed, though no input comes: a
+// healthy pod sends none, and the guard of the pair needs the annotation.
+func TestANodeAnnotationClearedRightAfterItsWriteIsWrittenAgainWithoutAnInput(t *testing.T) {
+	f := newFakeCluster()
+	_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
+	g := startGuard(t, f, "node-b")
+	g.send(signal.Healthy, sp)
+	f.await(t, "the standby's node recorded", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b" })
+	if err := f.PatchAnnotations(context.Background(), ns, "standby", map[string]*string{contract.AnnStandbyNode: nil}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(nodeAnnEvery + 5*time.Second)
+	for {
+		f.mu.Lock()
+		ok, ch := f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b", f.changed
+		f.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("the cleared annotation not written again within %v", nodeAnnEvery+5*time.Second)
+		}
+	}
 }
 
 func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {

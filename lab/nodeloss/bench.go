@@ -152,8 +152,8 @@ type BenchReport struct {
 	K8sClientSOTP50 float64     `json:"k8s_client_sot_p50_s,omitempty"`
 	K8sClientSOTMax float64     `json:"k8s_client_sot_max_s,omitempty"`
 	K8sClients      []ClientCut `json:"k8s_clients,omitempty"`
-	FalseFail            int     `json:"false_failovers"`
-	PerCut               []Cut   `json:"per_cut"`
+	FalseFail       int         `json:"false_failovers"`
+	PerCut          []Cut       `json:"per_cut"`
 	// The slow node (BenchConfig.Slow): how long, at what CPU, the share of
 	// CFS periods in which the node was held at its quota, and what the
 	// agents declared meanwhile (each a false alarm: the node was alive).

@@ -101,7 +101,13 @@ func (f *fakeCluster) changeLocked(d *appsv1.Deployment) {
 // await waits until cond (called with the lock held) holds, or fails t.
 func (f *fakeCluster) await(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
+	f.awaitWithin(t, what, 5*time.Second, cond)
+}
+
+// awaitWithin is await with a bound of its own.
+func (f *fakeCluster) awaitWithin(t *testing.T, what string, bound time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.After(bound)
 	for {
 		f.mu.Lock()
 		ok, ch := cond(), f.changed
@@ -114,7 +120,7 @@ func (f *fakeCluster) await(t *testing.T, what string, cond func() bool) {
 		case <-deadline:
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			t.Fatalf("%s: not within 5 s; writes: %q", what, f.writes)
+			t.Fatalf("%s: not within %v; writes: %q", what, bound, f.writes)
 		}
 	}
 }

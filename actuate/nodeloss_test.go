@@ -122,6 +122,33 @@ func TestPairNodesAreRecordedOnTheStandbyAndEachAgentLearnsWhomItGuards(t *testi
 	}
 }
 
+// standbysAgent is a hot pair (its primary's node recorded as node-a) and
+// the agent of node-b, where the standby's pod runs: it has heard the pod
+// and recorded its node.
+func standbysAgent(t *testing.T) (*fakeCluster, *guardRig) {
+	t.Helper()
+	f := newFakeCluster()
+	_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
+	g := startGuard(t, f, "node-b")
+	g.send(signal.Healthy, sp)
+	f.await(t, "the standby's node recorded", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b" })
+	return f, g
+}
+
+// exchangeWrites are the two annotation patches of a role exchange of
+// addHotPair's pair, as retire writes them: the new primary ("standby"),
+// then the old one ("primary").
+func exchangeWrites() (newPrimary, oldPrimary map[string]*string) {
+	newPrimary = map[string]*string{contract.AnnStandby: ptr.To("primary"), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil,
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
+	for k, v := range hotFast {
+		newPrimary[k] = ptr.To(v)
+	}
+	oldPrimary = map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To("standby"), contract.AnnStandby: nil,
+		contract.AnnRecord: nil, contract.AnnRedundancy: nil, contract.AnnHold: nil, contract.AnnCooldown: nil}
+	return newPrimary, oldPrimary
+}
+
 // TestTheStandbysAgentLearnsAtOnceThatAnotherAgentMadeItThePrimary: the
 // primary's own agent fails it over (a crash, an anomaly: decided on the
 // primary's node) and exchanges the roles. The agent of the standby's node
@@ -130,21 +157,11 @@ func TestPairNodesAreRecordedOnTheStandbyAndEachAgentLearnsWhomItGuards(t *testi
 // standby, which the guard of the pair needs. Before, it learned it only
 // from a signal after unmanagedTTL, and a healthy pod sends none.
 func TestTheStandbysAgentLearnsAtOnceThatAnotherAgentMadeItThePrimary(t *testing.T) {
-	f := newFakeCluster()
-	_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
-	g := startGuard(t, f, "node-b")
-	g.send(signal.Healthy, sp)
-	f.await(t, "the standby's node recorded", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b" })
+	f, g := standbysAgent(t)
 	f.await(t, "guarding the primary's node", func() bool { return g.latest().equal(Guards{Guard: []string{"node-a"}}) })
 
 	// The roles exchanged by the agent of node-a, as retire writes them.
-	newPrimary := map[string]*string{contract.AnnStandby: ptr.To("primary"), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil,
-		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
-	for k, v := range hotFast {
-		newPrimary[k] = ptr.To(v)
-	}
-	oldPrimary := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To("standby"), contract.AnnStandby: nil,
-		contract.AnnRecord: nil, contract.AnnRedundancy: nil, contract.AnnHold: nil, contract.AnnCooldown: nil}
+	newPrimary, oldPrimary := exchangeWrites()
 	for _, p := range []struct {
 		name string
 		ann  map[string]*string
@@ -165,11 +182,7 @@ func TestTheStandbysAgentLearnsAtOnceThatAnotherAgentMadeItThePrimary(t *testing
 // again. The standby's agent waits for the second write, does not touch the
 // old primary meanwhile, and then records its node.
 func TestTheStandbysAgentWaitsForBothWritesOfAnotherAgentsRoleExchange(t *testing.T) {
-	f := newFakeCluster()
-	_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
-	g := startGuard(t, f, "node-b")
-	g.send(signal.Healthy, sp)
-	f.await(t, "the standby's node recorded", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b" })
+	f, g := standbysAgent(t)
 	ctx := context.Background()
 
 	// The exchanging agent of node-a: the primary Retiring and scaled to
@@ -184,11 +197,7 @@ func TestTheStandbysAgentWaitsForBothWritesOfAnotherAgentsRoleExchange(t *testin
 	if err := f.Scale(ctx, ns, "primary", 0); err != nil {
 		t.Fatal(err)
 	}
-	newPrimary := map[string]*string{contract.AnnStandby: ptr.To("primary"), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil,
-		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
-	for k, v := range hotFast {
-		newPrimary[k] = ptr.To(v)
-	}
+	newPrimary, oldPrimary := exchangeWrites()
 	f.mu.Lock()
 	before := len(f.writes)
 	f.mu.Unlock()
@@ -205,8 +214,6 @@ func TestTheStandbysAgentWaitsForBothWritesOfAnotherAgentsRoleExchange(t *testin
 		t.Errorf("writes between the exchange's two: %q, want only the test's own", between)
 	}
 
-	oldPrimary := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To("standby"), contract.AnnStandby: nil,
-		contract.AnnRecord: nil, contract.AnnRedundancy: nil, contract.AnnHold: nil, contract.AnnCooldown: nil}
 	if err := f.PatchAnnotations(ctx, ns, "primary", oldPrimary); err != nil {
 		t.Fatal(err)
 	}
@@ -228,28 +235,13 @@ func TestTheStandbysAgentWaitsForBothWritesOfAnotherAgentsRoleExchange(t *testin
 // written again when the bound has passed, though no input comes: a
 // healthy pod sends none, and the guard of the pair needs the annotation.
 func TestANodeAnnotationClearedRightAfterItsWriteIsWrittenAgainWithoutAnInput(t *testing.T) {
-	f := newFakeCluster()
-	_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
-	g := startGuard(t, f, "node-b")
-	g.send(signal.Healthy, sp)
-	f.await(t, "the standby's node recorded", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b" })
+	f, _ := standbysAgent(t)
 	if err := f.PatchAnnotations(context.Background(), ns, "standby", map[string]*string{contract.AnnStandbyNode: nil}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(nodeAnnEvery + 5*time.Second)
-	for {
-		f.mu.Lock()
-		ok, ch := f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b", f.changed
-		f.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("the cleared annotation not written again within %v", nodeAnnEvery+5*time.Second)
-		}
-	}
+	f.awaitWithin(t, "the cleared annotation written again", nodeAnnEvery+5*time.Second, func() bool {
+		return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b"
+	})
 }
 
 func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {

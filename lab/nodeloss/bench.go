@@ -443,10 +443,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 // side from the partition, those on pn (far) from the heal.
 func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string, clients, far *Clients, clientWait time.Duration) (Partition, error) {
 	primary, standby := roles[0], roles[1]
-	if err := p.WaitPair(ctx, primary, standby, pn.Name, sn.Name); err != nil {
-		return Partition{}, err
-	}
-	old, err := p.PodOf(ctx, primary)
+	old, err := p.settled(ctx, roles, pn, sn)
 	if err != nil {
 		return Partition{}, err
 	}
@@ -507,14 +504,20 @@ func partition(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]str
 	return pt, nil
 }
 
+// settled waits until the pair is as roles (primary, standby) and its nodes
+// (pn, sn) say, and returns the primary's pod.
+func (p *Pair) settled(ctx context.Context, roles [2]string, pn, sn *kubenode.Node) (string, error) {
+	if err := p.WaitPair(ctx, roles[0], roles[1], pn.Name, sn.Name); err != nil {
+		return "", err
+	}
+	return p.PodOf(ctx, roles[0])
+}
+
 // crash kills the broker of the primary (on pn, its standby on sn) and
 // measures the failover its node's agent makes at once, and the clients.
 func crash(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string, clients *Clients, clientWait time.Duration) (Crash, error) {
 	primary, standby := roles[0], roles[1]
-	if err := p.WaitPair(ctx, primary, standby, pn.Name, sn.Name); err != nil {
-		return Crash{}, err
-	}
-	old, err := p.PodOf(ctx, primary)
+	old, err := p.settled(ctx, roles, pn, sn)
 	if err != nil {
 		return Crash{}, err
 	}

@@ -153,7 +153,9 @@ type BenchReport struct {
 	K8sClientSOTMax float64     `json:"k8s_client_sot_max_s,omitempty"`
 	K8sClients      []ClientCut `json:"k8s_clients,omitempty"`
 	FalseFail       int         `json:"false_failovers"`
-	PerCut          []Cut       `json:"per_cut"`
+	// RetireRepeats are retirements beyond the first within one fault.
+	RetireRepeats int   `json:"retire_repeats"`
+	PerCut        []Cut `json:"per_cut"`
 	// The slow node (BenchConfig.Slow): how long, at what CPU, the share of
 	// CFS periods in which the node was held at its quota, and what the
 	// agents declared meanwhile (each a false alarm: the node was alive).
@@ -259,11 +261,13 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 	}
 	rep := &BenchReport{Cuts: cfg.Cuts, K8sSOT: -1}
 	start := time.Now()
+	var faults []window // each fault, from before it until one primary again
 	roles := [2]string{testbed.PrimaryName, testbed.StandbyName}
 	at := [2]*kubenode.Node{cl.Nodes[0], cl.Nodes[1]}
 	for i := 1; i <= cfg.Cuts; i++ {
 		primary, standby := roles[0], roles[1]
 		pn, sn := at[0], at[1]
+		w0 := time.Now()
 		if err := p.WaitPair(ctx, primary, standby, pn.Name, sn.Name); err != nil {
 			return nil, fmt.Errorf("cut %d: %w", i, err)
 		}
@@ -308,14 +312,17 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 		if err := p.WaitOnePrimary(ctx, standby, primary, old); err != nil {
 			return nil, fmt.Errorf("cut %d: %w", i, err)
 		}
+		faults = append(faults, window{what: fmt.Sprintf("cut %d", i), from: w0, to: time.Now()})
 		roles[0], roles[1] = roles[1], roles[0]
 		at[0], at[1] = at[1], at[0]
 	}
 	for i := 1; i <= cfg.Crashes; i++ {
+		w0 := time.Now()
 		cr, err := crash(ctx, p, at[0], at[1], roles, clients, cfg.ClientWait)
 		if err != nil {
 			return nil, fmt.Errorf("crash %d: %w", i, err)
 		}
+		faults = append(faults, window{what: fmt.Sprintf("crash %d", i), from: w0, to: time.Now()})
 		rep.PerCrash = append(rep.PerCrash, cr)
 		for _, cc := range cr.Clients {
 			say("crash %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)
@@ -341,10 +348,12 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 		}
 	}
 	for i := 1; i <= cfg.Partitions; i++ {
+		w0 := time.Now()
 		pt, err := partition(ctx, p, at[0], at[1], roles, clients, far[at[0].Name], cfg.ClientWait)
 		if err != nil {
 			return nil, fmt.Errorf("partition %d: %w", i, err)
 		}
+		faults = append(faults, window{what: fmt.Sprintf("partition %d", i), from: w0, to: time.Now()})
 		rep.PerPartition = append(rep.PerPartition, pt)
 		for _, cc := range pt.Clients {
 			say("partition %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)
@@ -389,16 +398,29 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 			return nil, fmt.Errorf("slow node: %w", err)
 		}
 	}
-	// A failover is false if no cut caused it: count every retirement.
-	retired := 0
-	for _, ag := range p.Agents {
+	// A retirement outside every fault's window is a false failover; one
+	// more within a window is a repeat (of the same retirement, by another
+	// agent or after a restart: idempotent, but said).
+	n := map[int]int{}
+	for node, ag := range p.Agents {
 		for _, l := range ag.Lines() {
-			if l.Msg == "decision" && l.Action == "RetirePrimary" && l.Error == "" && l.Time.After(start) {
-				retired++
+			if l.Msg != "decision" || l.Action != "RetirePrimary" || l.Error != "" || !l.Time.After(start) {
+				continue
+			}
+			i := slices.IndexFunc(faults, func(w window) bool { return !l.Time.Before(w.from) && !l.Time.After(w.to) })
+			switch {
+			case i < 0:
+				rep.FalseFail++
+				say("a retirement outside every fault, by the agent on %s: %s", node, l.Raw)
+			case n[i] > 0:
+				rep.RetireRepeats++
+				say("a retirement repeated in %s, by the agent on %s: %s", faults[i].what, node, l.Raw)
+				n[i]++
+			default:
+				n[i]++
 			}
 		}
 	}
-	rep.FalseFail = max(retired-cfg.Cuts-len(rep.PerPartition)-len(rep.PerCrash), 0)
 	var sot, fo, lost []float64
 	for _, c := range rep.PerCut {
 		sot, fo, lost = append(sot, c.SOTS), append(fo, c.FailoverS), append(lost, c.LostS)
@@ -436,6 +458,12 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 		rep.K8sClientSOTP50, rep.K8sClientSOTMax = quantile(xs, 0.5), quantile(xs, 1)
 	}
 	return rep, nil
+}
+
+// window is a fault's time, from before it until one primary again.
+type window struct {
+	what     string
+	from, to time.Time
 }
 
 // partition partitions the primary's node pn (its standby's on sn) and

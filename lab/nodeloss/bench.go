@@ -316,13 +316,23 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 		roles[0], roles[1] = roles[1], roles[0]
 		at[0], at[1] = at[1], at[0]
 	}
-	for i := 1; i <= cfg.Crashes; i++ {
+	// timed runs one fault and keeps its window.
+	timed := func(what string, f func() error) error {
 		w0 := time.Now()
-		cr, err := crash(ctx, p, at[0], at[1], roles, clients, cfg.ClientWait)
-		if err != nil {
-			return nil, fmt.Errorf("crash %d: %w", i, err)
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		faults = append(faults, window{what: fmt.Sprintf("crash %d", i), from: w0, to: time.Now()})
+		faults = append(faults, window{what: what, from: w0, to: time.Now()})
+		return nil
+	}
+	for i := 1; i <= cfg.Crashes; i++ {
+		var cr Crash
+		if err := timed(fmt.Sprintf("crash %d", i), func() (err error) {
+			cr, err = crash(ctx, p, at[0], at[1], roles, clients, cfg.ClientWait)
+			return err
+		}); err != nil {
+			return nil, err
+		}
 		rep.PerCrash = append(rep.PerCrash, cr)
 		for _, cc := range cr.Clients {
 			say("crash %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)
@@ -348,12 +358,13 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 		}
 	}
 	for i := 1; i <= cfg.Partitions; i++ {
-		w0 := time.Now()
-		pt, err := partition(ctx, p, at[0], at[1], roles, clients, far[at[0].Name], cfg.ClientWait)
-		if err != nil {
-			return nil, fmt.Errorf("partition %d: %w", i, err)
+		var pt Partition
+		if err := timed(fmt.Sprintf("partition %d", i), func() (err error) {
+			pt, err = partition(ctx, p, at[0], at[1], roles, clients, far[at[0].Name], cfg.ClientWait)
+			return err
+		}); err != nil {
+			return nil, err
 		}
-		faults = append(faults, window{what: fmt.Sprintf("partition %d", i), from: w0, to: time.Now()})
 		rep.PerPartition = append(rep.PerPartition, pt)
 		for _, cc := range pt.Clients {
 			say("partition %d: client %s lost its connection after %.2f s, served again after %.2f s", i, cc.Client, cc.LostS, cc.ServedS)

@@ -34,7 +34,7 @@ type Watcher struct {
 	// process beside the agent).
 	Kill func(ctx context.Context, dead []netip.AddrPort) (flows, sockets int, err error)
 	// Again are the delays after the first Kill at which Kill is asked
-	// again for the same endpoint (nil: DefaultAgain).
+	// again for the same endpoint (nil: DefaultAgain()).
 	Again []time.Duration
 	Log   *slog.Logger
 }
@@ -49,7 +49,9 @@ type Watcher struct {
 // lost so). A later sweep finds that flow too and fails the connect at once,
 // and by then the proxy sends the retry to the new primary. A sweep that
 // finds nothing costs one read of the node's conntrack table.
-var DefaultAgain = []time.Duration{250 * time.Millisecond, 750 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second, 5 * time.Second}
+func DefaultAgain() []time.Duration {
+	return []time.Duration{250 * time.Millisecond, 750 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second, 5 * time.Second}
+}
 
 // WatchRules are the rights Watcher needs: the EndpointSlices, and a pod by
 // name to tell a managed broker (already among the actuator's rights).
@@ -191,7 +193,7 @@ func (w *Watcher) end(ctx context.Context, eps []endpoint) (managed []endpoint) 
 func (w *Watcher) again(ctx context.Context, ep endpoint) {
 	delays := w.Again
 	if delays == nil {
-		delays = DefaultAgain
+		delays = DefaultAgain()
 	}
 	log := w.Log.With(slog.String("pod", ep.namespace+"/"+ep.pod), slog.Any("endpoints", ep.dead))
 	t0 := time.Now()

@@ -83,6 +83,15 @@ type ClientCut struct {
 	ServedS   float64    `json:"served_s"`
 }
 
+// Figure is the client's figure in the bench's sums: ServedS, or wait if
+// it was not served within it.
+func (c ClientCut) Figure(wait time.Duration) float64 {
+	if c.ServedS < 0 {
+		return wait.Seconds()
+	}
+	return c.ServedS
+}
+
 // Partition is one partition's figures, seconds after the cut (HealS: after
 // the heal).
 type Partition struct {
@@ -384,16 +393,10 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 			fence, fo = append(fence, pt.FenceS), append(fo, pt.FailoverS)
 			rep.PartHealMax = max(rep.PartHealMax, pt.HealS)
 			for _, cc := range pt.Clients {
-				if cc.ServedS < 0 {
-					rep.PartClientSOTMax = max(rep.PartClientSOTMax, cfg.ClientWait.Seconds())
-				}
-				rep.PartClientSOTMax = max(rep.PartClientSOTMax, cc.ServedS)
+				rep.PartClientSOTMax = max(rep.PartClientSOTMax, cc.Figure(cfg.ClientWait))
 			}
 			for _, cc := range pt.FarClients {
-				if cc.ServedS < 0 {
-					rep.PartFarClientMax = max(rep.PartFarClientMax, cfg.ClientWait.Seconds())
-				}
-				rep.PartFarClientMax = max(rep.PartFarClientMax, cc.ServedS)
+				rep.PartFarClientMax = max(rep.PartFarClientMax, cc.Figure(cfg.ClientWait))
 			}
 			if pt.FencedFirst {
 				rep.PartFencedFirst++
@@ -460,11 +463,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 		var xs []float64
 		for _, cc := range k8sClients {
 			say("Kubernetes alone: client %s lost its connection after %.2f s, served again after %.2f s", cc.Client, cc.LostS, cc.ServedS)
-			s := cc.ServedS
-			if s < 0 {
-				s = cfg.K8sWait.Seconds()
-			}
-			xs = append(xs, s)
+			xs = append(xs, cc.Figure(cfg.K8sWait))
 		}
 		rep.K8sClientSOTP50, rep.K8sClientSOTMax = quantile(xs, 0.5), quantile(xs, 1)
 	}
@@ -571,7 +570,7 @@ func crash(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string,
 		}
 		marks = clients.Marks()
 	}
-	at, err := p.CrashBroker(ctx, old)
+	at, err := p.CrashBroker(ctx, pn, old)
 	if err != nil {
 		return Crash{}, err
 	}
@@ -601,11 +600,7 @@ func (r *BenchReport) crashFigures(wait time.Duration) {
 	for _, c := range r.PerCrash {
 		fo = append(fo, c.FailoverS)
 		for _, cc := range c.Clients {
-			s := cc.ServedS
-			if s < 0 {
-				s = wait.Seconds()
-			}
-			cls = append(cls, s)
+			cls = append(cls, cc.Figure(wait))
 		}
 	}
 	r.Crashes = len(r.PerCrash)
@@ -762,9 +757,8 @@ func (r *BenchReport) clientFigures(wait time.Duration) {
 	by := map[ClientKind][]float64{}
 	for _, c := range r.PerCut {
 		for _, cc := range c.Clients {
-			s := cc.ServedS
-			if s < 0 {
-				s = wait.Seconds()
+			s := cc.Figure(wait)
+			if cc.ServedS < 0 {
 				r.ClientsNotBack++
 			}
 			all = append(all, s)

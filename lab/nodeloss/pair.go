@@ -360,16 +360,26 @@ func (p *Pair) WaitOnePrimary(ctx context.Context, primary, standby, oldPod stri
 // the host's /proc: the container's ID is its cgroup's last element. It
 // names what it saw.
 func (p *Pair) BrokerPaused(ctx context.Context, pod string) (bool, string, error) {
-	c, err := p.brokerContainer(ctx, pod)
+	pd, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return false, "", err
 	}
+	var id string
+	for _, cs := range pd.Status.ContainerStatuses {
+		if cs.Name == testbed.BrokerContainer {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		return false, "", fmt.Errorf("pod %s: no %s container ID in its status", pod, testbed.BrokerContainer)
+	}
+	c := pause.Container{Leaf: id}
 	pids, err := c.PIDs()
 	if err != nil {
 		return false, "", err
 	}
 	if len(pids) == 0 {
-		return false, "no process of container " + c.Leaf[:12], nil
+		return false, "no process of container " + id[:12], nil
 	}
 	var states []string
 	all := true
@@ -384,44 +394,16 @@ func (p *Pair) BrokerPaused(ctx context.Context, pod string) (bool, string, erro
 	return all, strings.Join(states, ", "), nil
 }
 
-// brokerContainer is pod's broker container (testbed's, "mosquitto"),
-// found on the host by its ID, its cgroup's last element.
-func (p *Pair) brokerContainer(ctx context.Context, pod string) (pause.Container, error) {
-	pd, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
-	if err != nil {
-		return pause.Container{}, err
-	}
-	var id string
-	for _, cs := range pd.Status.ContainerStatuses {
-		if cs.Name == testbed.BrokerContainer {
-			_, id, _ = strings.Cut(cs.ContainerID, "://")
-		}
-	}
-	if id == "" {
-		return pause.Container{}, fmt.Errorf("pod %s: no %s container ID in its status", pod, testbed.BrokerContainer)
-	}
-	return pause.Container{Leaf: id}, nil
-}
-
-// CrashBroker kills (SIGKILL) every process of pod's broker container, as
-// a crash of the broker does, and returns when.
-func (p *Pair) CrashBroker(ctx context.Context, pod string) (time.Time, error) {
-	c, err := p.brokerContainer(ctx, pod)
+// CrashBroker kills (SIGKILL) the main process of pod's broker container
+// on node n, as a crash of the broker does, and returns when.
+func (p *Pair) CrashBroker(ctx context.Context, n *kubenode.Node, pod string) (time.Time, error) {
+	pid, err := n.ContainerPID(ctx, BrokerNamespace, pod, testbed.BrokerContainer)
 	if err != nil {
 		return time.Time{}, err
-	}
-	pids, err := c.PIDs()
-	if err != nil {
-		return time.Time{}, err
-	}
-	if len(pids) == 0 {
-		return time.Time{}, fmt.Errorf("pod %s: no process in its broker container %s", pod, c.Leaf[:12])
 	}
 	at := time.Now()
-	for _, pid := range pids {
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return at, fmt.Errorf("pod %s: kill %d: %w", pod, pid, err)
-		}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return at, fmt.Errorf("pod %s: kill its broker (%d): %w", pod, pid, err)
 	}
 	return at, nil
 }

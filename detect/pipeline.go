@@ -93,6 +93,7 @@ type Pipeline struct {
 	score    *float64         // the last score, sent with every message
 	features *signal.Features // the last features, idem
 	why      string           // the last score's explanation, idem ("" below the threshold)
+	handover string           // the state the sidecar last restarted the broker on (Restart)
 	limit    *float64         // the container's memory limit at the last score; nil without one
 	slope    *float64         // the memory's current slope at the last score (infer.Vector.MemorySlope); nil when undefined
 }
@@ -242,6 +243,19 @@ func (p *Pipeline) Gone(reason string) Emission {
 	return p.emit(p.machine.TargetGone(reason), time.Time{})
 }
 
+// Restart records that the sidecar restarted the broker on the handed-over
+// state id (Machine.Restart): starting until Restarted, and every message
+// from now on names id (signal.Message.Handover).
+func (p *Pipeline) Restart(reason, id string) Emission {
+	p.handover = id
+	return p.emit(p.machine.Restart(reason), time.Time{})
+}
+
+// Restarted records that the broker restarted by Restart answers again.
+func (p *Pipeline) Restarted() Emission {
+	return p.emit(p.machine.Restart(""), time.Time{})
+}
+
 // Probe records an app-logic probe result.
 func (p *Pipeline) Probe(ok bool, reason string) Emission {
 	return p.emit(p.machine.Probe(ok, reason), time.Time{})
@@ -285,5 +299,5 @@ func (p *Pipeline) message(v Verdict, at time.Time) *signal.Message {
 	p.seq++
 	return &signal.Message{State: v.State, Reason: signal.ShortReason(v.Reason), Seq: p.seq, Time: at,
 		Probability: p.score, Features: p.features, Explanation: p.why, MemoryLimitBytes: p.limit,
-		MemorySlopeBytesPerSecond: p.slope}
+		MemorySlopeBytesPerSecond: p.slope, Handover: p.handover}
 }

@@ -33,6 +33,7 @@ type Machine struct {
 	appUnhealthy string // reason the application gave; empty when it reports healthy
 	targetGone   string // reason the target vanished; empty while it is there
 	notFound     string // why the target has not been found yet; empty once it has
+	restarting   string // why the sidecar restarted the broker itself; empty otherwise
 }
 
 // Verdict says what to signal after an event.
@@ -109,6 +110,16 @@ func (m *Machine) TargetNotFound(reason string) Verdict {
 	return m.settle()
 }
 
+// Restart records that the sidecar itself restarted the broker (reason
+// non-empty: a handed-over state put in, package handover), or that the
+// restarted broker answers again (empty). Meanwhile the pod is starting,
+// not unhealthy: the broker's end was asked for, and unhealthy would have
+// the agent fail over from the very pod it is handing the state to.
+func (m *Machine) Restart(reason string) Verdict {
+	m.restarting = reason
+	return m.settle()
+}
+
 // Gone reports whether the target is recorded as vanished.
 func (m *Machine) Gone() bool { return m.targetGone != "" }
 
@@ -132,6 +143,8 @@ func (m *Machine) settle() Verdict {
 
 func (m *Machine) derive() (signal.State, string) {
 	switch {
+	case m.restarting != "":
+		return signal.Starting, m.restarting
 	case m.targetGone != "":
 		return signal.Unhealthy, m.targetGone
 	case m.appUnhealthy != "":

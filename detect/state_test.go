@@ -28,6 +28,9 @@ func gone(reason string) func(*Machine) Verdict {
 func notFound(reason string) func(*Machine) Verdict {
 	return func(m *Machine) Verdict { return m.TargetNotFound(reason) }
 }
+func restart(reason string) func(*Machine) Verdict {
+	return func(m *Machine) Verdict { return m.Restart(reason) }
+}
 func stop() func(*Machine) Verdict { return func(m *Machine) Verdict { return m.Stop("SIGTERM") } }
 
 func TestMachineTransitions(t *testing.T) {
@@ -84,6 +87,23 @@ func TestMachineTransitions(t *testing.T) {
 			{do: notFound(`no container "mosquito"`), state: signal.Starting, reason: `broker container not found yet: no container "mosquito"`},
 			{do: notFound(""), state: signal.Starting, reason: "waiting for the first score"},
 			{do: score(0.1), state: signal.Healthy, publish: true},
+		}},
+		{"a broker the sidecar restarts is starting, not unhealthy, until it answers again", true, []event{
+			{do: probe(true), state: signal.Starting},
+			{do: score(0.1), state: signal.Healthy, publish: true},
+			{do: restart("restarting on a handed-over state"), state: signal.Starting, publish: true, reason: "handed-over state"},
+			{do: gone("cgroup removed"), state: signal.Starting},
+			{do: probe(false), state: signal.Starting},
+			{do: gone(""), state: signal.Starting},
+			{do: probe(true), state: signal.Starting},
+			{do: restart(""), state: signal.Healthy, publish: true},
+		}},
+		{"a restarted broker that never came back is unhealthy once the restart is given up", true, []event{
+			{do: probe(true), state: signal.Starting},
+			{do: score(0.1), state: signal.Healthy, publish: true},
+			{do: restart("restarting on a handed-over state"), state: signal.Starting, publish: true},
+			{do: probe(false), state: signal.Starting},
+			{do: restart(""), state: signal.Unhealthy, publish: true, reason: "app-logic probe failed"},
 		}},
 		{"stopping is terminal and published once", false, []event{
 			{do: score(0.9), state: signal.Anomalous, publish: true},

@@ -121,7 +121,16 @@ type Message struct {
 	// anomaly (a step that has stopped) or only postpones it (a leak that
 	// goes on). Same upgrade rule as Explanation.
 	MemorySlopeBytesPerSecond *float64 `json:"memory_slope_bytes_per_second,omitempty"`
+	// Handover names the broker state (a state hub's ID) that the sidecar
+	// restarted its broker on, in every message after that restart: the
+	// agent holds a stateful pod out of its Services until a healthy
+	// message names the state it was handed. Same upgrade rule as
+	// Explanation.
+	Handover string `json:"handover,omitempty"`
 }
+
+// MaxHandoverBytes bounds Message.Handover.
+const MaxHandoverBytes = 128
 
 // Errors a decoder returns, to be checked with errors.Is.
 var (
@@ -208,6 +217,9 @@ func (m *Message) Validate() error {
 	if !printable(m.Explanation) {
 		return fmt.Errorf("%w: explanation must be printable UTF-8", ErrInvalid)
 	}
+	if len(m.Handover) > MaxHandoverBytes || !printable(m.Handover) {
+		return fmt.Errorf("%w: handover of %d bytes, want at most %d of printable UTF-8", ErrInvalid, len(m.Handover), MaxHandoverBytes)
+	}
 	return nil
 }
 
@@ -264,6 +276,7 @@ func Decode(topic string, payload []byte) (Message, error) {
 		Explanation string     `json:"explanation"`
 		MemoryLimit *float64   `json:"memory_limit_bytes"`
 		MemorySlope *float64   `json:"memory_slope_bytes_per_second"`
+		Handover    string     `json:"handover"`
 	}
 	if err := decodeStrict(payload, &raw); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -283,7 +296,7 @@ func Decode(topic string, payload []byte) (Message, error) {
 		Version: *raw.Version, Namespace: *raw.Namespace, Pod: *raw.Pod, State: *raw.State,
 		Probability: raw.Probability, Features: raw.Features, Seq: *raw.Seq, Time: *raw.Time,
 		Reason: raw.Reason, Explanation: raw.Explanation, MemoryLimitBytes: raw.MemoryLimit,
-		MemorySlopeBytesPerSecond: raw.MemorySlope,
+		MemorySlopeBytesPerSecond: raw.MemorySlope, Handover: raw.Handover,
 	}
 	if err := m.Validate(); err != nil {
 		return Message{}, err

@@ -24,6 +24,7 @@ func validMessage() Message {
 		Reason:           "score 0.93 >= 0.50",
 		Explanation:      "memory_growth_rate +2.31, memory_percent +0.842",
 		MemoryLimitBytes: ptr(256 << 20),
+		Handover:         "tod/broker-0/1",
 	}
 }
 
@@ -72,6 +73,7 @@ func TestDecodeRefusesWhatBreaksTheContract(t *testing.T) {
 		{"null feature is undefined, not an error", topic, "{" + ok + `,"features":{"cpu_percent":null}}`, nil},
 		{"oversize", topic, "{" + ok + `,"reason":"` + strings.Repeat("x", MaxMessageBytes) + `"}`, ErrTooLarge},
 		{"reason too long", topic, "{" + ok + `,"reason":"` + strings.Repeat("x", MaxReasonBytes+1) + `"}`, ErrInvalid},
+		{"handover too long", topic, "{" + ok + `,"handover":"` + strings.Repeat("x", MaxHandoverBytes+1) + `"}`, ErrInvalid},
 		{"explanation too long", topic, "{" + ok + `,"explanation":"` + strings.Repeat("x", MaxExplanationBytes+1) + `"}`, ErrInvalid},
 		{"explanation with a control character", topic, "{" + ok + `,"explanation":"a\nb"}`, ErrInvalid},
 		{"control character in reason", topic, "{" + ok + `,"reason":"a\u0001b"}`, ErrInvalid},
@@ -128,6 +130,7 @@ func TestAFullMessageFitsTheLimit(t *testing.T) {
 	for _, worst := range []string{"\u2028", "<", `"`, `\`} {
 		m.Reason = strings.Repeat(worst, MaxReasonBytes/len(worst))
 		m.Explanation = strings.Repeat(worst, MaxExplanationBytes/len(worst))
+		m.Handover = strings.Repeat(worst, MaxHandoverBytes/len(worst))
 		if _, err := Encode(&m); err != nil {
 			t.Errorf("reason of %q: %v", worst, err)
 		}

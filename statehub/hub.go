@@ -1,0 +1,254 @@
+// Package statehub is the node agent's exchange of broker states: the
+// sidecar of a stateful pod hands its broker's state in (Mosquitto's
+// persistence file, whole, as the broker wrote it when it stopped), and the
+// agent hands it on to the pod that takes over, whose sidecar fetches it and
+// restarts its broker on it (DESIGN.md, "Broker state").
+//
+// A state is megabytes, so it does not go over the agent's MQTT broker,
+// whose packets are bounded to kilobytes so that a flood cannot starve it:
+// it goes over HTTP beside it, each request authenticated by the pod's own
+// token, as the MQTT connection is. A pod may hand in only its own state
+// and fetch only the state handed to it. The hub keeps states in memory,
+// within a budget, for a short while: it is a relay, not a store.
+package statehub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/amf-edge/amf/mosquittodb"
+	"github.com/amf-edge/amf/signal"
+)
+
+// MaxStateBytes bounds one state: the sidecar holds a state in memory
+// within its own limit (package handover).
+const MaxStateBytes = 24 << 20
+
+// Kind says when a state was written.
+type Kind string
+
+// The kinds of state.
+const (
+	// Final: written by the broker as it stopped; nothing happened in that
+	// broker after it. A planned switchover hands this one on.
+	Final Kind = "final"
+	// Snapshot: written on request while the broker served.
+	Snapshot Kind = "snapshot"
+)
+
+// Authenticator turns a bearer token into the pod it proves (the agent's
+// TokenReview). It must never put the token into an error or a log.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (signal.PodID, error)
+}
+
+// State is one state the hub holds.
+type State struct {
+	// ID names the state: "<namespace>/<pod>/<n>", n counting the states
+	// this hub took in.
+	ID      string
+	From    signal.PodID
+	Kind    Kind
+	Summary mosquittodb.Summary
+	// At is when the hub took it in.
+	At   time.Time
+	Data []byte
+}
+
+// Config configures a Hub. Zero values take the defaults noted.
+type Config struct {
+	// Authenticator proves who is asking. Required.
+	Authenticator Authenticator
+	// MaxBytes bounds every state held together; default 32 MiB. A state
+	// that does not fit evicts the oldest ones, never a state handed to a
+	// pod that has not fetched it.
+	MaxBytes int
+	// TTL is how long a state is kept after it was taken in or handed on;
+	// default 2 min: a handover that takes longer has been given up.
+	TTL time.Duration
+	// Wait bounds one long poll of GET; default 25 s.
+	Wait time.Duration
+	// Logger gets one line per state taken in, handed on or fetched.
+	Logger *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Hub holds the states handed in and those handed on. Create it with New.
+type Hub struct {
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
+
+	mu       sync.Mutex
+	seq      uint64
+	in       map[signal.PodID]*State // the newest state each pod handed in
+	out      map[signal.PodID]*State // the state handed on to each pod
+	bytes    int
+	changed  chan struct{} // closed and replaced when out changes, for long polls
+	received chan State    // states taken in, for the agent; newest kept when full
+}
+
+// New returns a Hub.
+func New(cfg Config) (*Hub, error) {
+	if cfg.Authenticator == nil {
+		return nil, errors.New("statehub: Config.Authenticator is required")
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 32 << 20
+	}
+	if cfg.MaxBytes < MaxStateBytes {
+		return nil, fmt.Errorf("statehub: a budget of %d bytes is below one state's bound (%d bytes)", cfg.MaxBytes, MaxStateBytes)
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 2 * time.Minute
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = 25 * time.Second
+	}
+	h := &Hub{cfg: cfg, log: cfg.Logger, now: cfg.Now, in: map[signal.PodID]*State{}, out: map[signal.PodID]*State{},
+		changed: make(chan struct{}), received: make(chan State, 16)}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	return h, nil
+}
+
+// Received delivers each state taken in, without its data (Take has it).
+// A consumer that falls behind loses the oldest notices, never a state.
+func (h *Hub) Received() <-chan State { return h.received }
+
+// ErrNoState means the hub holds no state of that pod.
+var ErrNoState = errors.New("statehub: no state held")
+
+// put takes in a state handed in by from.
+func (h *Hub) put(from signal.PodID, kind Kind, sum mosquittodb.Summary, data []byte) (State, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.expire()
+	if old := h.in[from]; old != nil {
+		h.bytes -= len(old.Data)
+		delete(h.in, from)
+	}
+	if !h.makeRoom(len(data)) {
+		return State{}, fmt.Errorf("statehub: %d bytes do not fit beside the states handed on and not fetched yet (budget %d bytes)", len(data), h.cfg.MaxBytes)
+	}
+	h.seq++
+	s := &State{ID: from.String() + "/" + strconv.FormatUint(h.seq, 10), From: from, Kind: kind, Summary: sum, At: h.now(), Data: data}
+	h.in[from] = s
+	h.bytes += len(data)
+	notice := *s
+	notice.Data = nil
+	for {
+		select {
+		case h.received <- notice:
+			return notice, nil
+		default:
+		}
+		select { // full: the oldest notice goes
+		case <-h.received:
+		default:
+		}
+	}
+}
+
+// makeRoom evicts the oldest states handed in until n more bytes fit;
+// states handed on are never evicted. Called with mu held.
+func (h *Hub) makeRoom(n int) bool {
+	for h.bytes+n > h.cfg.MaxBytes {
+		var oldest *State
+		for _, s := range h.in {
+			if oldest == nil || s.At.Before(oldest.At) {
+				oldest = s
+			}
+		}
+		if oldest == nil {
+			return false
+		}
+		h.log.Warn("broker state dropped for room", slog.String("state", oldest.ID), slog.Int("bytes", len(oldest.Data)))
+		delete(h.in, oldest.From)
+		h.bytes -= len(oldest.Data)
+	}
+	return true
+}
+
+// expire drops the states older than the TTL. Called with mu held.
+func (h *Hub) expire() {
+	cut := h.now().Add(-h.cfg.TTL)
+	for id, s := range h.in {
+		if s.At.Before(cut) {
+			delete(h.in, id)
+			h.bytes -= len(s.Data)
+		}
+	}
+	for id, s := range h.out {
+		if s.At.Before(cut) {
+			h.log.Warn("broker state handed on but not fetched in time: dropped", slog.String("state", s.ID), slog.String("to", id.String()))
+			delete(h.out, id)
+			h.bytes -= len(s.Data)
+		}
+	}
+}
+
+// HandOn hands the newest state that from handed in (its ID must be id, so
+// that a newer one is never handed on in its place) on to the pod to, whose
+// sidecar fetches it. It returns the state, without its data.
+func (h *Hub) HandOn(id string, from, to signal.PodID) (State, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.expire()
+	s := h.in[from]
+	if s == nil || s.ID != id {
+		return State{}, fmt.Errorf("%w: %s from %s (expired after %v, or replaced)", ErrNoState, id, from, h.cfg.TTL)
+	}
+	delete(h.in, from)
+	if old := h.out[to]; old != nil {
+		h.bytes -= len(old.Data)
+	}
+	s.At = h.now() // the TTL counts from the handing on
+	h.out[to] = s
+	close(h.changed)
+	h.changed = make(chan struct{})
+	h.log.Info("broker state handed on", slog.String("state", s.ID), slog.String("to", to.String()), slog.Int("bytes", len(s.Data)))
+	notice := *s
+	notice.Data = nil
+	return notice, nil
+}
+
+// Done drops the state handed on to pod to once its broker runs on it (or
+// the handover was given up), so a sidecar that starts again later cannot
+// fetch it a second time over what its broker did since.
+func (h *Hub) Done(to signal.PodID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.out[to]; s != nil {
+		delete(h.out, to)
+		h.bytes -= len(s.Data)
+	}
+}
+
+// await returns the state handed on to pod, waiting until ctx ends.
+func (h *Hub) await(ctx context.Context, pod signal.PodID) (*State, bool) {
+	for {
+		h.mu.Lock()
+		h.expire()
+		s, changed := h.out[pod], h.changed
+		h.mu.Unlock()
+		if s != nil {
+			return s, true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}

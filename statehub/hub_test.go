@@ -1,0 +1,252 @@
+package statehub
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/lab/brokerstate"
+	"github.com/amf-edge/amf/mosquittodb"
+	"github.com/amf-edge/amf/signal"
+)
+
+// tokens is a fake Authenticator beside the agent's TokenReview: each token
+// proves one pod.
+type tokens map[string]signal.PodID
+
+func (t tokens) Authenticate(_ context.Context, token string) (signal.PodID, error) {
+	id, ok := t[token]
+	if !ok {
+		return signal.PodID{}, errors.New("token not accepted")
+	}
+	return id, nil
+}
+
+var (
+	primary = signal.PodID{Namespace: "tod", Pod: "broker-a-1"}
+	standby = signal.PodID{Namespace: "tod", Pod: "broker-b-1"}
+	other   = signal.PodID{Namespace: "tod", Pod: "other-1"}
+	auth    = tokens{"tok-a": primary, "tok-b": standby, "tok-o": other}
+)
+
+// realStates has a real Mosquitto hold 20 retained messages and two
+// sessions with 3 queued messages each, and returns the file it writes on
+// SIGUSR1 (a snapshot) and as it stops (final).
+func realStates(t *testing.T) (snapshot, final []byte) {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		bin = "/usr/sbin/mosquitto"
+	}
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("AMF_REQUIRE_REAL_CGROUPS") == "1" {
+			t.Fatal("mosquitto not installed (make deps)")
+		}
+		t.Skip("mosquitto not installed (make deps)")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	m, err := brokerstate.StartMosquitto(ctx, bin, t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Kill)
+	if err := brokerstate.Seed(ctx, m.Addr, brokerstate.Plan{Retained: 20, Sessions: 2, Queued: 3}); err != nil {
+		t.Fatal(err)
+	}
+	read := func(sig syscall.Signal) []byte {
+		before, _ := os.Stat(m.File)
+		if err := m.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		for range 500 { // the rename is Mosquitto's; polled here, in a test helper only
+			if st, err := os.Stat(m.File); err == nil && (before == nil || !os.SameFile(st, before)) {
+				b, err := os.ReadFile(m.File)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("mosquitto wrote no %s after %v", m.File, sig)
+		return nil
+	}
+	snapshot = read(syscall.SIGUSR1)
+	final = read(syscall.SIGTERM)
+	if err := m.WaitExit(ctx); err != nil {
+		t.Logf("mosquitto exit: %v", err)
+	}
+	return snapshot, final
+}
+
+func newHub(t *testing.T) (*Hub, *httptest.Server) {
+	t.Helper()
+	h, err := New(Config{Authenticator: auth, Wait: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h.Handler())
+	t.Cleanup(srv.Close)
+	return h, srv
+}
+
+func client(srv *httptest.Server, pod signal.PodID, token string) *Client {
+	return &Client{URL: srv.URL, Pod: pod, Token: token, HTTP: srv.Client()}
+}
+
+func TestAFinalStateHandedInIsFetchedWholeByThePodItIsHandedOnTo(t *testing.T) {
+	_, final := realStates(t)
+	h, srv := newHub(t)
+	ctx := t.Context()
+
+	fetched := make(chan State, 1)
+	go func() { // the standby's sidecar polls before the state exists
+		for ctx.Err() == nil {
+			s, ok, err := client(srv, standby, "tok-b").Fetch(ctx)
+			if err != nil {
+				t.Errorf("fetch: %v", err)
+				return
+			}
+			if ok {
+				fetched <- s
+				return
+			}
+		}
+	}()
+	id, err := client(srv, primary, "tok-a").HandIn(ctx, Final, final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got State
+	select {
+	case got = <-h.Received():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hub told nothing of the state taken in")
+	}
+	if got.ID != id || got.From != primary || got.Kind != Final || !got.Summary.Shutdown || got.Summary.Retained != 20 || len(got.Summary.Sessions) != 2 || got.Data != nil {
+		t.Fatalf("received %+v, want %s from %s, final, 20 retained, 2 sessions, no data", got, id, primary)
+	}
+	if _, err := h.HandOn(id, primary, standby); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-fetched:
+		if !bytes.Equal(s.Data, final) || s.ID != id || s.From != primary || s.Kind != Final {
+			t.Fatalf("fetched %s from %s (%s, %d bytes), want %s from %s, final, the %d bytes handed in", s.ID, s.From, s.Kind, len(s.Data), id, primary, len(final))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the standby's long poll did not return the state handed on to it")
+	}
+	// Once its broker runs on it, it is gone: a sidecar started again
+	// must not load it a second time over what its broker did since.
+	h.Done(standby)
+	if _, ok, err := client(srv, standby, "tok-b").Fetch(ctx); ok || err != nil {
+		t.Fatalf("after Done: fetched %v, err %v; want nothing", ok, err)
+	}
+}
+
+func TestTheHubRefusesWhatItMustNotRelay(t *testing.T) {
+	snapshot, final := realStates(t)
+	torn := final[:len(final)-7]
+	for _, tt := range []struct {
+		name   string
+		pod    signal.PodID
+		token  string
+		kind   Kind
+		data   []byte
+		status string
+	}{
+		{"no token", primary, "", Final, final, "401"},
+		{"an unknown token", primary, "forged", Final, final, "401"},
+		{"another pod's token", primary, "tok-o", Final, final, "403"},
+		{"a torn file", primary, "tok-a", Final, torn, "422"},
+		{"a snapshot handed in as final", primary, "tok-a", Final, snapshot, "422"},
+		{"something that is not a state", primary, "tok-a", Snapshot, []byte("hello"), "422"},
+		{"no kind", primary, "tok-a", "", final, "400"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, srv := newHub(t)
+			_, err := client(srv, tt.pod, tt.token).HandIn(t.Context(), tt.kind, tt.data)
+			if !errors.Is(err, ErrRefused) || !bytes.Contains([]byte(err.Error()), []byte(tt.status)) {
+				t.Fatalf("hand in: %v, want refused with %s", err, tt.status)
+			}
+			select {
+			case s := <-h.Received():
+				t.Fatalf("refused, yet taken in: %+v", s)
+			default:
+			}
+		})
+	}
+	t.Run("a state handed on to another pod", func(t *testing.T) {
+		h, srv := newHub(t)
+		id, err := client(srv, primary, "tok-a").HandIn(t.Context(), Final, final)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.HandOn(id, primary, standby); err != nil {
+			t.Fatal(err)
+		}
+		c := client(srv, standby, "tok-o") // other's token on standby's path
+		if _, _, err := c.Fetch(t.Context()); !errors.Is(err, ErrRefused) {
+			t.Fatalf("fetch with another pod's token: %v, want refused", err)
+		}
+		if s, ok, err := client(srv, other, "tok-o").Fetch(t.Context()); ok || err != nil {
+			t.Fatalf("other's own fetch: %v %v; want nothing", s.ID, err)
+		}
+	})
+	t.Run("a state replaced before it is handed on", func(t *testing.T) {
+		h, srv := newHub(t)
+		c := client(srv, primary, "tok-a")
+		old, err := c.HandIn(t.Context(), Snapshot, snapshot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.HandIn(t.Context(), Final, final); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.HandOn(old, primary, standby); !errors.Is(err, ErrNoState) {
+			t.Fatalf("handing on a replaced state: %v, want ErrNoState", err)
+		}
+	})
+}
+
+func TestStatesExpireAndStayWithinTheBudget(t *testing.T) {
+	now := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	h, err := New(Config{Authenticator: auth, MaxBytes: MaxStateBytes, TTL: time.Minute, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, MaxStateBytes/2+1)
+	a, err := h.put(primary, Snapshot, mosquittodb.Summary{}, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.put(other, Snapshot, mosquittodb.Summary{}, big); err != nil {
+		t.Fatalf("a second state that does not fit beside the first: %v, want the first evicted", err)
+	}
+	if _, err := h.HandOn(a.ID, primary, standby); !errors.Is(err, ErrNoState) {
+		t.Fatalf("the evicted state handed on: %v", err)
+	}
+	<-h.Received() // the evicted one's notice
+	o := <-h.Received()
+	if _, err := h.HandOn(o.ID, other, standby); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.put(primary, Snapshot, mosquittodb.Summary{}, big); err == nil {
+		t.Fatal("a state that fits only by evicting one handed on and not fetched was taken in")
+	}
+	now = now.Add(2 * time.Minute)
+	if _, err := h.put(primary, Snapshot, mosquittodb.Summary{}, big); err != nil {
+		t.Fatalf("after the TTL the handed-on state still takes the room: %v", err)
+	}
+	if _, err := New(Config{Authenticator: auth, MaxBytes: MaxStateBytes - 1}); err == nil {
+		t.Fatal("a budget below one state accepted")
+	}
+}

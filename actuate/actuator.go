@@ -19,6 +19,7 @@ import (
 
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/statehub"
 )
 
 // Config configures an Actuator.
@@ -64,6 +65,13 @@ type Config struct {
 	// Command sends a command to one pod's sidecar (agent.Agent.Command):
 	// the fence's lever (fence.go). Nil: a fence is only reported.
 	Command func(signal.Command) error
+	// States is the agent's state hub: a stateful pair's final state goes
+	// through it at a planned switchover (state.go). Nil: no state is
+	// carried, and stateful pairs are told so in an Event.
+	States *statehub.Hub
+	// StateWait bounds a handover (state.go): a new primary whose state has
+	// not come within it joins its Services without it; default 10 s.
+	StateWait time.Duration
 }
 
 // Controller is the reportingController of the agent's Events.
@@ -93,6 +101,14 @@ type Actuator struct {
 	fc        fencing
 	// sendCommand is Config.Command.
 	sendCommand func(signal.Command) error
+	// Broker state (state.go): the hub, the pods whose readiness is held,
+	// the handovers under way by new primary, the standby readiness last
+	// written by standby Deployment.
+	states     *statehub.Hub
+	held       map[podKey]heldPod
+	handovers  map[podKey]*handover
+	readyMarks map[podKey]string
+	stateWait  time.Duration
 }
 
 type podKey struct{ ns, name string }
@@ -147,7 +163,19 @@ type standbyStatus struct{ ready, scaled, drained bool }
 func statusOf(d *appsv1.Deployment) standbyStatus {
 	observed := d.Status.ObservedGeneration >= d.Generation
 	scaled := d.Spec.Replicas == nil || *d.Spec.Replicas >= 1 // nil defaults to 1
-	return standbyStatus{ready: deploymentReady(d), scaled: scaled, drained: observed && !scaled && d.Status.Replicas == 0}
+	return standbyStatus{ready: standbyReady(d), scaled: scaled, drained: observed && !scaled && d.Status.Replicas == 0}
+}
+
+// standbyReady reports whether the standby d could serve now: Ready, or,
+// for a stateful pair, whose pods the agent holds out of their Services,
+// named ready by its pod's agent (contract.AnnStandbyReady) while it runs a
+// pod at its current generation.
+func standbyReady(d *appsv1.Deployment) bool {
+	if !statefulDeployment(d) {
+		return deploymentReady(d)
+	}
+	scaled := d.Spec.Replicas == nil || *d.Spec.Replicas >= 1
+	return d.Annotations[contract.AnnStandbyReady] != "" && scaled && d.Status.ObservedGeneration >= d.Generation && d.Status.Replicas >= 1
 }
 
 // New returns an Actuator; call Run.
@@ -184,6 +212,11 @@ func New(cfg Config) (*Actuator, error) {
 	a.nl = newNodeLoss(cfg.Node, cfg.OnGuards)
 	a.fc.fenced, a.fc.checked = map[podKey]fencedPod{}, map[podKey]string{}
 	a.sendCommand = cfg.Command
+	a.states, a.held, a.handovers, a.readyMarks = cfg.States, map[podKey]heldPod{}, map[podKey]*handover{}, map[podKey]string{}
+	a.stateWait = cfg.StateWait
+	if a.stateWait <= 0 {
+		a.stateWait = defaultStateWait
+	}
 	return a, nil
 }
 
@@ -212,6 +245,10 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 	}()
 	if a.resume {
 		a.resumeAll(ctx)
+	}
+	var taken <-chan statehub.State // nil without a hub: never ready
+	if a.states != nil {
+		taken = a.states.Received()
 	}
 	for {
 		a.resetTimer(timer)
@@ -242,10 +279,14 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 				w.loaded = time.Time{}
 				if _, err := a.workload(ctx, r.key); err != nil {
 					a.log.Warn("deployment not read", slog.String("deployment", r.key.String()), slog.String("error", err.Error()))
+				} else {
+					a.releaseHeld(ctx, r.key)
 				}
 			}
 		case e := <-a.nl.events:
 			a.nodeEvent(ctx, e)
+		case st := <-taken:
+			a.stateTaken(ctx, st)
 		case <-timer.C:
 			now := a.now()
 			if !a.nl.retryAt.IsZero() && !a.nl.retryAt.After(now) {
@@ -255,6 +296,7 @@ func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error 
 			if !a.nl.syncAt.IsZero() && !a.nl.syncAt.After(now) {
 				a.nl.syncAt = time.Time{} // syncNodes runs below
 			}
+			a.stateDeadlines(ctx, now)
 			for _, w := range a.workloads {
 				if (len(w.retry) > 0 || w.unsaved) && !w.retryAt.After(now) {
 					a.retry(ctx, w)
@@ -363,7 +405,8 @@ func (a *Actuator) resetTimer(t *time.Timer) {
 			next = d
 		}
 	}
-	for _, r := range []time.Time{a.nl.retryAt, a.nl.syncAt} {
+	sd, _ := a.nextStateDeadline()
+	for _, r := range []time.Time{a.nl.retryAt, a.nl.syncAt, sd} {
 		if !r.IsZero() && (next.IsZero() || r.Before(next)) {
 			next = r
 		}
@@ -384,7 +427,9 @@ func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 			a.log.Warn("pod not read", slog.String("pod", pk.String()), slog.String("error", err.Error()))
 		} else {
 			pod = p
-			a.patchReadinessGate(ctx, p, s)
+			if !statefulPod(p) {
+				a.patchReadinessGate(ctx, p, s)
+			}
 		}
 	}
 	dep, err := a.owner(ctx, pk, pod)
@@ -393,6 +438,9 @@ func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 		return
 	}
 	if dep == "" {
+		if pod != nil && statefulPod(pod) {
+			a.patchReadinessGate(ctx, pod, s) // no pair to hold it for
+		}
 		return // not owned by a Deployment: nothing to actuate
 	}
 	if a.nl.signalled(podKey{s.Namespace, dep}, s.Pod, s.State) {
@@ -407,6 +455,9 @@ func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
 	}
 	if w.invalid != nil {
 		a.warnInvalid(w)
+	}
+	if pod != nil && statefulPod(pod) {
+		a.gateStateful(ctx, w, pod, s)
 	}
 	a.keepPodSize(ctx, w, s)
 	if !w.managed {

@@ -74,13 +74,16 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	if err != nil {
 		return fmt.Errorf("get standby %s: %w", sk, err)
 	}
-	if !deploymentReady(sb) {
+	if !standbyReady(sb) {
 		// The watch was ahead of reality (or we resumed): wait for it again.
 		w.gate.Step(StandbyReadiness(a.now(), false))
 		_ = a.writeRecord(ctx, w)
 		return fmt.Errorf("%w (%s: %d ready, generation %d observed %d)", ErrStandbyNotReady, sk, sb.Status.ReadyReplicas, sb.Generation, sb.Status.ObservedGeneration)
 	}
+	// Before the scale: the retired broker's final state may come at once.
+	stateWarning, stateReason, stateNote := a.planHandover(w, sb, w.gate.Rec.Failover)
 	if err := a.scale(ctx, w.key, 0); err != nil {
+		delete(a.handovers, sk)
 		return err
 	}
 	if size := memorySize(w); size > 0 {
@@ -103,9 +106,9 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	// The pair's nodes (on the standby) are the agents' to write again
 	// for the new roles: cleared on both.
 	newAnn := map[string]*string{contract.AnnStandby: ptr.To(w.key.name), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil, contract.AnnRecord: ptr.To(string(rec)),
-		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil, contract.AnnStandbyReady: nil}
 	oldAnn := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To(sk.name), contract.AnnRecord: nil,
-		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil}
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil, contract.AnnStandbyReady: nil}
 	src := w.annotations
 	for _, key := range contract.PolicyKeys() {
 		if key == contract.AnnStandby {
@@ -130,6 +133,11 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 		note = fmt.Sprintf("%s is now the primary; %s, retired, comes back as its hot standby once its old pods are gone", sk.name, w.key.name)
 	}
 	a.emitKey(w, false, "RolesExchanged", "Switchover", note)
+	if stateReason != "" {
+		a.emitKey(w, stateWarning, stateReason, "Switchover", stateNote)
+	}
+	delete(a.readyMarks, sk)
+	delete(a.readyMarks, w.key)
 	// The old primary is no longer managed; the new one is loaded on its
 	// next signal (or now, so its standby watch starts at once).
 	if w.stop != nil {
@@ -146,6 +154,8 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	if _, err := a.workload(ctx, sk); err != nil {
 		a.log.Warn("new primary not loaded", slog.String("deployment", sk.String()), slog.String("error", err.Error()))
 	}
+	// A held pod of the new primary with no state to wait for serves now.
+	a.releaseHeld(ctx, sk)
 	return nil
 }
 

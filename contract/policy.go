@@ -48,6 +48,12 @@ const (
 	// written by that node's agent (the guard), so the primary's agent
 	// knows whom to probe before it fences.
 	AnnStandbyNode = "amf.io/standby-node"
+	// AnnStandbyReady, on the standby of a stateful pair, names its pod
+	// that is ready in all but its readiness gate, which the agent holds
+	// False until the pod holds the primary's state (DESIGN.md, "Broker
+	// state"); written by the agent of the pod's node. Such a standby is
+	// never Ready, so this is what the primary's agent waits for instead.
+	AnnStandbyReady = "amf.io/standby-ready"
 )
 
 // PolicyKeys returns the annotations of the policy: what a role exchange

@@ -256,6 +256,9 @@ func (p *Pipeline) Restarted() Emission {
 	return p.emit(p.machine.Restart(""), time.Time{})
 }
 
+// Vanished reports whether the target is recorded as gone (Machine.Gone).
+func (p *Pipeline) Vanished() bool { return p.machine.Gone() }
+
 // Probe records an app-logic probe result.
 func (p *Pipeline) Probe(ok bool, reason string) Emission {
 	return p.emit(p.machine.Probe(ok, reason), time.Time{})

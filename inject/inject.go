@@ -63,6 +63,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -98,6 +99,8 @@ const (
 	MQTTPortName = contract.MQTTPortName
 	// AgentPort is the agent DaemonSet's host port (manifests/base).
 	AgentPort = 1884
+	// StatePort is the agent's state hub, a host port too (manifests/base).
+	StatePort = 1886
 	// HealthPort is the sidecar's health endpoint (healthcheck.DefaultAddr).
 	HealthPort = 8086
 	// LabelStandbyOf marks a standby's pods when the primary's selector has no
@@ -205,6 +208,7 @@ const (
 	flagProbeMQTT         = "--probe-mqtt="
 	flagModel             = "--model="
 	flagContainer         = "--container="
+	flagStateFile         = "--state-file="
 )
 
 // Inject injects the sidecar into every Deployment of a YAML stream and
@@ -320,6 +324,11 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 			if err != nil {
 				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
 			}
+			// What tells the agent that the pods hold state to carry.
+			if dep.Spec.Template.Annotations == nil {
+				dep.Spec.Template.Annotations = map[string]string{}
+			}
+			dep.Spec.Template.Annotations[contract.AnnStateDir] = path.Clean(opts.StateDir)
 			if w != "" {
 				res.Warnings = append(res.Warnings, w)
 			}

@@ -454,6 +454,15 @@ func stateLever(deployment string, spec *corev1.PodSpec, broker corev1.Container
 		return "", fmt.Errorf("the %s container already mounts %s at %s", SidecarName, sc.VolumeMounts[k].Name, m.MountPath)
 	}
 	sc.VolumeMounts = append(sc.VolumeMounts, mount)
+	// The lever the agent pulls (DESIGN.md, "Broker state"): the final
+	// state handed to the node agent's hub, a state it hands put in.
+	// Mosquitto's persistence_file is mosquitto.db unless configured.
+	if !slices.ContainsFunc(sc.Args, func(a string) bool { return strings.HasPrefix(a, flagStateFile) }) {
+		sc.Args = append(sc.Args, flagStateFile+path.Join(dir, "mosquitto.db"))
+	}
+	if !slices.ContainsFunc(sc.Env, func(e corev1.EnvVar) bool { return e.Name == "AMF_STATE_HUB" }) {
+		sc.Env = append(sc.Env, corev1.EnvVar{Name: "AMF_STATE_HUB", Value: "http://$(NODE_IP):" + strconv.Itoa(StatePort)})
+	}
 	if who := brokerUser(spec, broker); who != "" {
 		return fmt.Sprintf("%s: its broker's user is %s: set a non-root runAsUser on the %s container (or the pod), the user its persistence file belongs to, so that its sidecar can save and load the broker's state; until then amf-sidecar state save|load cannot",
 			deployment, who, broker.Name), nil

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/amf-edge/amf/cgroup"
@@ -23,6 +24,8 @@ const (
 	ErrorKindSignal = "signal"
 	// ErrorKindTarget counts failed searches for the broker container.
 	ErrorKindTarget = "target"
+	// ErrorKindState counts failures to carry the broker's state (state.go).
+	ErrorKindState = "state"
 )
 
 // Config wires a sidecar. Model is required, and Source or Rediscover; Probe,
@@ -55,6 +58,9 @@ type Config struct {
 	HTTPAddr  string
 	Metrics   *healthcheck.Metrics
 	Log       *slog.Logger
+	// State, when set, carries the broker's state across a switchover
+	// (state.go); nil: the broker's state stays where it is.
+	State *StateConfig
 }
 
 // RefOneCore is cpu_percent's reference source (memory's are cgroup's and
@@ -91,8 +97,13 @@ type Sidecar struct {
 	holdGone time.Time
 	oomWarn  string // the last reason the watch could not be set up, logged once
 
-	target detect.Source // the current target, owned by the loop goroutine
-	fence  fence         // the node agent's fence, owned by the loop goroutine
+	target   detect.Source // the current target, owned by the loop goroutine
+	lastRead time.Time     // when a sample last read the target, idem
+	// restart is a broker restart this sidecar asked for (state.go), owned
+	// by the loop goroutine; restarting mirrors it for the probe's.
+	restart    *restart
+	restarting atomic.Bool
+	fence      fence // the node agent's fence, owned by the loop goroutine
 
 	mu     sync.Mutex // guards status
 	status healthcheck.Status
@@ -259,10 +270,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				s.probe.Report(r)
 				s.metrics.ObserveProbe(r)
 				toMachine(r)
+				if r.OK && s.restarting.Load() {
+					s.do(inner, func() { s.restartAnswered(&r) })
+				}
 			})
 		})
 	}
 
+	s.runState(inner, &wg)
 	if s.pipe.HasTarget() {
 		s.watchOOM(inner, s.cfg.Source)
 	}
@@ -362,6 +377,7 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	start := time.Now()
 	s.alive.Beat()
 	defer s.holdFence()
+	defer s.restartAnswered(nil)
 	if time.Now().Before(s.holdGone) {
 		return
 	}
@@ -376,6 +392,7 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 		s.apply(*st.Back, nil) // it is back
 	}
 	if st.Read {
+		s.lastRead = time.Now()
 		s.reportMemoryReference(st.MemoryReference)
 	}
 	switch {

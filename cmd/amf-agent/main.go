@@ -175,6 +175,12 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 	acfg := actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: o.observeOnly, Instance: o.nodeName, ResumeOnStart: o.resume, Registerer: a.MetricsRegisterer()}
+	waitState := func() error { return nil }
+	if o.stateListen != "" {
+		if acfg.States, waitState, err = serveStateHub(ctx, o.stateListen, auth, log.With("component", "statehub")); err != nil {
+			return err
+		}
+	}
 	nl.configure(&acfg, o.nodeName, a.Command)
 	act, err := actuate.New(acfg)
 	if err != nil {
@@ -187,6 +193,9 @@ func run(args []string, stderr io.Writer) error {
 	cancel()
 	if aerr := wait(); aerr != nil && err == nil {
 		err = aerr
+	}
+	if serr := waitState(); serr != nil && err == nil {
+		err = serr
 	}
 	if lerr := waitLiveness(); lerr != nil && err == nil {
 		err = lerr

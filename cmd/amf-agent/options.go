@@ -20,7 +20,7 @@ type options struct {
 	maxClients, maxPending, perSource                                     int
 	connTimeout, maxKeepalive, interval                                   time.Duration
 	hostCgroup, kubeletRoot                                               string
-	connkillSocket                                                        string
+	connkillSocket, stateListen                                           string
 	live                                                                  *livenessFlags
 }
 
@@ -47,6 +47,7 @@ func addFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.kubeletRoot, "kubelet-cgroup-root", "", "with --node-mode: the kubelet's cgroup root (its --cgroup-root, e.g. /kubelet as kind sets it); default: found at /kubepods or by a bounded search")
 	fs.DurationVar(&o.interval, "interval", time.Second, "with --node-mode: time between samples of each pod (at most the model's sample_interval, 5s for p1)")
 	fs.StringVar(&o.connkillSocket, "connkill-socket", "", "the `socket` of amf-agent connkill beside this agent: when an endpoint of a managed broker turns terminating (a failover or a switchover retired its pod), end this node's connections to it at once, so its clients reconnect to the new primary now (package connkill); needs the Kubernetes API, list/watch on endpointslices")
+	fs.StringVar(&o.stateListen, "state-listen", "", "with --actuate: `address` of the state hub, where the sidecars of stateful pairs (inject --state-dir) hand in their broker's final state and fetch one handed to them (package statehub); in a pod use 0.0.0.0:1886 behind the DaemonSet's hostPort. Empty: no state is carried, and a stateful pair's switchover says so in an Event")
 	o.live = addLivenessFlags(fs)
 	return o
 }
@@ -72,6 +73,8 @@ func (o *options) validate() (slog.Level, error) {
 		return 0, errors.New("--host-cgroup-root and --kubelet-cgroup-root are for --node-mode")
 	case o.resume && !o.actuation:
 		return 0, errors.New("--resume-on-start needs --actuate")
+	case o.stateListen != "" && !o.actuation:
+		return 0, errors.New("--state-listen needs --actuate: the hub relays a state at a switchover, which only actuation makes")
 	case o.actuation && o.tokenFile != "":
 		return 0, errors.New("--actuate needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file")
 	case o.connkillSocket != "" && o.tokenFile != "":

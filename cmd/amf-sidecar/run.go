@@ -15,6 +15,9 @@ import (
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/sidecar"
+	"github.com/amf-edge/amf/sidecar/handover"
+	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/statehub"
 )
 
 // targetFlags are the three ways to name the broker container (DESIGN.md, "Finding
@@ -106,6 +109,9 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	namespace, pod := &target.namespace, &target.podName
 	tokenFile := fs.String("token-file", "/var/run/secrets/amf/token", "projected ServiceAccount token (audience amf-agent), or a static token file")
 	keepAlive := fs.Duration("keepalive", 5*time.Second, "MQTT keep-alive to the agent: bounds how long a frozen sidecar goes unnoticed")
+	stateFile := fs.String("state-file", "", "the broker's persistence file as this sidecar sees it (Mosquitto's persistence_location + persistence_file, on the data volume inject --state-dir mounts here): its final state is handed to the node agent, and a state the agent hands this pod is put in; empty: the broker's state is not carried")
+	stateHub := fs.String("state-hub", os.Getenv("AMF_STATE_HUB"), "the node agent's state hub, e.g. http://$(NODE_IP):1886 (env AMF_STATE_HUB); needed with --state-file")
+	stateProcess := fs.String("state-process", handover.DefaultComm, "with --state-file: the broker's process `name` in the pod's shared process namespace")
 	memoryRef := registerMemoryReference(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -183,10 +189,22 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		log.Warn("no --agent given: health is served locally but not signalled to a node agent")
 	}
 
+	var state *sidecar.StateConfig
+	if *stateFile != "" {
+		if err := statehub.CheckURL(*stateHub); err != nil {
+			fmt.Fprintf(io.err, "amf-sidecar run: --state-file needs --state-hub (or AMF_STATE_HUB): %v\n", err)
+			return exitUsage
+		}
+		state = &sidecar.StateConfig{
+			Broker: handover.Broker{File: *stateFile, Comm: *stateProcess},
+			Hub:    &statehub.Client{URL: *stateHub, Pod: signal.PodID{Namespace: *namespace, Pod: *pod}, TokenFile: *tokenFile},
+		}
+	}
+
 	sc, err := sidecar.New(sidecar.Config{
 		Source: src, Rediscover: rediscover, TargetError: targetErr, MemoryReference: memoryRef.ref, Interval: *interval,
 		Model: m, ModelWarning: warning, Probe: probe, Publisher: pub,
-		HTTPAddr: *httpAddr, Log: log,
+		HTTPAddr: *httpAddr, Log: log, State: state,
 	})
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"time"
@@ -76,11 +77,19 @@ func Deployment(namespace, name, configMap string, annotations map[string]string
 // sidecar as the broker's user in the pod's process namespace), the
 // sidecars' images taken from the node as the broker's is.
 func InjectedPair(namespace, name string) ([]*appsv1.Deployment, error) {
-	raw, err := yaml.Marshal(Deployment(namespace, name, name, map[string]string{contract.AnnRedundancy: string(contract.Hot)}))
+	return InjectedPairWith(namespace, name, nil, "")
+}
+
+// InjectedPairWith is InjectedPair with policy annotations beside
+// amf.io/redundancy: hot, and the sidecars' model ("": inject's default).
+func InjectedPairWith(namespace, name string, policy map[string]string, model string) ([]*appsv1.Deployment, error) {
+	ann := map[string]string{contract.AnnRedundancy: string(contract.Hot)}
+	maps.Copy(ann, policy)
+	raw, err := yaml.Marshal(Deployment(namespace, name, name, ann))
 	if err != nil {
 		return nil, err
 	}
-	out, _, err := inject.Inject(raw, inject.Options{Standby: true, StateDir: DataDir})
+	out, _, err := inject.Inject(raw, inject.Options{Standby: true, StateDir: DataDir, Model: model})
 	if err != nil {
 		return nil, err
 	}

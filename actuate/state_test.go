@@ -1,0 +1,200 @@
+package actuate
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"maps"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/statehub"
+)
+
+// podTokens is a fake of the agent's TokenReview: each pod's name is its token.
+type podTokens struct{}
+
+func (podTokens) Authenticate(_ context.Context, tok string) (signal.PodID, error) {
+	if tok == "" {
+		return signal.PodID{}, errors.New("no token")
+	}
+	return signal.PodID{Namespace: ns, Pod: tok}, nil
+}
+
+// finalState is the smallest whole Mosquitto persistence file written as a
+// broker stopped: format 6 and a configuration chunk with its shutdown flag
+// set (package mosquittodb reads it; the sidecar's tests use real ones).
+func finalState() []byte {
+	b := []byte{0x00, 0xB5, 0x00, 'm', 'o', 's', 'q', 'u', 'i', 't', 't', 'o', ' ', 'd', 'b'}
+	b = binary.BigEndian.AppendUint32(b, 0) // CRC, written as 0
+	b = binary.BigEndian.AppendUint32(b, 6)
+	cfg := make([]byte, 16)
+	cfg[8], cfg[9] = 1, 8 // shutdown, dbid_size
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(cfg)))
+	return append(b, cfg...)
+}
+
+// statefulPair adds a hot pair as inject --standby --state-dir writes it:
+// both templates name the state folder, each Deployment runs one pod of it
+// that declares the readiness gate; the standby's pod is not Ready (its
+// gate is held), so its Deployment has no Ready replica.
+func statefulPair(f *fakeCluster, ann map[string]string) (primaryPod, standbyPod string) {
+	ann = maps.Clone(ann)
+	ann[contract.AnnRedundancy] = string(contract.Hot)
+	primaryPod = f.addPair(ns, "primary", "standby", ann)
+	standbyPod = f.addPod(ns, "standby")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range []string{"primary", "standby"} {
+		f.deps[podKey{ns, d}].Spec.Template.Annotations = map[string]string{contract.AnnStateDir: "/mosquitto/data"}
+	}
+	sb := f.deps[podKey{ns, "standby"}]
+	sb.Spec.Replicas = new(int32)
+	*sb.Spec.Replicas = 1
+	sb.Status.Replicas, sb.Status.ReadyReplicas = 1, 0
+	for _, p := range []string{primaryPod, standbyPod} {
+		f.pods[podKey{ns, p}].Annotations = map[string]string{contract.AnnStateDir: "/mosquitto/data"}
+	}
+	return primaryPod, standbyPod
+}
+
+// sendMsg delivers one observation of pod with message m (its state is m's).
+func (r *rig) sendMsg(pod string, m signal.Message) {
+	prev := r.last[pod]
+	r.last[pod] = m.State
+	r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: pod}, State: m.State, Previous: prev, Transition: m.State != prev,
+		Source: signal.SourcePublish, Message: &m, Received: time.Now()}
+}
+
+// gate is the pod's amf.io/healthy condition (status and reason), called
+// with f.mu held.
+func (f *fakeCluster) gateLocked(pod string) (corev1.ConditionStatus, string) {
+	for _, c := range f.pods[podKey{ns, pod}].Status.Conditions {
+		if c.Type == contract.ConditionHealthy {
+			return c.Status, c.Reason
+		}
+	}
+	return "", ""
+}
+
+func newStateHub(t *testing.T) (*statehub.Hub, *httptest.Server) {
+	t.Helper()
+	hub, err := statehub.New(statehub.Config{Authenticator: podTokens{}, Wait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hub.Handler())
+	t.Cleanup(srv.Close)
+	return hub, srv
+}
+
+// TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes is
+// the agent's half of a planned switchover that loses nothing: the standby
+// of a stateful pair is held out of its Services while it is a standby, yet
+// counts as ready for the switchover (its pod's agent says so on its
+// Deployment); the primary is retired; the final state its sidecar hands in
+// goes on to the standby's pod, which joins its Services only once it says
+// it runs on that state.
+func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *testing.T) {
+	f := newFakeCluster()
+	pp, sp := statefulPair(f, fast)
+	hub, srv := newStateHub(t)
+	r := start(t, f, pp, Config{States: hub, StateWait: time.Minute})
+
+	r.send(signal.Healthy)
+	f.await(t, "the primary's pod serves", func() bool { st, _ := f.gateLocked(pp); return st == corev1.ConditionTrue })
+	r.sendMsg(sp, signal.Message{State: signal.Healthy})
+	f.await(t, "the standby held out, and ready for the switchover", func() bool {
+		st, reason := f.gateLocked(sp)
+		return st == corev1.ConditionFalse && reason == "AwaitingState" && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp
+	})
+	for range 4 {
+		r.send(signal.Anomalous)
+	}
+	f.await(t, "roles exchanged", func() bool {
+		return r.replicas("primary") == 0 && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
+	})
+	f.await(t, "StateHandover Event", func() bool { return slices.Contains(f.reasonsLocked(), "StateHandover") })
+	f.mu.Lock()
+	if st, _ := f.gateLocked(sp); st != corev1.ConditionFalse {
+		t.Errorf("the new primary's pod serves (%s) before it holds the state", st)
+	}
+	if _, ok := f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady]; ok {
+		t.Errorf("the new primary still carries %s", contract.AnnStandbyReady)
+	}
+	f.mu.Unlock()
+
+	// The retired broker's sidecar hands its final state in.
+	id, err := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: pp}, Token: pp, HTTP: srv.Client()}).HandIn(t.Context(), statehub.Final, finalState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: sp}, Token: sp, HTTP: srv.Client()}).Fetch(t.Context())
+	for err == nil && !ok {
+		got, ok, err = (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: sp}, Token: sp, HTTP: srv.Client()}).Fetch(t.Context())
+	}
+	if err != nil || got.ID != id {
+		t.Fatalf("the standby's pod fetched %q (%v), want the state %s handed on to it", got.ID, err, id)
+	}
+	// Its sidecar restarts the broker on it: starting, then healthy on it.
+	r.sendMsg(sp, signal.Message{State: signal.Starting, Handover: id})
+	r.sendMsg(sp, signal.Message{State: signal.Healthy})
+	r.sendMsg(sp, signal.Message{State: signal.Starting, Handover: id}) // taken: the one before is done
+	f.mu.Lock()
+	if st, _ := f.gateLocked(sp); st == corev1.ConditionTrue {
+		t.Errorf("the new primary's pod serves on a healthy signal that names no state")
+	}
+	f.mu.Unlock()
+	r.sendMsg(sp, signal.Message{State: signal.Healthy, Handover: id})
+	f.await(t, "the new primary serves on the state", func() bool {
+		st, _ := f.gateLocked(sp)
+		return st == corev1.ConditionTrue && slices.Contains(f.reasonsLocked(), "StateCarried")
+	})
+	if _, ok, _ := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: sp}, Token: sp, HTTP: srv.Client()}).Fetch(t.Context()); ok {
+		t.Error("the state is still there to fetch after the pod runs on it")
+	}
+}
+
+// TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome: a failover (a
+// crashed broker writes no final state) and a handover whose state never
+// comes both end with the new primary serving, said in a Warning Event;
+// never with it held for good.
+func TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault signal.State
+		why   string
+	}{
+		{"a crash failover", signal.Gone, "wrote no final state"},
+		{"a switchover whose state never comes", signal.Anomalous, "no final state came"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			pp, sp := statefulPair(f, fast)
+			hub, _ := newStateHub(t)
+			r := start(t, f, pp, Config{States: hub, StateWait: 300 * time.Millisecond})
+			r.send(signal.Healthy)
+			r.sendMsg(sp, signal.Message{State: signal.Healthy})
+			f.await(t, "standby ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
+			for range 4 {
+				r.send(tc.fault)
+			}
+			f.await(t, "the new primary serves, and a Warning says why without its state", func() bool {
+				st, _ := f.gateLocked(sp)
+				warned := slices.ContainsFunc(f.events, func(ev *eventsv1.Event) bool {
+					return ev.Reason == "StateNotCarried" && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Note, tc.why)
+				})
+				return st == corev1.ConditionTrue && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" && warned
+			})
+		})
+	}
+}

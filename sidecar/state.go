@@ -1,0 +1,201 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/amf-edge/amf/healthcheck"
+	"github.com/amf-edge/amf/sidecar/handover"
+	"github.com/amf-edge/amf/statehub"
+)
+
+// StateConfig is the sidecar's part in carrying its broker's state across a
+// switchover (DESIGN.md, "Broker state"): it hands the state its broker
+// writes as it stops to the node agent's state hub, and restarts its broker
+// on a state the hub hands it.
+type StateConfig struct {
+	Broker handover.Broker
+	Hub    *statehub.Client
+	// RestartTimeout bounds how long a broker restarted on a handed-over
+	// state counts as starting; after it, what the probe and the samples
+	// say counts again. Default 60 s.
+	RestartTimeout time.Duration
+	// HandInTimeout bounds one hand-in, which outlives the sidecar's own
+	// stop: the kubelet stops a native sidecar after its broker, so the
+	// final state is often handed in while the stop is under way. Default 10 s.
+	HandInTimeout time.Duration
+}
+
+// restart is a broker restart the sidecar asked for, owned by the loop
+// goroutine.
+type restart struct {
+	id       string    // the state it was restarted on
+	at       time.Time // when the restart was asked for
+	deadline time.Time
+}
+
+// stateLevers runs the state's two goroutines until ctx ends.
+type stateLevers struct {
+	mu        sync.Mutex
+	installed []byte // the last state put in: its rename is not this broker's final state
+}
+
+// runState hands final states in and puts handed states in until ctx ends.
+func (s *Sidecar) runState(ctx context.Context, wg *sync.WaitGroup) {
+	if s.cfg.State == nil {
+		return
+	}
+	cfg := s.cfg.State
+	if cfg.RestartTimeout <= 0 {
+		cfg.RestartTimeout = 60 * time.Second
+	}
+	if cfg.HandInTimeout <= 0 {
+		cfg.HandInTimeout = 10 * time.Second
+	}
+	var lv stateLevers
+	wg.Go(func() { s.handIn(ctx, cfg, &lv) })
+	wg.Go(func() { s.fetch(ctx, cfg, &lv) })
+}
+
+// handIn waits for each state the broker writes as it stops and hands it
+// to the hub.
+func (s *Sidecar) handIn(ctx context.Context, cfg *StateConfig, lv *stateLevers) {
+	for attempt := 0; ctx.Err() == nil; {
+		st, err := cfg.Broker.Final(ctx, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.metrics.Error(ErrorKindState)
+			s.cfg.Log.Warn("broker state not watched", "err", err)
+			attempt++
+			if !sleep(ctx, backoff(attempt, time.Second, 30*time.Second)) {
+				return
+			}
+			continue
+		}
+		attempt = 0
+		lv.mu.Lock()
+		ours := bytes.Equal(st.Data, lv.installed)
+		lv.mu.Unlock()
+		if ours {
+			continue // the state this sidecar put in, renamed into place
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandInTimeout)
+		id, err := cfg.Hub.HandIn(hctx, statehub.Final, st.Data)
+		cancel()
+		sum := st.Summary
+		if err != nil {
+			s.metrics.Error(ErrorKindState)
+			s.cfg.Log.Error("final broker state not handed to the node agent", "err", err, "bytes", len(st.Data))
+			continue
+		}
+		s.cfg.Log.Info("final broker state handed to the node agent", "state", id, "bytes", len(st.Data),
+			"retained", sum.Retained, "sessions", len(sum.Sessions), "queued", sum.Queued)
+	}
+}
+
+// fetch long-polls the hub for a state handed to this pod and restarts the
+// broker on it.
+func (s *Sidecar) fetch(ctx context.Context, cfg *StateConfig, lv *stateLevers) {
+	last := ""
+	for attempt := 0; ctx.Err() == nil; {
+		st, ok, err := cfg.Hub.Fetch(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			s.metrics.Error(ErrorKindState)
+			attempt++
+			if attempt == 1 || attempt%10 == 0 {
+				s.cfg.Log.Warn("state hub not reached", "err", err, "attempts", attempt)
+			}
+			if !sleep(ctx, backoff(attempt, 500*time.Millisecond, 15*time.Second)) {
+				return
+			}
+			continue
+		case !ok || st.ID == last:
+			attempt = 0
+			continue
+		}
+		attempt = 0
+		last = st.ID
+		s.install(ctx, cfg, lv, st)
+	}
+}
+
+// install restarts the broker on st: the pod is starting from the moment
+// it is asked (the broker's end is the sidecar's own doing) until the
+// restarted broker answers.
+func (s *Sidecar) install(ctx context.Context, cfg *StateConfig, lv *stateLevers, st statehub.State) {
+	done := make(chan error, 1)
+	s.do(ctx, func() {
+		s.restart = &restart{id: st.ID, at: time.Now(), deadline: time.Now().Add(cfg.RestartTimeout)}
+		s.restarting.Store(true)
+		s.apply(s.pipe.Restart(fmt.Sprintf("restarting the broker on the state of %s handed over by the node agent", st.From), st.ID), nil)
+		lv.mu.Lock()
+		lv.installed = st.Data
+		lv.mu.Unlock()
+		sum, err := cfg.Broker.Install(st.Data)
+		if err != nil {
+			s.restart = nil
+			s.restarting.Store(false)
+			s.apply(s.pipe.Restarted(), nil)
+			done <- err
+			return
+		}
+		s.cfg.Log.Info("broker restarting on a handed-over state", "state", st.ID, "from", st.From.String(), "bytes", sum.Bytes,
+			"retained", sum.Retained, "sessions", len(sum.Sessions), "queued", sum.Queued)
+		done <- nil
+	})
+	select {
+	case err := <-done:
+		if err != nil {
+			s.metrics.Error(ErrorKindState)
+			s.cfg.Log.Error("handed-over state not put in: the broker runs on as it was", "state", st.ID, "err", err)
+		}
+	case <-ctx.Done():
+	}
+}
+
+// restartAnswered ends a restart the sidecar asked for once the broker
+// answers a probe begun after it with its container found again, or once
+// its deadline passed. Called from the loop goroutine.
+func (s *Sidecar) restartAnswered(r *healthcheck.Result) {
+	rs := s.restart
+	if rs == nil {
+		return
+	}
+	now := time.Now()
+	back := s.pipe.HasTarget() && !s.pipe.Vanished() && s.lastRead.After(rs.at)
+	answered := back && r != nil && r.OK && r.At.Add(-r.RTT).After(rs.at)
+	if s.cfg.Probe == nil {
+		answered = back
+	}
+	if !answered && now.Before(rs.deadline) {
+		return
+	}
+	if !answered {
+		s.cfg.Log.Warn("the broker restarted on a handed-over state did not answer in time", "state", rs.id, "after", now.Sub(rs.at).Round(time.Millisecond))
+	} else {
+		s.cfg.Log.Info("the broker answers on the handed-over state", "state", rs.id, "after", now.Sub(rs.at).Round(time.Millisecond))
+	}
+	s.restart = nil
+	s.restarting.Store(false)
+	s.apply(s.pipe.Restarted(), nil)
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,201 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/cgroup"
+	"github.com/amf-edge/amf/healthcheck"
+	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/lab/brokerstate"
+	"github.com/amf-edge/amf/pause"
+	"github.com/amf-edge/amf/sidecar/handover"
+	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/statehub"
+)
+
+// podTokens is a fake of the agent's TokenReview: each token proves a pod.
+type podTokens map[string]signal.PodID
+
+func (p podTokens) Authenticate(_ context.Context, tok string) (signal.PodID, error) {
+	if id, ok := p[tok]; ok {
+		return id, nil
+	}
+	return signal.PodID{}, errors.New("token not accepted")
+}
+
+// statePod is one pod of a stateful pair: a real Mosquitto in a real cgroup
+// of its own, restarted as its kubelet restarts it while restart is set,
+// and a real sidecar beside it with a state lever on a real hub.
+type statePod struct {
+	id     signal.PodID
+	broker *brokerstate.Mosquitto
+	procs  []string
+	rec    *Recorder
+	sc     *Sidecar
+}
+
+func (p *statePod) join(t *testing.T) {
+	t.Helper()
+	for _, f := range p.procs {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(p.broker.PID())), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func startStatePod(t *testing.T, ctx context.Context, bin string, id signal.PodID, hub string, kubelet bool) *statePod {
+	t.Helper()
+	dir, procs := oomCgroup(t)
+	m, err := brokerstate.StartMosquitto(ctx, bin, t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Kill)
+	p := &statePod{id: id, broker: m, procs: procs, rec: NewRecorder()}
+	p.join(t)
+	if kubelet {
+		go func() { // a container whose process died is started again
+			for {
+				select {
+				case <-m.Exited():
+				case <-ctx.Done():
+					return
+				}
+				if ctx.Err() != nil || m.Start(ctx) != nil {
+					return
+				}
+				p.join(t)
+			}
+		}()
+	}
+	src, err := cgroup.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mdl, err := model.Embedded(model.PaperName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := healthcheck.NewMQTTProber(healthcheck.MQTTConfig{Broker: "tcp://" + m.Addr, Interval: 200 * time.Millisecond, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.sc, err = New(Config{Source: src, Interval: 100 * time.Millisecond, Model: mdl, Probe: probe, Publisher: p.rec, Log: quietLog(),
+		State: &StateConfig{
+			Broker: handover.Broker{Container: pause.Container{Leaf: filepath.Base(dir)}, File: m.File},
+			Hub:    &statehub.Client{URL: hub, Pod: id, Token: id.Pod},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { done <- p.sc.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return p
+}
+
+// await waits for a recorded message that ok accepts, and returns it.
+func (p *statePod) await(t *testing.T, what string, ok func(signal.Message) bool) signal.Message {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		msgs, next := p.rec.Messages()
+		for _, m := range msgs {
+			if ok(m) {
+				return m
+			}
+		}
+		select {
+		case <-next:
+		case <-timeout:
+			t.Fatalf("%s: no such message from %s within 30 s; got %v", what, p.id, msgs)
+		}
+	}
+}
+
+// TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub is the
+// sidecars' half of a planned switchover on real brokers, real clients and
+// a real hub: the primary's broker holds retained messages, sessions and
+// queued messages; stopped as its kubelet stops it, its sidecar hands the
+// file it writes to the hub; handed on (the agent's part), the standby's
+// sidecar fetches it and restarts its broker on it, its pod starting — never
+// unhealthy — in between and healthy again with every message naming the
+// state; the standby then holds everything, none of it twice.
+func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) {
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		bin = "/usr/sbin/mosquitto"
+	}
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("AMF_REQUIRE_REAL_CGROUPS") == "1" {
+			t.Fatal("mosquitto not installed (make deps)")
+		}
+		t.Skip("mosquitto not installed (make deps)")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	a, b := signal.PodID{Namespace: "tod", Pod: "broker-a-1"}, signal.PodID{Namespace: "tod", Pod: "broker-b-1"}
+	hub, err := statehub.New(statehub.Config{Authenticator: podTokens{a.Pod: a, b.Pod: b}, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hub.Handler())
+	defer srv.Close()
+
+	primary := startStatePod(t, ctx, bin, a, srv.URL, false)
+	standby := startStatePod(t, ctx, bin, b, srv.URL, true)
+	healthy := func(m signal.Message) bool { return m.State == signal.Healthy }
+	primary.await(t, "primary healthy", healthy)
+	standby.await(t, "standby healthy", healthy)
+	plan := brokerstate.Plan{Retained: 50, Sessions: 2, Queued: 5}
+	if err := brokerstate.Seed(ctx, primary.broker.Addr, plan); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := primary.broker.Signal(syscall.SIGTERM); err != nil { // the kubelet retires it
+		t.Fatal(err)
+	}
+	var in statehub.State
+	select {
+	case in = <-hub.Received():
+	case <-ctx.Done():
+		t.Fatal("the primary's sidecar handed in no state")
+	}
+	if in.From != a || in.Kind != statehub.Final || in.Summary.Retained != plan.Retained || len(in.Summary.Sessions) != plan.Sessions {
+		t.Fatalf("handed in %+v; want the final state of %s with %d retained and %d sessions", in, a, plan.Retained, plan.Sessions)
+	}
+	if _, err := hub.HandOn(in.ID, a, b); err != nil {
+		t.Fatal(err)
+	}
+	back := standby.await(t, "standby healthy on the state", func(m signal.Message) bool { return m.State == signal.Healthy && m.Handover == in.ID })
+	msgs, _ := standby.rec.Messages()
+	restarted := false
+	for _, m := range msgs {
+		restarted = restarted || m.Handover == in.ID
+		if restarted && m.Seq <= back.Seq && m.State != signal.Starting && m.State != signal.Healthy {
+			t.Errorf("standby signalled %s (%s) during its restart on the state: the agent would fail over from it", m.State, m.Reason)
+		}
+	}
+	got, err := brokerstate.Check(ctx, standby.broker.Addr, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Lossless() || got.Duplicates != 0 || got.RetainedFound != plan.Retained {
+		t.Errorf("the standby after the handover: %v; want all %d retained, every session and queued message, none twice", got, plan.Retained)
+	}
+	select {
+	case s := <-hub.Received():
+		t.Errorf("the standby's sidecar handed in %s: the state it was given is not its own broker's final one", s.ID)
+	default:
+	}
+}

@@ -78,7 +78,7 @@ func (h *Hub) serveHandIn(w http.ResponseWriter, r *http.Request, pod signal.Pod
 		http.Error(w, fmt.Sprintf("statehub: header %s must be %q or %q", KindHeader, Final, Snapshot), http.StatusBadRequest)
 		return
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxStateBytes))
+	data, err := readBody(w, r)
 	if err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
 			http.Error(w, fmt.Sprintf("statehub: a state is at most %d bytes", MaxStateBytes), http.StatusRequestEntityTooLarge)
@@ -133,6 +133,21 @@ func (h *Hub) serveFetch(w http.ResponseWriter, r *http.Request, pod signal.PodI
 		return
 	}
 	h.log.Info("broker state fetched", slog.String("state", s.ID), slog.String("to", pod.String()))
+}
+
+// readBody reads a state of at most MaxStateBytes into a buffer of its
+// size when the request says it (the agent's memory is small: a growing
+// buffer would take up to twice the state).
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, MaxStateBytes)
+	if n := r.ContentLength; n > 0 && n <= MaxStateBytes {
+		data := make([]byte, n)
+		if _, err := io.ReadFull(body, data); err != nil {
+			return nil, err
+		}
+		return data, nil
+	}
+	return io.ReadAll(body)
 }
 
 // parsePath returns the pod of PathPrefix<namespace>/<pod>.

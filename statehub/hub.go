@@ -64,9 +64,10 @@ type State struct {
 type Config struct {
 	// Authenticator proves who is asking. Required.
 	Authenticator Authenticator
-	// MaxBytes bounds every state held together; default 32 MiB. A state
-	// that does not fit evicts the oldest ones, never a state handed to a
-	// pod that has not fetched it.
+	// MaxBytes bounds every state held together; default MaxStateBytes,
+	// which the agent DaemonSet's memory limit (64 Mi) holds beside its
+	// own use. A state that does not fit evicts the oldest ones, never a
+	// state handed to a pod that has not fetched it.
 	MaxBytes int
 	// TTL is how long a state is kept after it was taken in or handed on;
 	// default 2 min: a handover that takes longer has been given up.
@@ -100,7 +101,7 @@ func New(cfg Config) (*Hub, error) {
 		return nil, errors.New("statehub: Config.Authenticator is required")
 	}
 	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = 32 << 20
+		cfg.MaxBytes = MaxStateBytes
 	}
 	if cfg.MaxBytes < MaxStateBytes {
 		return nil, fmt.Errorf("statehub: a budget of %d bytes is below one state's bound (%d bytes)", cfg.MaxBytes, MaxStateBytes)

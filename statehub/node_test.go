@@ -112,7 +112,7 @@ func TestAPlannedSwitchoverOfAStatefulPairLosesNothing(t *testing.T) {
 	}
 	defer func() { _ = stress.Process.Kill(); _ = stress.Wait() }()
 	onset := time.Now()
-	var retired, carried time.Time
+	var retired, handedOn, carried time.Time
 	for carried.IsZero() {
 		select {
 		case l := <-lines:
@@ -121,6 +121,8 @@ func TestAPlannedSwitchoverOfAStatefulPairLosesNothing(t *testing.T) {
 				retired = l.Time
 			case l.Msg == "decision" && l.Action == "StateNotCarried":
 				t.Fatalf("the agent gave the state up: %s", l.Raw)
+			case l.Msg == "decision" && l.Action == "HandOnState":
+				handedOn = l.Time
 			case l.Msg == "decision" && l.Action == "StateCarried":
 				carried = l.Time
 				t.Logf("the agent: %s", l.Raw)
@@ -133,8 +135,8 @@ func TestAPlannedSwitchoverOfAStatefulPairLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("retired %.2f s after the stress began; the state carried %.2f s and the new primary Ready %.2f s after the retirement",
-		retired.Sub(onset).Seconds(), carried.Sub(retired).Seconds(), served.Sub(retired).Seconds())
+	t.Logf("retired %.2f s after the stress began; after the retirement: the final state handed on %.2f s, the new primary on it %.2f s, Ready %.2f s",
+		retired.Sub(onset).Seconds(), handedOn.Sub(retired).Seconds(), carried.Sub(retired).Seconds(), served.Sub(retired).Seconds())
 
 	after, err := brokerstate.Check(ctx, brokerstate.Addr(standby), plan)
 	if err != nil {

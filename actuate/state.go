@@ -49,6 +49,9 @@ type handover struct {
 	since    time.Time
 	deadline time.Time
 	state    statehub.State // handed on (ID set) or not yet
+	// snapshotAge, for a failover's snapshot: how old it was at the
+	// failover (what came after it is lost).
+	snapshotAge time.Duration
 }
 
 // statefulPod reports whether pod's broker state is carried (inject --state-dir).
@@ -157,9 +160,6 @@ func (a *Actuator) planHandover(w *workload, sb *appsv1.Deployment, failover boo
 	if a.states == nil {
 		return true, "StateNotCarried", fmt.Sprintf("this agent runs without its state hub (amf-agent --state-listen): %s serves from its own state", sk.name)
 	}
-	if failover {
-		return true, "StateNotCarried", fmt.Sprintf("failover: the primary's broker wrote no final state; %s serves from its own", sk.name)
-	}
 	var to podKey
 	for pk, h := range a.held {
 		if h.dep == sk && (h.state == signal.Healthy || h.state == signal.Anomalous) {
@@ -170,8 +170,42 @@ func (a *Actuator) planHandover(w *workload, sb *appsv1.Deployment, failover boo
 		return true, "StateNotCarried", fmt.Sprintf("the pod of %s does not signal to this node's agent (it runs on another node): carrying a state between nodes is not built yet, so it serves from its own", sk.name)
 	}
 	now := a.now()
-	a.handovers[sk] = &handover{from: w.key, to: to, since: now, deadline: now.Add(a.stateWait)}
-	return false, "StateHandover", fmt.Sprintf("the final state of %s goes to %s, which joins its Services once it runs on it (%v at most)", w.key.name, to.name, a.stateWait)
+	h := &handover{from: w.key, to: to, since: now, deadline: now.Add(a.stateWait)}
+	if !failover {
+		a.handovers[sk] = h
+		return false, "StateHandover", fmt.Sprintf("the final state of %s goes to %s, which joins its Services once it runs on it (%v at most)", w.key.name, to.name, a.stateWait)
+	}
+	// A crashed broker writes no final state: the last snapshot its sidecar
+	// handed in, if the hub holds one, and what came after it is lost.
+	snap, from, ok := a.latestState(w.key)
+	if !ok {
+		return true, "StateNotCarried", fmt.Sprintf("failover: the primary's broker wrote no final state and its sidecar handed in no snapshot (amf-sidecar --state-snapshot-every); %s serves from its own", sk.name)
+	}
+	handed, err := a.states.HandOn(snap.ID, from, signal.PodID{Namespace: to.ns, Pod: to.name})
+	if err != nil {
+		return true, "StateNotCarried", fmt.Sprintf("failover: the last snapshot of %s could not be handed on (%v); %s serves from its own", w.key.name, err, sk.name)
+	}
+	h.state, h.snapshotAge = handed, now.Sub(snap.At)
+	a.handovers[sk] = h
+	return true, "StateFromSnapshot", fmt.Sprintf("failover: %s restarts on the last snapshot of %s's broker, taken in %v before the failover: what that broker took in after it is lost (%d retained messages, %d persistent sessions, %d queued in the snapshot)",
+		to.name, w.key.name, h.snapshotAge.Round(time.Millisecond), snap.Summary.Retained, len(snap.Summary.Sessions), snap.Summary.Queued)
+}
+
+// latestState is the newest state the hub holds from a pod of Deployment
+// dep (as this agent knows its pods: those that signalled to it).
+func (a *Actuator) latestState(dep podKey) (statehub.State, signal.PodID, bool) {
+	var best statehub.State
+	var from signal.PodID
+	for pk, d := range a.owners {
+		if pk.ns != dep.ns || d != dep.name {
+			continue
+		}
+		id := signal.PodID{Namespace: pk.ns, Pod: pk.name}
+		if s, ok := a.states.Latest(id); ok && s.At.After(best.At) {
+			best, from = s, id
+		}
+	}
+	return best, from, best.ID != ""
 }
 
 // stateTaken hands a final state taken in by the hub on to the pod it is
@@ -212,9 +246,14 @@ func (a *Actuator) handedOver(ctx context.Context, w *workload, h *handover, pod
 	delete(a.held, h.to)
 	a.states.Done(signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
 	a.setGate(ctx, pod, corev1.ConditionTrue, "Healthy", "runs on the retired primary's state "+h.state.ID, a.now())
-	a.emitKey(w, false, "StateCarried", "Switchover", fmt.Sprintf("%s runs on the final state of %s, %v after the retirement: %d retained messages, %d persistent sessions, %d messages queued or in flight, %d bytes",
-		h.to.name, h.from.name, took, sum.Retained, len(sum.Sessions), sum.Queued, sum.Bytes))
+	what := "the final state"
+	if h.state.Kind == statehub.Snapshot {
+		what = fmt.Sprintf("the last snapshot (%v old at the failover: what came after it is lost)", h.snapshotAge.Round(time.Millisecond))
+	}
+	a.emitKey(w, false, "StateCarried", "Switchover", fmt.Sprintf("%s runs on %s of %s, %v after the retirement: %d retained messages, %d persistent sessions, %d messages queued or in flight, %d bytes",
+		h.to.name, what, h.from.name, took, sum.Retained, len(sum.Sessions), sum.Queued, sum.Bytes))
 	a.log.Info("decision", slog.String("deployment", w.key.String()), slog.String("action", "StateCarried"), slog.String("state", h.state.ID),
+		slog.String("kind", string(h.state.Kind)), slog.Duration("snapshot_age", h.snapshotAge),
 		slog.Duration("took", took), slog.Int("retained", sum.Retained), slog.Int("sessions", len(sum.Sessions)), slog.Int("queued", sum.Queued))
 }
 

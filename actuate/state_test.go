@@ -67,6 +67,18 @@ func statefulPair(f *fakeCluster, ann map[string]string) (primaryPod, standbyPod
 	return primaryPod, standbyPod
 }
 
+// switchOver confirms an anomaly of the primary once its standby is seen
+// ready: three anomalous samples decide, one more with the Gate in Confirm
+// retires (fast gates).
+func (r *rig) switchOver() {
+	r.t.Helper()
+	for range 3 {
+		r.send(signal.Anomalous)
+	}
+	r.f.await(r.t, "the switchover decided with the standby ready", func() bool { return r.record("primary").Phase == PhaseConfirm })
+	r.send(signal.Anomalous)
+}
+
 // sendMsg delivers one observation of pod with message m (its state is m's).
 func (r *rig) sendMsg(pod string, m signal.Message) {
 	prev := r.last[pod]
@@ -117,11 +129,9 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 		st, reason := f.gateLocked(sp)
 		return st == corev1.ConditionFalse && reason == "AwaitingState" && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp
 	})
-	for range 4 {
-		r.send(signal.Anomalous)
-	}
+	r.switchOver()
 	f.await(t, "roles exchanged", func() bool {
-		return r.replicas("primary") == 0 && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
+		return slices.Contains(f.writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
 	})
 	f.await(t, "StateHandover Event", func() bool { return slices.Contains(f.reasonsLocked(), "StateHandover") })
 	f.mu.Lock()
@@ -185,7 +195,9 @@ func TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome(t *testing.T) {
 			r.send(signal.Healthy)
 			r.sendMsg(sp, signal.Message{State: signal.Healthy})
 			f.await(t, "standby ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
-			for range 4 {
+			if tc.fault == signal.Anomalous {
+				r.switchOver()
+			} else {
 				r.send(tc.fault)
 			}
 			f.await(t, "the new primary serves, and a Warning says why without its state", func() bool {
@@ -197,4 +209,40 @@ func TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot: a
+// crashed broker writes no final state; the last snapshot its sidecar
+// handed in goes to the standby's pod, which serves once it runs on it, and
+// the Events say how old it was.
+func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testing.T) {
+	f := newFakeCluster()
+	pp, sp := statefulPair(f, fast)
+	hub, srv := newStateHub(t)
+	r := start(t, f, pp, Config{States: hub, StateWait: time.Minute})
+	r.send(signal.Healthy)
+	r.sendMsg(sp, signal.Message{State: signal.Healthy})
+	f.await(t, "standby ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
+	id, err := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: pp}, Token: pp, HTTP: srv.Client()}).HandIn(t.Context(), statehub.Snapshot, finalState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.send(signal.Gone)
+	f.await(t, "failed over, the standby held for the snapshot", func() bool {
+		st, _ := f.gateLocked(sp)
+		return f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" && st == corev1.ConditionFalse &&
+			slices.Contains(f.reasonsLocked(), "StateFromSnapshot")
+	})
+	fetched, ok, err := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: sp}, Token: sp, HTTP: srv.Client()}).Fetch(t.Context())
+	if err != nil || !ok || fetched.ID != id || fetched.Kind != statehub.Snapshot {
+		t.Fatalf("the standby's pod fetched %q %s (%v, %v), want the snapshot %s", fetched.ID, fetched.Kind, ok, err, id)
+	}
+	r.sendMsg(sp, signal.Message{State: signal.Starting, Handover: id})
+	r.sendMsg(sp, signal.Message{State: signal.Healthy, Handover: id})
+	f.await(t, "the new primary serves on the snapshot, its age said", func() bool {
+		st, _ := f.gateLocked(sp)
+		return st == corev1.ConditionTrue && slices.ContainsFunc(f.events, func(ev *eventsv1.Event) bool {
+			return ev.Reason == "StateCarried" && strings.Contains(ev.Note, "the last snapshot") && strings.Contains(ev.Note, "lost")
+		})
+	})
 }

@@ -71,9 +71,17 @@ type MQTTProber struct {
 	nonce   string // distinguishes this prober's tokens from any earlier run's
 	seq     atomic.Uint64
 	running atomic.Bool
+	// hurryUntil (Unix ns): until then a reconnect waits ReconnectMin, not
+	// the back-off (Hurry).
+	hurryUntil atomic.Int64
 }
 
 var _ Prober = (*MQTTProber)(nil)
+
+// Hurry has the prober reconnect every ReconnectMin, without back-off, for
+// d: the sidecar restarted the broker itself and wants to know the moment
+// it is back, not the back-off's next try (up to ReconnectMax later).
+func (p *MQTTProber) Hurry(d time.Duration) { p.hurryUntil.Store(time.Now().Add(d).UnixNano()) }
 
 // NewMQTTProber validates cfg, fills in its defaults and returns a prober.
 func NewMQTTProber(cfg MQTTConfig) (*MQTTProber, error) {
@@ -131,7 +139,11 @@ func (p *MQTTProber) Run(ctx context.Context, report func(Result)) error {
 
 	attempt := 0 // connects since the last passing round: drives the back-off
 	for ctx.Err() == nil {
-		if attempt > 0 && !sleepCtx(ctx, backoff(attempt, p.cfg.ReconnectMin, p.cfg.ReconnectMax)) {
+		wait := backoff(attempt, p.cfg.ReconnectMin, p.cfg.ReconnectMax)
+		if time.Now().UnixNano() < p.hurryUntil.Load() {
+			wait = p.cfg.ReconnectMin
+		}
+		if attempt > 0 && !sleepCtx(ctx, wait) {
 			break
 		}
 		attempt++

@@ -141,6 +141,26 @@ func TestMQTTProbeNoBroker(t *testing.T) {
 	}
 }
 
+// TestAHurriedProberTriesAgainWithoutBackOff: a broker the sidecar
+// restarted itself is looked for every ReconnectMin, not at the back-off's
+// doubling waits: ten tries of a dead address take 10 × 20 ms, where the
+// back-off would take 20 ms × 2¹⁰.
+func TestAHurriedProberTriesAgainWithoutBackOff(t *testing.T) {
+	p, err := NewMQTTProber(MQTTConfig{Broker: "tcp://127.0.0.1:" + itoa(freePort(t)), Interval: longInterval, Timeout: time.Second,
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Hurry(time.Minute)
+	run := runProber(t, p)
+	all := time.Now().Add(3 * time.Second) // the back-off's ten tries take 8 s here
+	for i := range 10 {
+		if r := run.next(t, time.Until(all)); r.OK {
+			t.Fatalf("try %d: %+v, want a connect failure", i, r)
+		}
+	}
+}
+
 func TestMQTTProberRunTwice(t *testing.T) {
 	b := startMochi(t)
 	p := newTestMQTTProber(t, b.URL(), longInterval, time.Second)

@@ -271,7 +271,7 @@ func (s *Sidecar) Run(ctx context.Context) error {
 				s.metrics.ObserveProbe(r)
 				toMachine(r)
 				if r.OK && s.restarting.Load() {
-					s.do(inner, func() { s.restartAnswered(&r) })
+					s.do(inner, func() { s.restartAnswered(inner, &r) })
 				}
 			})
 		})
@@ -377,7 +377,7 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	start := time.Now()
 	s.alive.Beat()
 	defer s.holdFence()
-	defer s.restartAnswered(nil)
+	defer s.restartAnswered(ctx, nil)
 	if time.Now().Before(s.holdGone) {
 		return
 	}

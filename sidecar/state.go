@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"sync"
 	"time"
@@ -23,6 +24,11 @@ type StateConfig struct {
 	// state counts as starting; after it, what the probe and the samples
 	// say counts again. Default 60 s.
 	RestartTimeout time.Duration
+	// SnapshotEvery, when above 0, has the broker write its state that
+	// often (SIGUSR1), handed in when it changed: what a failover restarts
+	// the standby on, a crashed broker writing no final state. Mosquitto
+	// writes its whole state each time.
+	SnapshotEvery time.Duration
 	// HandInTimeout bounds one hand-in, which outlives the sidecar's own
 	// stop: the kubelet stops a native sidecar after its broker, so the
 	// final state is often handed in while the stop is under way. Default 10 s.
@@ -58,6 +64,55 @@ func (s *Sidecar) runState(ctx context.Context, wg *sync.WaitGroup) {
 	var lv stateLevers
 	wg.Go(func() { s.handIn(ctx, cfg, &lv) })
 	wg.Go(func() { s.fetch(ctx, cfg, &lv) })
+	if cfg.SnapshotEvery > 0 {
+		wg.Go(func() { s.snapshots(ctx, cfg) })
+	}
+}
+
+// snapshots has the broker write its state every SnapshotEvery and hands
+// it in when it changed. Only a digest of the last one is kept: the
+// sidecar's memory holds one state, not two.
+func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
+	t := time.NewTicker(cfg.SnapshotEvery)
+	defer t.Stop()
+	var last [sha256.Size]byte
+	lastErr := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.restarting.Load() {
+			continue // its broker is being restarted on a state
+		}
+		sctx, cancel := context.WithTimeout(ctx, cfg.SnapshotEvery)
+		st, err := cfg.Broker.Snapshot(sctx)
+		cancel()
+		if err == nil {
+			if sum := sha256.Sum256(st.Data); sum != last {
+				hctx, hcancel := context.WithTimeout(ctx, cfg.HandInTimeout)
+				_, err = cfg.Hub.HandIn(hctx, statehub.Snapshot, st.Data)
+				hcancel()
+				if err == nil {
+					last = sum
+				}
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			s.metrics.Error(ErrorKindState)
+			if err.Error() != lastErr {
+				s.cfg.Log.Warn("broker state snapshot not handed to the node agent", "err", err)
+			}
+			lastErr = err.Error()
+		case lastErr != "":
+			s.cfg.Log.Info("broker state snapshots handed to the node agent again")
+			lastErr = ""
+		}
+	}
 }
 
 // handIn waits for each state the broker writes as it stops and hands it
@@ -139,6 +194,9 @@ func (s *Sidecar) install(ctx context.Context, cfg *StateConfig, lv *stateLevers
 		lv.mu.Lock()
 		lv.installed = st.Data
 		lv.mu.Unlock()
+		if h, ok := s.cfg.Probe.(interface{ Hurry(time.Duration) }); ok {
+			h.Hurry(cfg.RestartTimeout) // to see the restarted broker the moment it is back
+		}
 		sum, err := cfg.Broker.Install(st.Data)
 		if err != nil {
 			s.restart = nil
@@ -164,16 +222,25 @@ func (s *Sidecar) install(ctx context.Context, cfg *StateConfig, lv *stateLevers
 // restartAnswered ends a restart the sidecar asked for once the broker
 // answers a probe begun after it with its container found again, or once
 // its deadline passed. Called from the loop goroutine.
-func (s *Sidecar) restartAnswered(r *healthcheck.Result) {
+func (s *Sidecar) restartAnswered(ctx context.Context, r *healthcheck.Result) {
 	rs := s.restart
 	if rs == nil {
 		return
 	}
 	now := time.Now()
-	back := s.pipe.HasTarget() && !s.pipe.Vanished() && s.lastRead.After(rs.at)
-	answered := back && r != nil && r.OK && r.At.Add(-r.RTT).After(rs.at)
+	probed := r != nil && r.OK && r.At.Add(-r.RTT).After(rs.at)
+	back := func() bool { return s.pipe.HasTarget() && !s.pipe.Vanished() && s.lastRead.After(rs.at) }
+	if probed && !back() {
+		// The broker answers; its new container is read now rather than
+		// at the next tick, so the pod serves a tick sooner.
+		s.sampleOnce(ctx)
+		if s.restart == nil {
+			return // ended by that sample
+		}
+	}
+	answered := back() && probed
 	if s.cfg.Probe == nil {
-		answered = back
+		answered = back()
 	}
 	if !answered && now.Before(rs.deadline) {
 		return

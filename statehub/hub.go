@@ -224,6 +224,21 @@ func (h *Hub) HandOn(id string, from, to signal.PodID) (State, error) {
 	return notice, nil
 }
 
+// Latest returns the newest state that from handed in and the hub still
+// holds, without its data.
+func (h *Hub) Latest(from signal.PodID) (State, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.expire()
+	s := h.in[from]
+	if s == nil {
+		return State{}, false
+	}
+	notice := *s
+	notice.Data = nil
+	return notice, true
+}
+
 // Done drops the state handed on to pod to once its broker runs on it (or
 // the handover was given up), so a sidecar that starts again later cannot
 // fetch it a second time over what its broker did since.

@@ -111,6 +111,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	keepAlive := fs.Duration("keepalive", 5*time.Second, "MQTT keep-alive to the agent: bounds how long a frozen sidecar goes unnoticed")
 	stateFile := fs.String("state-file", "", "the broker's persistence file as this sidecar sees it (Mosquitto's persistence_location + persistence_file, on the data volume inject --state-dir mounts here): its final state is handed to the node agent, and a state the agent hands this pod is put in; empty: the broker's state is not carried")
 	stateHub := fs.String("state-hub", os.Getenv("AMF_STATE_HUB"), "the node agent's state hub, e.g. http://$(NODE_IP):1886 (env AMF_STATE_HUB); needed with --state-file")
+	stateEvery := fs.Duration("state-snapshot-every", 5*time.Second, "with --state-file: how often the broker writes its state (SIGUSR1) to be handed to the node agent when it changed, for a failover to restart the standby on (a crashed broker writes no final state); what it took in since is lost. Mosquitto writes its whole state each time. 0: none")
 	stateProcess := fs.String("state-process", handover.DefaultComm, "with --state-file: the broker's process `name` in the pod's shared process namespace")
 	memoryRef := registerMemoryReference(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -196,8 +197,9 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 			return exitUsage
 		}
 		state = &sidecar.StateConfig{
-			Broker: handover.Broker{File: *stateFile, Comm: *stateProcess},
-			Hub:    &statehub.Client{URL: *stateHub, Pod: signal.PodID{Namespace: *namespace, Pod: *pod}, TokenFile: *tokenFile},
+			Broker:        handover.Broker{File: *stateFile, Comm: *stateProcess},
+			SnapshotEvery: *stateEvery,
+			Hub:           &statehub.Client{URL: *stateHub, Pod: signal.PodID{Namespace: *namespace, Pod: *pod}, TokenFile: *tokenFile},
 		}
 	}
 

@@ -18,6 +18,7 @@ import (
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/mosquittodb"
 )
 
@@ -40,12 +41,16 @@ type StateConfig struct {
 
 // StateCase is one event and what the broker held after it.
 type StateCase struct {
-	Key    string // the JSON prefix: k8s_crash, k8s_crash_on_changes, k8s_restart, handover
+	Key    string // the JSON prefix: k8s_crash, k8s_crash_on_changes, k8s_restart, handover, switchover, crash
 	What   string // the event, in words
 	Result brokerstate.Result
 	// Back is from the event to the broker accepting connections again, as
-	// a client dialling every 20 ms sees it.
+	// a client dialling every 20 ms sees it; for the agent's cases, from
+	// the primary's retirement to the new primary's pod Ready.
 	Back time.Duration
+	// Complete, for a switchover: from the stress's onset to the new
+	// primary's pod Ready (0: not a switchover).
+	Complete time.Duration
 }
 
 // StateReport is RunState's result.
@@ -60,9 +65,8 @@ type StateReport struct {
 // Mosquitto's default autosave and with autosave_on_changes, after a clean
 // stop (SIGTERM, as the kubelet stops it), and AMF's handover levers (the
 // state saved by one pod's sidecar and loaded by another's, which the
-// kubelet restarts on it). The agent does not pull the levers at a
-// switchover or failover yet (DESIGN.md, "Broker state"): those cases are
-// not measured.
+// kubelet restarts on it), then the agent pulling them: a stateful pair's
+// planned switchover and crash failover (DESIGN.md, "Broker state").
 func RunState(ctx context.Context, cfg StateConfig) (*StateReport, error) {
 	if cfg.Plan == (brokerstate.Plan{}) {
 		cfg.Plan = brokerstate.Plan{Retained: 300, Sessions: 3, V5Sessions: 1, Queued: 20}
@@ -119,7 +123,78 @@ func RunState(ctx context.Context, cfg StateConfig) (*StateReport, error) {
 		return rep, fmt.Errorf("handover: %w", err)
 	}
 	rep.Cases = append(rep.Cases, c)
+
+	// The agent's cases: the agent DaemonSet pulls the levers.
+	agent, err := testbed.DeployAgent(ctx, s.cp, cfg.Repo, s.node.Name, nil)
+	if err != nil {
+		return rep, fmt.Errorf("the agent DaemonSet: %w", err)
+	}
+	defer agent.Stop()
+	lines, unsub := agent.Subscribe()
+	defer unsub()
+	for _, k := range []struct {
+		key, what string
+		crash     bool
+	}{
+		{"switchover", "AMF: a planned switchover (the paper's stress), the final state carried through the agent's hub; back: from the retirement to the new primary Ready", false},
+		{"crash", "AMF: the primary's broker SIGKILLed, failed over onto its last snapshot (every 5 s); back: from the retirement to the new primary Ready", true},
+	} {
+		fmt.Fprintf(cfg.Progress, "case %s: %s\n", k.key, k.what)
+		cctx, cancel := context.WithTimeout(ctx, caseTimeout)
+		c, err := s.agentCase(cctx, lines, k.key, k.crash)
+		cancel()
+		if err != nil {
+			return rep, fmt.Errorf("%s: %w", k.key, err)
+		}
+		c.What = k.what + c.What
+		rep.Cases = append(rep.Cases, c)
+	}
 	return rep, nil
+}
+
+// agentCase is a stateful pair's switchover (stress) or crash failover
+// (SIGKILL), done by the agent, and what the new primary holds after it.
+func (s *stateBench) agentCase(ctx context.Context, lines <-chan testbed.AgentLine, key string, crash bool) (StateCase, error) {
+	p, err := testbed.StartStatePair(ctx, s.c, s.node, lines, s.ns, "state-"+key, s.cfg.Plan)
+	if p != nil {
+		defer s.remove(p.Deployments[:]...)
+	}
+	if err != nil {
+		return StateCase{}, err
+	}
+	var onset time.Time
+	if crash {
+		if err := p.AwaitSnapshot(ctx); err != nil {
+			return StateCase{}, err
+		}
+		if onset, err = p.Crash(ctx); err != nil {
+			return StateCase{}, err
+		}
+	} else {
+		stop, err := p.Stress(ctx)
+		if err != nil {
+			return StateCase{}, err
+		}
+		defer stop()
+		onset = time.Now()
+	}
+	h, err := p.Handover(ctx)
+	if err != nil {
+		return StateCase{}, err
+	}
+	served, err := p.AwaitServing(ctx)
+	if err != nil {
+		return StateCase{}, err
+	}
+	res, err := p.Check(ctx)
+	c := StateCase{Key: key, Result: res, Back: served.Sub(h.Retired)}
+	if !crash {
+		c.Complete = served.Sub(onset)
+	}
+	if h.NotCarried != "" {
+		c.What = " (the agent gave the state up: " + h.NotCarried + ")"
+	}
+	return c, err
 }
 
 // caseTimeout bounds one case: a pod that cannot be scheduled or a broker
@@ -278,8 +353,11 @@ func WriteStateReport(w io.Writer, r *StateReport) {
 		js[c.Key+"_qos1_lost"] = res.QueuedLost
 		js[c.Key+"_duplicates"] = res.Duplicates
 		js[c.Key+"_back_s"] = math.Round(c.Back.Seconds()*1000) / 1000
+		if c.Complete > 0 {
+			js[c.Key+"_complete_s"] = math.Round(c.Complete.Seconds()*1000) / 1000
+		}
 	}
-	fmt.Fprintf(w, "\nnot measured: switchover_, crash_ and nodeloss_ (the agent does not hand the state over yet)\n")
+	fmt.Fprintf(w, "\nnot measured: nodeloss_ (a lost node's agent, and the snapshots its hub held, go with it)\n")
 	b, _ := json.Marshal(js) // a map of numbers cannot fail
 	fmt.Fprintf(w, "%s\n", b)
 }

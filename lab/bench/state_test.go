@@ -9,21 +9,28 @@ import (
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
+	"github.com/amf-edge/amf/lab/testbed"
 )
 
 // TestStateBenchSeesWhatEachRestartKeeps runs bench state once on a real
 // node with a small state: a crash with Mosquitto's default autosave loses
-// everything (nothing was ever saved), a clean stop and AMF's handover
-// levers lose nothing, and the report says so.
+// everything (nothing was ever saved), a clean stop, AMF's handover levers
+// and the agent's switchover and crash failover of a stateful pair lose
+// nothing (the crash: nothing came after the last snapshot), and the report
+// says so.
 func TestStateBenchSeesWhatEachRestartKeeps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real node")
 	}
 	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	plan := brokerstate.Plan{Retained: 30, Sessions: 2, V5Sessions: 1, Queued: 3}
-	rep, err := RunState(ctx, StateConfig{Plan: plan, ControlPlane: cp, Node: n})
+	repo, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunState(ctx, StateConfig{Plan: plan, ControlPlane: cp, Node: n, Repo: repo})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,14 +42,15 @@ func TestStateBenchSeesWhatEachRestartKeeps(t *testing.T) {
 	if r := byKey["k8s_crash"]; r.RetainedLost != plan.Retained || len(r.SessionsLost) != 3 || r.QueuedLost != 9 {
 		t.Errorf("k8s_crash: %v; want everything lost (autosave 1800 s: nothing saved before the kill)", r)
 	}
-	for _, k := range []string{"k8s_restart", "handover"} {
+	for _, k := range []string{"k8s_restart", "handover", "switchover", "crash"} {
 		if r := byKey[k]; !r.Lossless() || r.RetainedFound != plan.Retained || r.QueuedFound != 9 || r.Duplicates != 0 {
 			t.Errorf("%s: %v; want nothing lost, nothing twice", k, r)
 		}
 	}
 	var out strings.Builder
 	WriteStateReport(&out, rep)
-	if !strings.Contains(out.String(), `"k8s_crash_retained_lost":30`) || !strings.Contains(out.String(), `"handover_qos1_lost":0`) {
+	if !strings.Contains(out.String(), `"k8s_crash_retained_lost":30`) || !strings.Contains(out.String(), `"handover_qos1_lost":0`) ||
+		!strings.Contains(out.String(), `"switchover_qos1_lost":0`) || !strings.Contains(out.String(), `"switchover_complete_s":`) {
 		t.Errorf("report's JSON line lacks the figures:\n%s", out.String())
 	}
 }

@@ -1,0 +1,227 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/lab/brokerstate"
+	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
+)
+
+// StatePair is a stateful pair as inject --standby --state-dir writes it,
+// on a real node whose agent DaemonSet runs, its primary seeded by real
+// clients with a brokerstate.Plan (DESIGN.md, "Broker state"): what the
+// tests and the bench of a switchover's and a failover's state run on.
+type StatePair struct {
+	C                kubernetes.Interface
+	Node             *kubenode.Node
+	Namespace        string
+	Primary, Standby *corev1.Pod
+	// Deployments are the primary's and the standby's names.
+	Deployments [2]string
+	Plan        brokerstate.Plan
+	lines       <-chan AgentLine
+}
+
+// StateGates switch over as soon as the paper's model has said anomalous
+// three times, and once more with the standby ready.
+var StateGates = map[string]string{contract.AnnDebounce: "3", contract.AnnReconfirm: "1", contract.AnnHold: "0s", contract.AnnReadyTimeout: "60s"}
+
+// StartStatePair deploys the pair name in namespace ns (which must exist)
+// with the paper's model and StateGates, waits until the primary serves and
+// the standby is held out of its Services, and seeds the primary with plan,
+// checking that the standby holds none of it (so that a check after the
+// event can fail). lines are the agent's, subscribed before.
+func StartStatePair(ctx context.Context, c kubernetes.Interface, node *kubenode.Node, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) (*StatePair, error) {
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"mosquitto.conf": brokerstate.Config("")}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	pair, err := brokerstate.InjectedPairWith(ns, name, StateGates, model.PaperName)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range pair {
+		if _, err := c.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	p := &StatePair{C: c, Node: node, Namespace: ns, Plan: plan, lines: lines, Deployments: [2]string{pair[0].Name, pair[1].Name}}
+	var pods []*corev1.Pod
+	for _, d := range pair {
+		pod, err := brokerstate.RunningPod(ctx, c, ns, d.Name)
+		if err != nil {
+			return nil, err
+		}
+		pods = append(pods, pod)
+	}
+	p.Primary, p.Standby = pods[0], pods[1]
+	if _, err := p.await(ctx, p.Primary.Name, "the primary serves", PodReady); err != nil {
+		return nil, err
+	}
+	if _, err := p.await(ctx, p.Standby.Name, "the standby is held out of its Services", HeldForState); err != nil {
+		return nil, err
+	}
+	if err := brokerstate.Seed(ctx, brokerstate.Addr(p.Primary), plan); err != nil {
+		return nil, err
+	}
+	before, err := brokerstate.Check(ctx, brokerstate.Addr(p.Standby), plan)
+	if err != nil {
+		return nil, err
+	}
+	if before.RetainedFound != 0 || len(before.SessionsLost) != len(plan.SessionIDs()) {
+		return nil, fmt.Errorf("the standby held state before the event: %v", before)
+	}
+	return p, nil
+}
+
+// Stress runs the paper's stress in the primary's broker container (its
+// model says anomalous within a second) until stop.
+func (p *StatePair) Stress(ctx context.Context) (stop func(), err error) {
+	cmd, err := p.Node.Exec(ctx, p.Namespace, p.Primary.Name, brokerstate.BrokerContainer, []string{images.LabBinary, "stress", "--memory-file", "--profile", "120s:mem=60Mi,cpu=0.4"}, io.Discard, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, nil
+}
+
+// AwaitSnapshot waits until the agent's hub took in a snapshot of the
+// primary holding the plan's retained messages.
+func (p *StatePair) AwaitSnapshot(ctx context.Context) error {
+	want := fmt.Sprintf(`"retained":%d`, p.Plan.Retained)
+	for {
+		select {
+		case l := <-p.lines:
+			if l.Msg == "broker state taken in" && strings.Contains(l.Raw, `"kind":"snapshot"`) && strings.Contains(l.Raw, p.Primary.Name) && strings.Contains(l.Raw, want) {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("no snapshot of the seeded state handed in: %w", ctx.Err())
+		}
+	}
+}
+
+// Crash SIGKILLs the primary's broker and returns when.
+func (p *StatePair) Crash(ctx context.Context) (time.Time, error) {
+	pid, err := p.Node.ContainerPID(ctx, p.Namespace, p.Primary.Name, brokerstate.BrokerContainer)
+	if err != nil {
+		return time.Time{}, err
+	}
+	at := time.Now()
+	return at, syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// StateHandover is what the agent said of a handover.
+type StateHandover struct {
+	// Retired, HandedOn and Carried are when the agent retired the
+	// primary, handed its state on (a failover's snapshot goes as it
+	// retires) and saw the new primary run on it.
+	Retired, HandedOn, Carried time.Time
+	// NotCarried is the agent's line when it gave the state up.
+	NotCarried string
+	Line       string // the StateCarried line
+}
+
+// Handover follows the agent's lines until the state is carried or given up.
+func (p *StatePair) Handover(ctx context.Context) (StateHandover, error) {
+	var h StateHandover
+	for h.Carried.IsZero() && h.NotCarried == "" {
+		select {
+		case l := <-p.lines:
+			switch {
+			case l.Msg != "decision" || !strings.HasPrefix(l.Deployment, p.Namespace+"/"):
+			case l.Action == "RetirePrimary" && l.Error == "":
+				h.Retired = l.Time
+			case l.Action == "StateNotCarried":
+				h.NotCarried = l.Raw
+			case l.Action == "HandOnState":
+				h.HandedOn = l.Time
+			case l.Action == "StateCarried":
+				h.Carried, h.Line = l.Time, l.Raw
+			}
+		case <-ctx.Done():
+			return h, fmt.Errorf("the agent neither carried the state nor gave it up: %w", ctx.Err())
+		}
+	}
+	if h.HandedOn.IsZero() {
+		h.HandedOn = h.Retired
+	}
+	return h, nil
+}
+
+// AwaitServing returns when the new primary's (the standby's) pod is Ready.
+func (p *StatePair) AwaitServing(ctx context.Context) (time.Time, error) {
+	return p.await(ctx, p.Standby.Name, "the new primary serves", PodReady)
+}
+
+// Check is brokerstate.Check on the new primary.
+func (p *StatePair) Check(ctx context.Context) (brokerstate.Result, error) {
+	return brokerstate.Check(ctx, brokerstate.Addr(p.Standby), p.Plan)
+}
+
+// PodReady reports the pod's Ready condition.
+func PodReady(p *corev1.Pod) bool {
+	return podCondition(p, string(corev1.PodReady)) == corev1.ConditionTrue
+}
+
+// HeldForState: every container ready, the pod not Ready, its gate held by
+// the agent until it holds the primary's state.
+func HeldForState(p *corev1.Pod) bool {
+	if podCondition(p, string(corev1.ContainersReady)) != corev1.ConditionTrue || PodReady(p) {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if string(c.Type) == contract.ConditionHealthy {
+			return c.Status == corev1.ConditionFalse && c.Reason == "AwaitingState"
+		}
+	}
+	return false
+}
+
+func podCondition(p *corev1.Pod, typ string) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if string(c.Type) == typ {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// await watches pod name until ok holds and returns when it was seen.
+func (p *StatePair) await(ctx context.Context, name, what string, ok func(*corev1.Pod) bool) (time.Time, error) {
+	sel := fields.OneTermEqualSelector("metadata.name", name).String()
+	for {
+		l, err := p.C.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%s: %w", what, err)
+		}
+		if len(l.Items) == 1 && ok(&l.Items[0]) {
+			return time.Now(), nil
+		}
+		w, err := p.C.CoreV1().Pods(p.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: l.ResourceVersion})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%s: %w", what, err)
+		}
+		for ev := range w.ResultChan() {
+			if pod, isPod := ev.Object.(*corev1.Pod); isPod && ok(pod) {
+				w.Stop()
+				return time.Now(), nil
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return time.Time{}, fmt.Errorf("%s: %w", what, ctx.Err())
+		}
+	}
+}

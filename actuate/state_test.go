@@ -109,6 +109,37 @@ func newStateHub(t *testing.T) (*statehub.Hub, *httptest.Server) {
 	return hub, srv
 }
 
+// statefulRig is an actuator with a hub on a stateful pair whose primary
+// serves and whose standby, healthy, is held out of its Services and named
+// ready on its Deployment.
+type statefulRig struct {
+	*rig
+	pp, sp string // the primary's and the standby's pods
+	hub    *statehub.Hub
+	srv    *httptest.Server
+}
+
+func startStateful(t *testing.T, wait time.Duration) *statefulRig {
+	t.Helper()
+	f := newFakeCluster()
+	pp, sp := statefulPair(f, fast)
+	hub, srv := newStateHub(t)
+	r := &statefulRig{rig: start(t, f, pp, Config{States: hub, StateWait: wait}), pp: pp, sp: sp, hub: hub, srv: srv}
+	r.send(signal.Healthy)
+	f.await(t, "the primary's pod serves", func() bool { st, _ := f.gateLocked(pp); return st == corev1.ConditionTrue })
+	r.sendMsg(sp, signal.Message{State: signal.Healthy})
+	f.await(t, "the standby held out, and ready for the switchover", func() bool {
+		st, reason := f.gateLocked(sp)
+		return st == corev1.ConditionFalse && reason == "AwaitingState" && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp
+	})
+	return r
+}
+
+// client is pod's sidecar's side of the hub.
+func (r *statefulRig) client(pod string) *statehub.Client {
+	return &statehub.Client{URL: r.srv.URL, Pod: signal.PodID{Namespace: ns, Pod: pod}, Token: pod, HTTP: r.srv.Client()}
+}
+
 // TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes is
 // the agent's half of a planned switchover that loses nothing: the standby
 // of a stateful pair is held out of its Services while it is a standby, yet
@@ -117,18 +148,8 @@ func newStateHub(t *testing.T) (*statehub.Hub, *httptest.Server) {
 // goes on to the standby's pod, which joins its Services only once it says
 // it runs on that state.
 func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *testing.T) {
-	f := newFakeCluster()
-	pp, sp := statefulPair(f, fast)
-	hub, srv := newStateHub(t)
-	r := start(t, f, pp, Config{States: hub, StateWait: time.Minute})
-
-	r.send(signal.Healthy)
-	f.await(t, "the primary's pod serves", func() bool { st, _ := f.gateLocked(pp); return st == corev1.ConditionTrue })
-	r.sendMsg(sp, signal.Message{State: signal.Healthy})
-	f.await(t, "the standby held out, and ready for the switchover", func() bool {
-		st, reason := f.gateLocked(sp)
-		return st == corev1.ConditionFalse && reason == "AwaitingState" && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp
-	})
+	r := startStateful(t, time.Minute)
+	f, pp, sp := r.f, r.pp, r.sp
 	r.switchOver()
 	f.await(t, "roles exchanged", func() bool {
 		return slices.Contains(f.writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
@@ -144,13 +165,13 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 	f.mu.Unlock()
 
 	// The retired broker's sidecar hands its final state in.
-	id, err := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: pp}, Token: pp, HTTP: srv.Client()}).HandIn(t.Context(), statehub.Final, finalState())
+	id, err := r.client(pp).HandIn(t.Context(), statehub.Final, finalState())
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok, err := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: sp}, Token: sp, HTTP: srv.Client()}).Fetch(t.Context())
+	got, ok, err := r.client(sp).Fetch(t.Context())
 	for err == nil && !ok {
-		got, ok, err = (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: sp}, Token: sp, HTTP: srv.Client()}).Fetch(t.Context())
+		got, ok, err = r.client(sp).Fetch(t.Context())
 	}
 	if err != nil || got.ID != id {
 		t.Fatalf("the standby's pod fetched %q (%v), want the state %s handed on to it", got.ID, err, id)
@@ -169,7 +190,7 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 		st, _ := f.gateLocked(sp)
 		return st == corev1.ConditionTrue && slices.Contains(f.reasonsLocked(), "StateCarried")
 	})
-	if _, ok, _ := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: sp}, Token: sp, HTTP: srv.Client()}).Fetch(t.Context()); ok {
+	if _, ok, _ := r.client(sp).Fetch(t.Context()); ok {
 		t.Error("the state is still there to fetch after the pod runs on it")
 	}
 }
@@ -188,13 +209,8 @@ func TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome(t *testing.T) {
 		{"a switchover whose state never comes", signal.Anomalous, "no final state came"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeCluster()
-			pp, sp := statefulPair(f, fast)
-			hub, _ := newStateHub(t)
-			r := start(t, f, pp, Config{States: hub, StateWait: 300 * time.Millisecond})
-			r.send(signal.Healthy)
-			r.sendMsg(sp, signal.Message{State: signal.Healthy})
-			f.await(t, "standby ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
+			r := startStateful(t, 300*time.Millisecond)
+			f, sp := r.f, r.sp
 			if tc.fault == signal.Anomalous {
 				r.switchOver()
 			} else {
@@ -216,14 +232,9 @@ func TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome(t *testing.T) {
 // handed in goes to the standby's pod, which serves once it runs on it, and
 // the Events say how old it was.
 func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testing.T) {
-	f := newFakeCluster()
-	pp, sp := statefulPair(f, fast)
-	hub, srv := newStateHub(t)
-	r := start(t, f, pp, Config{States: hub, StateWait: time.Minute})
-	r.send(signal.Healthy)
-	r.sendMsg(sp, signal.Message{State: signal.Healthy})
-	f.await(t, "standby ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
-	id, err := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: pp}, Token: pp, HTTP: srv.Client()}).HandIn(t.Context(), statehub.Snapshot, finalState())
+	r := startStateful(t, time.Minute)
+	f, pp, sp := r.f, r.pp, r.sp
+	id, err := r.client(pp).HandIn(t.Context(), statehub.Snapshot, finalState())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +244,7 @@ func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testi
 		return f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" && st == corev1.ConditionFalse &&
 			slices.Contains(f.reasonsLocked(), "StateFromSnapshot")
 	})
-	fetched, ok, err := (&statehub.Client{URL: srv.URL, Pod: signal.PodID{Namespace: ns, Pod: sp}, Token: sp, HTTP: srv.Client()}).Fetch(t.Context())
+	fetched, ok, err := r.client(sp).Fetch(t.Context())
 	if err != nil || !ok || fetched.ID != id || fetched.Kind != statehub.Snapshot {
 		t.Fatalf("the standby's pod fetched %q %s (%v, %v), want the snapshot %s", fetched.ID, fetched.Kind, ok, err, id)
 	}

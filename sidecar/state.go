@@ -127,7 +127,9 @@ func (s *Sidecar) handIn(ctx context.Context, cfg *StateConfig, lv *stateLevers)
 			s.metrics.Error(ErrorKindState)
 			s.cfg.Log.Warn("broker state not watched", "err", err)
 			attempt++
-			if !sleep(ctx, backoff(attempt, time.Second, 30*time.Second)) {
+			select {
+			case <-time.After(backoff(attempt, time.Second, 30*time.Second)):
+			case <-ctx.Done():
 				return
 			}
 			continue
@@ -168,7 +170,9 @@ func (s *Sidecar) fetch(ctx context.Context, cfg *StateConfig, lv *stateLevers) 
 			if attempt == 1 || attempt%10 == 0 {
 				s.cfg.Log.Warn("state hub not reached", "err", err, "attempts", attempt)
 			}
-			if !sleep(ctx, backoff(attempt, 500*time.Millisecond, 15*time.Second)) {
+			select {
+			case <-time.After(backoff(attempt, 500*time.Millisecond, 15*time.Second)):
+			case <-ctx.Done():
 				return
 			}
 			continue
@@ -253,16 +257,4 @@ func (s *Sidecar) restartAnswered(ctx context.Context, r *healthcheck.Result) {
 	s.restart = nil
 	s.restarting.Store(false)
 	s.apply(s.pipe.Restarted(), nil)
-}
-
-// sleep waits d or until ctx ends; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -132,16 +131,7 @@ func (p *statePod) await(t *testing.T, what string, ok func(signal.Message) bool
 // unhealthy — in between and healthy again with every message naming the
 // state; the standby then holds everything, none of it twice.
 func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) {
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		bin = "/usr/sbin/mosquitto"
-	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("AMF_REQUIRE_REAL_CGROUPS") == "1" {
-			t.Fatal("mosquitto not installed (make deps)")
-		}
-		t.Skip("mosquitto not installed (make deps)")
-	}
+	bin := brokerstate.RequireMosquitto(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	a, b := signal.PodID{Namespace: "tod", Pod: "broker-a-1"}, signal.PodID{Namespace: "tod", Pod: "broker-b-1"}

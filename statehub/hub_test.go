@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -40,16 +39,7 @@ var (
 // SIGUSR1 (a snapshot) and as it stops (final).
 func realStates(t *testing.T) (snapshot, final []byte) {
 	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		bin = "/usr/sbin/mosquitto"
-	}
-	if _, err := os.Stat(bin); err != nil {
-		if os.Getenv("AMF_REQUIRE_REAL_CGROUPS") == "1" {
-			t.Fatal("mosquitto not installed (make deps)")
-		}
-		t.Skip("mosquitto not installed (make deps)")
-	}
+	bin := brokerstate.RequireMosquitto(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	m, err := brokerstate.StartMosquitto(ctx, bin, t.TempDir(), true)

@@ -20,10 +20,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -401,4 +403,20 @@ func MosquittoSub() (string, error) {
 		return "", ErrNoClient
 	}
 	return p, nil
+}
+
+// RequireMosquitto returns Debian's Mosquitto broker, or skips the test
+// without it (fails it under AMF_REQUIRE_REAL_CGROUPS=1, as CI runs).
+func RequireMosquitto(t testing.TB) string {
+	t.Helper()
+	for _, p := range []string{"mosquitto", "/usr/sbin/mosquitto"} {
+		if bin, err := exec.LookPath(p); err == nil {
+			return bin
+		}
+	}
+	if os.Getenv("AMF_REQUIRE_REAL_CGROUPS") == "1" {
+		t.Fatal("mosquitto not installed (make deps)")
+	}
+	t.Skip("mosquitto not installed (make deps)")
+	return ""
 }

@@ -49,18 +49,25 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "statehub: GET or PUT", http.StatusMethodNotAllowed)
 		return
 	}
+	op := "fetch"
+	if r.Method == http.MethodPut {
+		op = "hand_in"
+	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
+		h.m.requests.WithLabelValues(op, outcomeUnauthorized).Inc()
 		http.Error(w, "statehub: a bearer token of the pod is required", http.StatusUnauthorized)
 		return
 	}
 	id, err := h.cfg.Authenticator.Authenticate(r.Context(), token)
 	if err != nil {
+		h.m.requests.WithLabelValues(op, outcomeUnauthorized).Inc()
 		h.log.Warn("broker state request refused", slog.String("pod", pod.String()), slog.String("error", err.Error()))
 		http.Error(w, "statehub: token not accepted", http.StatusUnauthorized)
 		return
 	}
 	if id != pod {
+		h.m.requests.WithLabelValues(op, outcomeForbidden).Inc()
 		h.log.Warn("broker state request for another pod refused", slog.String("pod", id.String()), slog.String("path", pod.String()))
 		http.Error(w, fmt.Sprintf("statehub: %s may not use the state of %s", id, pod), http.StatusForbidden)
 		return
@@ -73,13 +80,16 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Hub) serveHandIn(w http.ResponseWriter, r *http.Request, pod signal.PodID) {
+	refused := h.m.requests.WithLabelValues("hand_in", outcomeRefused)
 	kind := Kind(r.Header.Get(KindHeader))
 	if kind != Final && kind != Snapshot {
+		refused.Inc()
 		http.Error(w, fmt.Sprintf("statehub: header %s must be %q or %q", KindHeader, Final, Snapshot), http.StatusBadRequest)
 		return
 	}
 	data, err := readBody(w, r)
 	if err != nil {
+		refused.Inc()
 		if errors.As(err, new(*http.MaxBytesError)) {
 			http.Error(w, fmt.Sprintf("statehub: a state is at most %d bytes", MaxStateBytes), http.StatusRequestEntityTooLarge)
 			return
@@ -92,17 +102,20 @@ func (h *Hub) serveHandIn(w http.ResponseWriter, r *http.Request, pod signal.Pod
 		err = errors.New("a final state must be the file written as the broker stopped (its shutdown flag is not set)")
 	}
 	if err != nil {
+		refused.Inc()
 		h.log.Warn("broker state refused", slog.String("pod", pod.String()), slog.Int("bytes", len(data)), slog.String("error", err.Error()))
 		http.Error(w, "statehub: state refused: "+err.Error(), http.StatusUnprocessableEntity)
 		return
 	}
 	s, err := h.put(pod, kind, sum, data)
 	if err != nil {
+		h.m.requests.WithLabelValues("hand_in", outcomeNoRoom).Inc()
 		http.Error(w, err.Error(), http.StatusInsufficientStorage)
 		return
 	}
 	h.log.Info("broker state taken in", slog.String("state", s.ID), slog.String("kind", string(kind)), slog.Int("bytes", len(data)),
 		slog.Int("retained", sum.Retained), slog.Int("sessions", len(sum.Sessions)), slog.Int("queued", sum.Queued))
+	h.m.requests.WithLabelValues("hand_in", outcomeOK).Inc()
 	w.Header().Set(IDHeader, s.ID)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -121,9 +134,11 @@ func (h *Hub) serveFetch(w http.ResponseWriter, r *http.Request, pod signal.PodI
 	defer cancel()
 	s, ok := h.await(ctx, pod)
 	if !ok {
+		h.m.requests.WithLabelValues("fetch", outcomeEmpty).Inc()
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	h.m.requests.WithLabelValues("fetch", outcomeOK).Inc()
 	w.Header().Set(IDHeader, s.ID)
 	w.Header().Set(FromHeader, s.From.String())
 	w.Header().Set(KindHeader, string(s.Kind))

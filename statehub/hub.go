@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/amf-edge/amf/mosquittodb"
 	"github.com/amf-edge/amf/signal"
 )
@@ -78,6 +80,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Registerer receives the hub's metrics (amf_statehub_*); nil: not registered.
+	Registerer prometheus.Registerer
 }
 
 // Hub holds the states handed in and those handed on. Create it with New.
@@ -85,6 +89,7 @@ type Hub struct {
 	cfg Config
 	log *slog.Logger
 	now func() time.Time
+	m   *metrics
 
 	mu       sync.Mutex
 	seq      uint64
@@ -113,7 +118,7 @@ func New(cfg Config) (*Hub, error) {
 		cfg.Wait = 25 * time.Second
 	}
 	h := &Hub{cfg: cfg, log: cfg.Logger, now: cfg.Now, in: map[signal.PodID]*State{}, out: map[signal.PodID]*State{},
-		changed: make(chan struct{}), received: make(chan State, 16)}
+		changed: make(chan struct{}), received: make(chan State, 16), m: newMetrics(cfg.Registerer)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -146,6 +151,7 @@ func (h *Hub) put(from signal.PodID, kind Kind, sum mosquittodb.Summary, data []
 	s := &State{ID: from.String() + "/" + strconv.FormatUint(h.seq, 10), From: from, Kind: kind, Summary: sum, At: h.now(), Data: data}
 	h.in[from] = s
 	h.bytes += len(data)
+	h.m.bytes.Set(float64(h.bytes))
 	notice := *s
 	notice.Data = nil
 	for {
@@ -197,6 +203,7 @@ func (h *Hub) expire() {
 			h.bytes -= len(s.Data)
 		}
 	}
+	h.m.bytes.Set(float64(h.bytes))
 }
 
 // HandOn hands the newest state that from handed in (its ID must be id, so
@@ -216,6 +223,8 @@ func (h *Hub) HandOn(id string, from, to signal.PodID) (State, error) {
 	}
 	s.At = h.now() // the TTL counts from the handing on
 	h.out[to] = s
+	h.m.handed.Inc()
+	h.m.bytes.Set(float64(h.bytes))
 	close(h.changed)
 	h.changed = make(chan struct{})
 	h.log.Info("broker state handed on", slog.String("state", s.ID), slog.String("to", to.String()), slog.Int("bytes", len(s.Data)))
@@ -249,6 +258,7 @@ func (h *Hub) Done(to signal.PodID) {
 		delete(h.out, to)
 		h.bytes -= len(s.Data)
 	}
+	h.m.bytes.Set(float64(h.bytes))
 }
 
 // await returns the state handed on to pod, waiting until ctx ends.

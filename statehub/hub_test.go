@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/mosquittodb"
 	"github.com/amf-edge/amf/signal"
@@ -78,7 +81,7 @@ func realStates(t *testing.T) (snapshot, final []byte) {
 
 func newHub(t *testing.T) (*Hub, *httptest.Server) {
 	t.Helper()
-	h, err := New(Config{Authenticator: auth, Wait: 500 * time.Millisecond})
+	h, err := New(Config{Authenticator: auth, Wait: 500 * time.Millisecond, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,20 +149,21 @@ func TestTheHubRefusesWhatItMustNotRelay(t *testing.T) {
 	snapshot, final := realStates(t)
 	torn := final[:len(final)-7]
 	for _, tt := range []struct {
-		name   string
-		pod    signal.PodID
-		token  string
-		kind   Kind
-		data   []byte
-		status string
+		name    string
+		pod     signal.PodID
+		token   string
+		kind    Kind
+		data    []byte
+		status  string
+		outcome string // counted in amf_statehub_requests_total
 	}{
-		{"no token", primary, "", Final, final, "401"},
-		{"an unknown token", primary, "forged", Final, final, "401"},
-		{"another pod's token", primary, "tok-o", Final, final, "403"},
-		{"a torn file", primary, "tok-a", Final, torn, "422"},
-		{"a snapshot handed in as final", primary, "tok-a", Final, snapshot, "422"},
-		{"something that is not a state", primary, "tok-a", Snapshot, []byte("hello"), "422"},
-		{"no kind", primary, "tok-a", "", final, "400"},
+		{"no token", primary, "", Final, final, "401", outcomeUnauthorized},
+		{"an unknown token", primary, "forged", Final, final, "401", outcomeUnauthorized},
+		{"another pod's token", primary, "tok-o", Final, final, "403", outcomeForbidden},
+		{"a torn file", primary, "tok-a", Final, torn, "422", outcomeRefused},
+		{"a snapshot handed in as final", primary, "tok-a", Final, snapshot, "422", outcomeRefused},
+		{"something that is not a state", primary, "tok-a", Snapshot, []byte("hello"), "422", outcomeRefused},
+		{"no kind", primary, "tok-a", "", final, "400", outcomeRefused},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h, srv := newHub(t)
@@ -171,6 +175,9 @@ func TestTheHubRefusesWhatItMustNotRelay(t *testing.T) {
 			case s := <-h.Received():
 				t.Fatalf("refused, yet taken in: %+v", s)
 			default:
+			}
+			if n := testutil.ToFloat64(h.m.requests.WithLabelValues("hand_in", tt.outcome)); n != 1 {
+				t.Errorf("amf_statehub_requests_total{op=hand_in,outcome=%s} = %v, want 1", tt.outcome, n)
 			}
 		})
 	}

@@ -177,7 +177,7 @@ func run(args []string, stderr io.Writer) error {
 	acfg := actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: o.observeOnly, Instance: o.nodeName, ResumeOnStart: o.resume, Registerer: a.MetricsRegisterer()}
 	waitState := func() error { return nil }
 	if o.stateListen != "" {
-		if acfg.States, waitState, err = serveStateHub(ctx, o.stateListen, auth, log.With("component", "statehub")); err != nil {
+		if acfg.States, waitState, err = serveStateHub(ctx, o.stateListen, auth, a.MetricsRegisterer(), log.With("component", "statehub")); err != nil {
 			return err
 		}
 	}

@@ -9,14 +9,16 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/amf-edge/amf/agent"
 	"github.com/amf-edge/amf/statehub"
 )
 
 // serveStateHub binds the state hub at addr and serves it until ctx ends;
 // wait returns once it has stopped.
-func serveStateHub(ctx context.Context, addr string, auth agent.Authenticator, log *slog.Logger) (*statehub.Hub, func() error, error) {
-	hub, err := statehub.New(statehub.Config{Authenticator: auth, Logger: log})
+func serveStateHub(ctx context.Context, addr string, auth agent.Authenticator, reg prometheus.Registerer, log *slog.Logger) (*statehub.Hub, func() error, error) {
+	hub, err := statehub.New(statehub.Config{Authenticator: auth, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -51,6 +51,9 @@ type StateCase struct {
 	// Complete, for a switchover: from the stress's onset to the new
 	// primary's pod Ready (0: not a switchover).
 	Complete time.Duration
+	// Live is what QoS 1 clients connected through the pair's Service
+	// saw across a switchover (nil: none ran).
+	Live *brokerstate.LiveResult
 }
 
 // StateReport is RunState's result.
@@ -163,6 +166,12 @@ func (s *stateBench) agentCase(ctx context.Context, lines <-chan testbed.AgentLi
 		return StateCase{}, err
 	}
 	var onset time.Time
+	var live *brokerstate.Live
+	if !crash {
+		if live, err = p.StartLive(ctx); err != nil {
+			return StateCase{}, err
+		}
+	}
 	if crash {
 		if err := p.AwaitSnapshot(ctx); err != nil {
 			return StateCase{}, err
@@ -186,8 +195,16 @@ func (s *stateBench) agentCase(ctx context.Context, lines <-chan testbed.AgentLi
 	if err != nil {
 		return StateCase{}, err
 	}
+	c := StateCase{Key: key, Back: served.Sub(h.Retired)}
+	if live != nil {
+		lr, err := live.Stop(ctx)
+		if err != nil {
+			return StateCase{}, err
+		}
+		c.Live = &lr
+	}
 	res, err := p.Check(ctx)
-	c := StateCase{Key: key, Result: res, Back: served.Sub(h.Retired)}
+	c.Result = res
 	if !crash {
 		c.Complete = served.Sub(onset)
 	}
@@ -344,6 +361,7 @@ func WriteStateReport(w io.Writer, r *StateReport) {
 		p.Retained, p.Sessions+p.V5Sessions, p.Sessions, p.V5Sessions, p.Queued)
 	fmt.Fprintf(w, "| case | retained lost | sessions lost | QoS 1 lost | duplicates | broker back after |\n|---|---|---|---|---|---|\n")
 	js := map[string]any{}
+	var live strings.Builder
 	for _, c := range r.Cases {
 		res := c.Result
 		fmt.Fprintf(w, "| %s | %d of %d | %d of %d | %d of %d | %d | %.2f s |\n", c.What,
@@ -356,6 +374,16 @@ func WriteStateReport(w io.Writer, r *StateReport) {
 		if c.Complete > 0 {
 			js[c.Key+"_complete_s"] = math.Round(c.Complete.Seconds()*1000) / 1000
 		}
+		if l := c.Live; l != nil {
+			js[c.Key+"_live_lost"] = l.Lost
+			js[c.Key+"_live_refused"] = l.Refused
+			js[c.Key+"_live_duplicates"] = l.Duplicates
+			js[c.Key+"_outage_s"] = math.Round(max(l.AckGap, l.ReceiveGap).Seconds()*1000) / 1000
+			fmt.Fprintf(&live, "%s, live QoS 1 clients through the Service: %v\n", c.Key, *l)
+		}
+	}
+	if live.Len() > 0 {
+		fmt.Fprintf(w, "\n%s", live.String())
 	}
 	fmt.Fprintf(w, "\nnot measured: nodeloss_ (a lost node's agent, and the snapshots its hub held, go with it)\n")
 	b, _ := json.Marshal(js) // a map of numbers cannot fail

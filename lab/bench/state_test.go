@@ -47,10 +47,16 @@ func TestStateBenchSeesWhatEachRestartKeeps(t *testing.T) {
 			t.Errorf("%s: %v; want nothing lost, nothing twice", k, r)
 		}
 	}
+	for _, c := range rep.Cases {
+		if l := c.Live; l != nil && (l.Lost != 0 || l.Refused != 0 || l.MarkerMissed || l.Acked == 0) {
+			t.Errorf("%s: live QoS 1 clients %v; want nothing lost or given up", c.Key, *l)
+		}
+	}
 	var out strings.Builder
 	WriteStateReport(&out, rep)
 	if !strings.Contains(out.String(), `"k8s_crash_retained_lost":30`) || !strings.Contains(out.String(), `"handover_qos1_lost":0`) ||
-		!strings.Contains(out.String(), `"switchover_qos1_lost":0`) || !strings.Contains(out.String(), `"switchover_complete_s":`) {
+		!strings.Contains(out.String(), `"switchover_qos1_lost":0`) || !strings.Contains(out.String(), `"switchover_complete_s":`) ||
+		!strings.Contains(out.String(), `"switchover_live_lost":0`) {
 		t.Errorf("report's JSON line lacks the figures:\n%s", out.String())
 	}
 }

@@ -44,6 +44,9 @@ func Config(extra string) string {
 // would. Recreate, as charts with a claim have it.
 func Deployment(namespace, name, configMap string, annotations map[string]string) *appsv1.Deployment {
 	labels := map[string]string{"app.kubernetes.io/instance": name}
+	// The name is what a Service of a pair selects: inject --standby varies
+	// the instance for the standby's pods and keeps the rest.
+	podLabels := map[string]string{"app.kubernetes.io/instance": name, "app.kubernetes.io/name": name}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
@@ -52,7 +55,7 @@ func Deployment(namespace, name, configMap string, annotations map[string]string
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 				Spec: corev1.PodSpec{
 					SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](images.MosquittoUser), RunAsGroup: ptr.To[int64](images.MosquittoUser)},
 					Containers: []corev1.Container{{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 	"time"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/amf-edge/amf/contract"
@@ -84,6 +86,25 @@ func StartStatePair(ctx context.Context, c kubernetes.Interface, node *kubenode.
 		return nil, fmt.Errorf("the standby held state before the event: %v", before)
 	}
 	return p, nil
+}
+
+// StartLive puts live traffic through the pair's Service (its ClusterIP, a
+// QoS 1 publisher and subscriber in the node's network, 20 messages a
+// second): what its clients see of the event.
+func (p *StatePair) StartLive(ctx context.Context) (*brokerstate.Live, error) {
+	name := p.Deployments[0]
+	svc, err := p.C.CoreV1().Services(p.Namespace).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app.kubernetes.io/name": name},
+			Ports: []corev1.ServicePort{{Name: "mqtt", Port: 1883, TargetPort: intstr.FromInt32(1883)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("the pair's Service: %w", err)
+	}
+	netns := p.Node.NetNS
+	dial := func(ctx context.Context, addr string) (net.Conn, error) { return kubenode.DialIn(ctx, netns, addr) }
+	// Until kube-proxy has the Service, a connect is refused: the client retries.
+	return brokerstate.StartLive(ctx, net.JoinHostPort(svc.Spec.ClusterIP, "1883"), name, 50*time.Millisecond, dial)
 }
 
 // Stress runs the paper's stress in the primary's broker container (its

@@ -51,6 +51,9 @@ type LiveResult struct {
 	MarkerMissed bool
 }
 
+// liveConnect bounds the clients' first connects.
+const liveConnect = 30 * time.Second
+
 // markerWait bounds the wait for the end marker after the last
 // acknowledgement: a delivery takes milliseconds.
 const markerWait = 15 * time.Second
@@ -98,16 +101,23 @@ func StartLive(ctx context.Context, addr, prefix string, every time.Duration, di
 		}
 		l.lastRecv = now
 	})
+	// The clients retry by themselves; a connect that never succeeds (no
+	// route, no endpoint) ends here with the reason, not at the caller's
+	// deadline.
+	cctx, cancel := context.WithTimeout(ctx, liveConnect)
+	defer cancel()
 	l.sub = mqtt.NewClient(so)
-	if err := wait(ctx, l.sub.Connect(), "live subscriber connect"); err != nil {
+	if err := wait(cctx, l.sub.Connect(), "live subscriber connect to "+addr); err != nil {
+		l.sub.Disconnect(0) // ends its retries
 		return nil, err
 	}
-	if err := wait(ctx, l.sub.Subscribe(l.topic, 1, nil), "live subscribe"); err != nil {
+	if err := wait(cctx, l.sub.Subscribe(l.topic, 1, nil), "live subscribe"); err != nil {
 		l.sub.Disconnect(0)
 		return nil, err
 	}
 	l.pub = mqtt.NewClient(opts(prefix + "-live-pub"))
-	if err := wait(ctx, l.pub.Connect(), "live publisher connect"); err != nil {
+	if err := wait(cctx, l.pub.Connect(), "live publisher connect to "+addr); err != nil {
+		l.pub.Disconnect(0)
 		l.sub.Disconnect(0)
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -88,14 +89,16 @@ func StartStatePair(ctx context.Context, c kubernetes.Interface, node *kubenode.
 	return p, nil
 }
 
-// StartLive puts live traffic through the pair's Service (its ClusterIP, a
-// QoS 1 publisher and subscriber in the node's network, 20 messages a
-// second): what its clients see of the event.
+// StartLive puts live traffic through the pair's Service (its NodePort on
+// the node's address, a QoS 1 publisher and subscriber in the node's
+// network, 20 messages a second): what its clients see of the event. Not
+// the ClusterIP: the node's network has a dead-end default route, and a
+// ClusterIP has no route of its own there before kube-proxy's DNAT.
 func (p *StatePair) StartLive(ctx context.Context) (*brokerstate.Live, error) {
 	name := p.Deployments[0]
 	svc, err := p.C.CoreV1().Services(p.Namespace).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app.kubernetes.io/name": name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"app.kubernetes.io/name": name},
 			Ports: []corev1.ServicePort{{Name: "mqtt", Port: 1883, TargetPort: intstr.FromInt32(1883)}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -104,7 +107,8 @@ func (p *StatePair) StartLive(ctx context.Context) (*brokerstate.Live, error) {
 	netns := p.Node.NetNS
 	dial := func(ctx context.Context, addr string) (net.Conn, error) { return kubenode.DialIn(ctx, netns, addr) }
 	// Until kube-proxy has the Service, a connect is refused: the client retries.
-	return brokerstate.StartLive(ctx, net.JoinHostPort(svc.Spec.ClusterIP, "1883"), name, 50*time.Millisecond, dial)
+	addr := net.JoinHostPort(p.Node.IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
+	return brokerstate.StartLive(ctx, addr, name, 50*time.Millisecond, dial)
 }
 
 // Stress runs the paper's stress in the primary's broker container (its

@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -20,16 +19,6 @@ import (
 	"github.com/amf-edge/amf/signal"
 	"github.com/amf-edge/amf/statehub"
 )
-
-// podTokens is a fake of the agent's TokenReview: each token proves a pod.
-type podTokens map[string]signal.PodID
-
-func (p podTokens) Authenticate(_ context.Context, tok string) (signal.PodID, error) {
-	if id, ok := p[tok]; ok {
-		return id, nil
-	}
-	return signal.PodID{}, errors.New("token not accepted")
-}
 
 // statePod is one pod of a stateful pair: a real Mosquitto in a real cgroup
 // of its own, restarted as its kubelet restarts it while restart is set,
@@ -135,7 +124,7 @@ func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	a, b := signal.PodID{Namespace: "tod", Pod: "broker-a-1"}, signal.PodID{Namespace: "tod", Pod: "broker-b-1"}
-	hub, err := statehub.New(statehub.Config{Authenticator: podTokens{a.Pod: a, b.Pod: b}, Wait: time.Second})
+	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a, b.Pod: b}, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,23 +18,11 @@ import (
 	"github.com/amf-edge/amf/signal"
 )
 
-// tokens is a fake Authenticator beside the agent's TokenReview: each token
-// proves one pod.
-type tokens map[string]signal.PodID
-
-func (t tokens) Authenticate(_ context.Context, token string) (signal.PodID, error) {
-	id, ok := t[token]
-	if !ok {
-		return signal.PodID{}, errors.New("token not accepted")
-	}
-	return id, nil
-}
-
 var (
 	primary = signal.PodID{Namespace: "tod", Pod: "broker-a-1"}
 	standby = signal.PodID{Namespace: "tod", Pod: "broker-b-1"}
 	other   = signal.PodID{Namespace: "tod", Pod: "other-1"}
-	auth    = tokens{"tok-a": primary, "tok-b": standby, "tok-o": other}
+	auth    = FakeTokens{"tok-a": primary, "tok-b": standby, "tok-o": other}
 )
 
 // realStates has a real Mosquitto hold 20 retained messages and two

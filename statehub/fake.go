@@ -1,0 +1,20 @@
+package statehub
+
+import (
+	"context"
+	"errors"
+
+	"github.com/amf-edge/amf/signal"
+)
+
+// FakeTokens is an Authenticator for tests, beside the agent's TokenReview
+// (and its static token file): each token proves the pod it maps to.
+type FakeTokens map[string]signal.PodID
+
+// Authenticate returns the pod token proves.
+func (f FakeTokens) Authenticate(_ context.Context, token string) (signal.PodID, error) {
+	if id, ok := f[token]; ok {
+		return id, nil
+	}
+	return signal.PodID{}, errors.New("statehub: token not accepted (fake)")
+}

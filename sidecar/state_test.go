@@ -14,6 +14,7 @@ import (
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/lab/brokerstate"
+	"github.com/amf-edge/amf/lab/brokerstate/brokerstatetest"
 	"github.com/amf-edge/amf/pause"
 	"github.com/amf-edge/amf/sidecar/handover"
 	"github.com/amf-edge/amf/signal"
@@ -120,7 +121,7 @@ func (p *statePod) await(t *testing.T, what string, ok func(signal.Message) bool
 // unhealthy — in between and healthy again with every message naming the
 // state; the standby then holds everything, none of it twice.
 func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) {
-	bin := brokerstate.RequireMosquitto(t)
+	bin := brokerstatetest.RequireMosquitto(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	a, b := signal.PodID{Namespace: "tod", Pod: "broker-a-1"}, signal.PodID{Namespace: "tod", Pod: "broker-b-1"}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/amf-edge/amf/lab/brokerstate"
+	"github.com/amf-edge/amf/lab/brokerstate/brokerstatetest"
 	"github.com/amf-edge/amf/mosquittodb"
 	"github.com/amf-edge/amf/signal"
 )
@@ -30,7 +31,7 @@ var (
 // SIGUSR1 (a snapshot) and as it stops (final).
 func realStates(t *testing.T) (snapshot, final []byte) {
 	t.Helper()
-	bin := brokerstate.RequireMosquitto(t)
+	bin := brokerstatetest.RequireMosquitto(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	m, err := brokerstate.StartMosquitto(ctx, bin, t.TempDir(), true)

@@ -20,12 +20,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -403,22 +401,4 @@ func MosquittoSub() (string, error) {
 		return "", ErrNoClient
 	}
 	return p, nil
-}
-
-// RequireMosquitto returns Debian's Mosquitto broker, or skips the test
-// without it; under AMF_REQUIRE_MOSQUITTO=1 (.ci/run, after make deps) it
-// fails it. The cgroup v2 guest (make test-cgroup2) has no Mosquitto, and
-// does not set it.
-func RequireMosquitto(t testing.TB) string {
-	t.Helper()
-	for _, p := range []string{"mosquitto", "/usr/sbin/mosquitto"} {
-		if bin, err := exec.LookPath(p); err == nil {
-			return bin
-		}
-	}
-	if os.Getenv("AMF_REQUIRE_MOSQUITTO") == "1" {
-		t.Fatal("mosquitto not installed (make deps)")
-	}
-	t.Skip("mosquitto not installed (make deps)")
-	return ""
 }

@@ -43,7 +43,7 @@ type restart struct {
 	deadline time.Time
 }
 
-// stateLevers runs the state's two goroutines until ctx ends.
+// stateLevers is what the hand-in and fetch goroutines share.
 type stateLevers struct {
 	mu        sync.Mutex
 	installed []byte // the last state put in: its rename is not this broker's final state

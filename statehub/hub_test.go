@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/brokerstate/brokerstatetest"
 	"github.com/amf-edge/amf/mosquittodb"
+	"github.com/amf-edge/amf/sidecar/handover"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -42,26 +42,18 @@ func realStates(t *testing.T) (snapshot, final []byte) {
 	if err := brokerstate.Seed(ctx, m.Addr, brokerstate.Plan{Retained: 20, Sessions: 2, Queued: 3}); err != nil {
 		t.Fatal(err)
 	}
-	read := func(sig syscall.Signal) []byte {
-		before, _ := os.Stat(m.File)
-		if err := m.Signal(sig); err != nil {
-			t.Fatal(err)
-		}
-		for range 500 { // the rename is Mosquitto's; polled here, in a test helper only
-			if st, err := os.Stat(m.File); err == nil && (before == nil || !os.SameFile(st, before)) {
-				b, err := os.ReadFile(m.File)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("mosquitto wrote no %s after %v", m.File, sig)
-		return nil
+	// The sidecar's own levers: SIGUSR1 and the rename awaited by inotify,
+	// then the file written as the broker stops.
+	b := handover.Broker{PID: m.PID(), File: m.File}
+	snap, err := b.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	snapshot = read(syscall.SIGUSR1)
-	final = read(syscall.SIGTERM)
+	fin, err := b.Final(ctx, func() { _ = m.Signal(syscall.SIGTERM) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot, final = snap.Data, fin.Data
 	if err := m.WaitExit(ctx); err != nil {
 		t.Logf("mosquitto exit: %v", err)
 	}

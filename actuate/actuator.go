@@ -72,6 +72,20 @@ type Config struct {
 	// StateWait bounds a handover (state.go): a new primary whose state has
 	// not come within it joins its Services without it; default 10 s.
 	StateWait time.Duration
+	// StateAddr is where the agents of other nodes reach States
+	// ("http://<node address>:<port>"), written on the standby of a
+	// stateful pair whose pod runs here; StateRelay sends the states of
+	// this node's primaries to the standby's node when that is another.
+	// Either empty: a pair across two nodes carries no state, and says
+	// so in an Event.
+	StateAddr  string
+	StateRelay StateRelay
+}
+
+// StateRelay sends a state handed in here on to the state hub of another
+// node (statehub.Relay).
+type StateRelay interface {
+	Forward(hubURL string, st statehub.State)
 }
 
 // Controller is the reportingController of the agent's Events.
@@ -109,6 +123,11 @@ type Actuator struct {
 	handovers  map[podKey]*handover
 	readyMarks map[podKey]string
 	stateWait  time.Duration
+	stateAddr  string
+	relay      StateRelay
+	// relays maps the primaries with a pod here to the hub of their
+	// standby's node, when it is another.
+	relays map[podKey]relayRoute
 }
 
 type podKey struct{ ns, name string }
@@ -213,7 +232,10 @@ func New(cfg Config) (*Actuator, error) {
 	a.fc.fenced, a.fc.checked = map[podKey]fencedPod{}, map[podKey]string{}
 	a.sendCommand = cfg.Command
 	a.states, a.held, a.handovers, a.readyMarks = cfg.States, map[podKey]heldPod{}, map[podKey]*handover{}, map[podKey]string{}
-	a.stateWait = cfg.StateWait
+	a.stateWait, a.stateAddr, a.relay, a.relays = cfg.StateWait, cfg.StateAddr, cfg.StateRelay, map[podKey]relayRoute{}
+	if a.relay == nil || a.states == nil {
+		a.stateAddr = "" // a hub that takes nothing relayed is not advertised
+	}
 	if a.stateWait <= 0 {
 		a.stateWait = defaultStateWait
 	}

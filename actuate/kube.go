@@ -81,9 +81,8 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 		return fmt.Errorf("%w (%s: %d ready, generation %d observed %d)", ErrStandbyNotReady, sk, sb.Status.ReadyReplicas, sb.Generation, sb.Status.ObservedGeneration)
 	}
 	// Before the scale: the retired broker's final state may come at once.
-	stateWarning, stateReason, stateNote := a.planHandover(w, sb, w.gate.Rec.Failover)
+	handoverAnn, stateWarning, stateReason, stateNote := a.planHandover(w, sb, w.gate.Rec.Failover)
 	if err := a.scale(ctx, w.key, 0); err != nil {
-		delete(a.handovers, sk)
 		return err
 	}
 	if size := memorySize(w); size > 0 {
@@ -106,9 +105,12 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	// The pair's nodes (on the standby) are the agents' to write again
 	// for the new roles: cleared on both.
 	newAnn := map[string]*string{contract.AnnStandby: ptr.To(w.key.name), contract.AnnRole: ptr.To("primary"), contract.AnnPrimary: nil, contract.AnnRecord: ptr.To(string(rec)),
-		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil, contract.AnnStandbyReady: nil}
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil, contract.AnnStandbyReady: nil, contract.AnnStandbyHub: nil, contract.AnnHandover: nil}
+	if handoverAnn != "" {
+		newAnn[contract.AnnHandover] = ptr.To(handoverAnn)
+	}
 	oldAnn := map[string]*string{contract.AnnRole: ptr.To("standby"), contract.AnnPrimary: ptr.To(sk.name), contract.AnnRecord: nil,
-		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil, contract.AnnStandbyReady: nil}
+		contract.AnnPrimaryNode: nil, contract.AnnStandbyNode: nil, contract.AnnStandbyReady: nil, contract.AnnStandbyHub: nil, contract.AnnHandover: nil}
 	src := w.annotations
 	for _, key := range contract.PolicyKeys() {
 		if key == contract.AnnStandby {
@@ -165,14 +167,16 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 // server gone for long), the loop reads the object again and watches anew.
 func (a *Actuator) watchStandby(ctx context.Context, primary podKey, gen uint64, standby string, initial *appsv1.Deployment) {
 	var last *standbyStatus
-	var lastNodes [2]string
+	var lastNodes [3]string
 	a.follow(ctx, podKey{primary.ns, standby}, initial, func(d *appsv1.Deployment) {
 		var st standbyStatus
 		var ann map[string]string
 		if d != nil { // nil: deleted
 			st, ann = statusOf(d), d.Annotations
 		}
-		nodes := [2]string{ann[contract.AnnPrimaryNode], ann[contract.AnnStandbyNode]}
+		// The pair's nodes, and the hub of the standby's (where the
+		// primary's agent relays its states): changes that matter here.
+		nodes := [3]string{ann[contract.AnnPrimaryNode], ann[contract.AnnStandbyNode], ann[contract.AnnStandbyHub]}
 		if last != nil && *last == st && nodes == lastNodes {
 			return
 		}

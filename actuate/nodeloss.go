@@ -252,6 +252,7 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 		sk := podKey{w.key.ns, w.gate.Policy.Standby}
 		if pod, ok := a.nl.pod(w.key); ok {
 			a.writeNode(ctx, sk, contract.AnnPrimaryNode, w.standbyAnn)
+			a.syncRelay(w, pod)
 			if n := w.standbyAnn[contract.AnnStandbyNode]; n != "" && n != a.nl.self {
 				g.GuardedBy = append(g.GuardedBy, n)
 				here = append(here, fencedPod{dep: w.key, pod: pod, guard: n, nodeMode: w.annotations[contract.AnnMode] == string(contract.ModeNode)})
@@ -259,6 +260,11 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 		}
 		if _, here := a.nl.pod(sk); here {
 			a.writeNode(ctx, sk, contract.AnnStandbyNode, w.standbyAnn)
+			if a.stateAddr != "" && a.held[podKey{sk.ns, w.standbyAnn[contract.AnnStandbyReady]}].dep == sk {
+				// A stateful standby's pod runs here: its primary's
+				// agent relays the states to this hub.
+				a.writeAnn(ctx, sk, contract.AnnStandbyHub, a.stateAddr, w.standbyAnn)
+			}
 			if n, ok := a.guarded(w); ok {
 				g.Guard = append(g.Guard, n)
 			}
@@ -282,7 +288,13 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 // writeNode sets annotation key of the standby sk to this node, unless it
 // says so already (as last seen) or was written within nodeAnnEvery.
 func (a *Actuator) writeNode(ctx context.Context, sk podKey, key string, seen map[string]string) {
-	if seen[key] == a.nl.self {
+	a.writeAnn(ctx, sk, key, a.nl.self, seen)
+}
+
+// writeAnn sets annotation key of the standby sk to val, unless it says so
+// already (as last seen) or was written within nodeAnnEvery.
+func (a *Actuator) writeAnn(ctx context.Context, sk podKey, key, val string, seen map[string]string) {
+	if seen[key] == val {
 		return
 	}
 	wk := podKey{sk.ns, sk.name + "\x00" + key}
@@ -296,7 +308,7 @@ func (a *Actuator) writeNode(ctx context.Context, sk podKey, key string, seen ma
 		return
 	}
 	a.nl.wrote[wk] = a.now()
-	if err := a.cluster.PatchAnnotations(ctx, sk.ns, sk.name, map[string]*string{key: ptr.To(a.nl.self)}); err != nil {
+	if err := a.cluster.PatchAnnotations(ctx, sk.ns, sk.name, map[string]*string{key: ptr.To(val)}); err != nil {
 		a.log.Warn("node of a pair not recorded", slog.String("standby", sk.String()), slog.String("annotation", key), slog.String("error", err.Error()))
 		return
 	}

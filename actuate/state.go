@@ -20,13 +20,17 @@ import (
 // (their template carries contract.AnnStateDir: inject --state-dir) are held
 // out of their Services while they are a standby: a client landing on an
 // empty standby reads Session Present 0 and, by MQTT 5, discards its own
-// session. At a planned switchover the retired primary's broker writes its
-// final state as it stops; its sidecar hands it to this agent's hub, which
-// hands it on to the standby's pod; once that pod says it runs on it
-// (signal.Message.Handover), its hold ends and the Service sends the clients
-// there. The whole handover is one agent's: the pair's two pods signal to
-// it (one node). A standby on another node gets no state (the link between
-// agents is not built): said in a Warning Event, and it is released at once.
+// session. The retirement writes on the new primary which state its pod is
+// to run on (contract.AnnHandover): at a planned switchover the final state
+// its retired broker writes as it stops, at a failover the newest snapshot.
+// The agent of that pod's node carries it out: it hands the state on from
+// its hub to the pod, and once the pod says it runs on it
+// (signal.Message.Handover) its hold ends and the Service sends the clients
+// there. When the pair spans two nodes, the primary's agent relays each
+// state its pod hands in to the hub of the standby's node
+// (contract.AnnStandbyHub), so that the standby's node holds it when the
+// switchover comes, or the failover, even one that takes the primary's node
+// with it.
 
 // defaultStateWait bounds a handover (Config.StateWait): a standby whose state has not come within it
 // is released as it is, with a Warning Event. A final state is written,
@@ -42,10 +46,12 @@ type heldPod struct {
 }
 
 // handover is a state on its way from a retired primary to the pod that
-// takes over, keyed by the new primary's Deployment.
+// takes over, keyed by the new primary's Deployment; this agent's when
+// that pod runs on its node.
 type handover struct {
 	from     podKey // the retired primary's Deployment
 	to       podKey // the new primary's pod
+	kind     string // contract.StateFinal or StateSnapshot
 	since    time.Time
 	deadline time.Time
 	state    statehub.State // handed on (ID set) or not yet
@@ -74,6 +80,9 @@ func isStandby(w *workload) bool {
 func (a *Actuator) gateStateful(ctx context.Context, w *workload, pod *corev1.Pod, s signal.Observation) {
 	pk := podKey{pod.Namespace, pod.Name}
 	h := a.handovers[w.key]
+	if h == nil && s.State != signal.Stopping && s.State != signal.Gone {
+		h = a.beginHandover(ctx, w, pk)
+	}
 	switch {
 	case s.State == signal.Stopping || s.State == signal.Gone:
 		delete(a.held, pk)
@@ -147,94 +156,252 @@ func (a *Actuator) markStandbyReady(ctx context.Context, w *workload, pod podKey
 	a.readyMarks[dep] = ptr.Deref(val, "")
 }
 
-// planHandover is called as a stateful pair's primary w is retired: the
-// state is to go to the standby's pod when that pod signals to this agent,
-// and a planned switchover (not a failover: a crashed broker writes no
-// final state) has one to give. It returns the Event that says so, or why
-// not.
-func (a *Actuator) planHandover(w *workload, sb *appsv1.Deployment, failover bool) (warning bool, reason, note string) {
+// relayRoute is where the states of a primary's pods go: the hub of its
+// standby's node. until, when set, ends it: a retired primary's final
+// state is still to come.
+type relayRoute struct {
+	hub, node string
+	until     time.Time
+}
+
+// planHandover is called as a stateful pair's primary w is retired onto
+// standby sb: it returns the handover to write on sb (empty: none) and the
+// Event that says what happens to the state, or why nothing does.
+func (a *Actuator) planHandover(w *workload, sb *appsv1.Deployment, failover bool) (ann string, warning bool, reason, note string) {
 	sk := podKey{sb.Namespace, sb.Name}
 	if !statefulDeployment(sb) {
-		return false, "", ""
+		return "", false, "", ""
 	}
-	if a.states == nil {
-		return true, "StateNotCarried", fmt.Sprintf("this agent runs without its state hub (amf-agent --state-listen): %s serves from its own state", sk.name)
-	}
-	var to podKey
-	for pk, h := range a.held {
-		if h.dep == sk && (h.state == signal.Healthy || h.state == signal.Anomalous) {
-			to = pk
-		}
-	}
-	if to.name == "" {
-		return true, "StateNotCarried", fmt.Sprintf("the pod of %s does not signal to this node's agent (it runs on another node): carrying a state between nodes is not built yet, so it serves from its own", sk.name)
+	to := sb.Annotations[contract.AnnStandbyReady]
+	node := sb.Annotations[contract.AnnStandbyNode]
+	elsewhere := node != "" && node != a.nl.self
+	switch {
+	case a.states == nil:
+		return "", true, "StateNotCarried", fmt.Sprintf("this agent runs without its state hub (amf-agent --state-listen): %s serves from its own state", sk.name)
+	case to == "":
+		return "", true, "StateNotCarried", fmt.Sprintf("no pod of %s is named ready for a state (%s): it serves from its own", sk.name, contract.AnnStandbyReady)
+	case elsewhere && !failover && (a.relay == nil || sb.Annotations[contract.AnnStandbyHub] == ""):
+		// A failover's snapshots are already where they are, or not:
+		// the standby's agent says which.
+		return "", true, "StateNotCarried", fmt.Sprintf("the pod of %s runs on node %s, and the state cannot be relayed there (%s): it serves from its own",
+			sk.name, node, a.relayGap(sb))
 	}
 	now := a.now()
-	h := &handover{from: w.key, to: to, since: now, deadline: now.Add(a.stateWait)}
-	if !failover {
-		a.handovers[sk] = h
-		return false, "StateHandover", fmt.Sprintf("the final state of %s goes to %s, which joins its Services once it runs on it (%v at most)", w.key.name, to.name, a.stateWait)
+	kind := contract.StateFinal
+	if failover {
+		// A crashed or lost broker writes no final state: the last
+		// snapshot its sidecar handed in, which the agent of the
+		// standby's node chooses from what its hub holds.
+		kind = contract.StateSnapshot
 	}
-	// A crashed broker writes no final state: the last snapshot its sidecar
-	// handed in, if the hub holds one, and what came after it is lost.
-	snap, from, ok := a.latestState(w.key)
-	if !ok {
-		return true, "StateNotCarried", fmt.Sprintf("failover: the primary's broker wrote no final state and its sidecar handed in no snapshot (amf-sidecar --state-snapshot-every); %s serves from its own", sk.name)
+	if r, ok := a.relays[w.key]; ok {
+		r.until = now.Add(a.stateWait) // the final state is still to come
+		a.relays[w.key] = r
 	}
-	handed, err := a.states.HandOn(snap.ID, from, signal.PodID{Namespace: to.ns, Pod: to.name})
+	ann = contract.Handover{From: w.key.name, Pod: to, Kind: kind, At: now}.String()
+	where := ""
+	if elsewhere {
+		where = " on node " + node
+	}
+	if failover {
+		return ann, false, "StateHandover", fmt.Sprintf("failover: %s%s restarts on the last snapshot of %s's broker before it serves (%v at most)", to, where, w.key.name, a.stateWait)
+	}
+	return ann, false, "StateHandover", fmt.Sprintf("the final state of %s goes to %s%s, which joins its Services once it runs on it (%v at most)", w.key.name, to, where, a.stateWait)
+}
+
+// relayGap says why a state cannot go to sb's node.
+func (a *Actuator) relayGap(sb *appsv1.Deployment) string {
+	if a.relay == nil {
+		return "this agent has no token for its peers: amf-agent --state-peer-token"
+	}
+	return "that node's agent advertises no state hub on " + sb.Name + " (" + contract.AnnStandbyHub + ")"
+}
+
+// beginHandover starts the handover that the new primary w names for its
+// pod pk (contract.AnnHandover), if pk runs here (this agent holds it) and
+// none is under way. A snapshot is handed on at once; a final state when
+// it comes (stateTaken), or now if it came first.
+func (a *Actuator) beginHandover(ctx context.Context, w *workload, pk podKey) *handover {
+	raw := w.annotations[contract.AnnHandover]
+	if raw == "" || isStandby(w) {
+		return nil
+	}
+	hv, err := contract.ParseHandover(raw)
 	if err != nil {
-		return true, "StateNotCarried", fmt.Sprintf("failover: the last snapshot of %s could not be handed on (%v); %s serves from its own", w.key.name, err, sk.name)
+		a.log.Warn("handover not read", slog.String("deployment", w.key.String()), slog.String("error", err.Error()))
+		a.clearHandover(ctx, w.key)
+		return nil
 	}
-	h.state, h.snapshotAge = handed, now.Sub(snap.At)
-	a.handovers[sk] = h
-	return true, "StateFromSnapshot", fmt.Sprintf("failover: %s restarts on the last snapshot of %s's broker, taken in %v before the failover: what that broker took in after it is lost (%d retained messages, %d persistent sessions, %d queued in the snapshot)",
-		to.name, w.key.name, h.snapshotAge.Round(time.Millisecond), snap.Summary.Retained, len(snap.Summary.Sessions), snap.Summary.Queued)
+	if hv.Pod != pk.name {
+		return nil
+	}
+	now := a.now()
+	h := &handover{from: podKey{w.key.ns, hv.From}, to: pk, kind: hv.Kind, since: hv.At, deadline: now.Add(a.stateWait)}
+	if now.Sub(hv.At) > 2*a.stateWait {
+		// Written long ago (this agent was restarted, or the pod came
+		// late): its state, in the hub's memory, is gone or stale.
+		a.clearHandover(ctx, w.key)
+		a.emitKey(w, true, "StateNotCarried", "Switchover", fmt.Sprintf("%s serves from its own state: its handover from %s, written %v ago, is past its time", pk.name, hv.From, now.Sub(hv.At).Round(time.Second)))
+		return nil
+	}
+	if a.states == nil {
+		a.clearHandover(ctx, w.key)
+		a.emitKey(w, true, "StateNotCarried", "Switchover", fmt.Sprintf("this agent runs without its state hub (amf-agent --state-listen): %s serves from its own state", pk.name))
+		return nil
+	}
+	a.handovers[w.key] = h
+	a.log.Info("decision", slog.String("deployment", w.key.String()), slog.String("action", "BeginHandover"), slog.String("kind", hv.Kind),
+		slog.String("from", hv.From), slog.String("to", pk.String()))
+	st, from, ok := a.latestState(h.from)
+	switch {
+	case hv.Kind == contract.StateSnapshot && !ok:
+		a.giveUp(ctx, w, h, fmt.Sprintf("failover: the primary's broker wrote no final state, and this node's hub holds no snapshot of it (amf-sidecar --state-snapshot-every; for a pair across nodes, amf-agent --state-peer-token on both); %s serves from its own", pk.name))
+		return nil
+	case hv.Kind == contract.StateSnapshot:
+		if !a.handOn(ctx, w.key, h, st, from) {
+			return nil
+		}
+		h.snapshotAge = max(0, hv.At.Sub(st.At))
+		a.emitKey(w, true, "StateFromSnapshot", "Switchover", fmt.Sprintf("failover: %s restarts on the last snapshot of %s's broker, taken in %v before the failover: what that broker took in after it is lost (%d retained messages, %d persistent sessions, %d queued in the snapshot)",
+			pk.name, hv.From, h.snapshotAge.Round(time.Millisecond), st.Summary.Retained, len(st.Summary.Sessions), st.Summary.Queued))
+	case ok && st.Kind == statehub.Final && !st.At.Before(hv.At.Add(-a.stateWait)):
+		a.handOn(ctx, w.key, h, st, from) // the final state came first
+	}
+	return a.handovers[w.key]
+}
+
+// handOn hands st (from pod from) on to h's pod; on failure the handover
+// is given up.
+func (a *Actuator) handOn(ctx context.Context, key podKey, h *handover, st statehub.State, from signal.PodID) bool {
+	handed, err := a.states.HandOn(st.ID, from, signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
+	if err != nil {
+		if w := a.workloads[key]; w != nil {
+			a.giveUp(ctx, w, h, fmt.Sprintf("the state %s could not be handed on (%v); %s serves from its own", st.ID, err, h.to.name))
+		}
+		return false
+	}
+	h.state = handed
+	a.log.Info("decision", slog.String("deployment", key.String()), slog.String("action", "HandOnState"), slog.String("state", st.ID),
+		slog.String("kind", string(st.Kind)), slog.String("via", st.Via), slog.String("to", h.to.String()), slog.Int("bytes", st.Summary.Bytes),
+		slog.Int("retained", st.Summary.Retained), slog.Int("sessions", len(st.Summary.Sessions)), slog.Int("queued", st.Summary.Queued),
+		slog.Duration("after", a.now().Sub(h.since)))
+	return true
+}
+
+// giveUp ends a handover without its state: the pod serves from its own.
+func (a *Actuator) giveUp(ctx context.Context, w *workload, h *handover, note string) {
+	delete(a.handovers, w.key)
+	a.states.Done(signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
+	a.clearHandover(ctx, w.key)
+	a.emitKey(w, true, "StateNotCarried", "Switchover", note)
+	a.log.Warn("decision", slog.String("deployment", w.key.String()), slog.String("action", "StateNotCarried"), slog.String("why", note))
+	a.releaseHeld(ctx, w.key)
+}
+
+// clearHandover removes contract.AnnHandover from dep once its handover
+// ended, so that a reload does not begin it again.
+func (a *Actuator) clearHandover(ctx context.Context, dep podKey) {
+	if err := a.cluster.PatchAnnotations(ctx, dep.ns, dep.name, map[string]*string{contract.AnnHandover: nil}); err != nil {
+		a.log.Warn("handover not cleared", slog.String("deployment", dep.String()), slog.String("error", err.Error()))
+	}
+	if w := a.workloads[dep]; w != nil {
+		delete(w.annotations, contract.AnnHandover)
+	}
 }
 
 // latestState is the newest state the hub holds from a pod of Deployment
-// dep (as this agent knows its pods: those that signalled to it).
+// dep: handed in here (its pods that signalled to this agent) or relayed
+// from another node.
 func (a *Actuator) latestState(dep podKey) (statehub.State, signal.PodID, bool) {
-	var best statehub.State
-	var from signal.PodID
+	best, ok := a.states.LatestOwned(dep.ns, dep.name)
+	from := best.From
 	for pk, d := range a.owners {
 		if pk.ns != dep.ns || d != dep.name {
 			continue
 		}
 		id := signal.PodID{Namespace: pk.ns, Pod: pk.name}
-		if s, ok := a.states.Latest(id); ok && s.At.After(best.At) {
-			best, from = s, id
+		if s, held := a.states.Latest(id); held && s.Owner == "" && (!ok || s.At.After(best.At)) {
+			best, from, ok = s, id, true
 		}
 	}
-	return best, from, best.ID != ""
+	return best, from, ok
 }
 
-// stateTaken hands a final state taken in by the hub on to the pod it is
-// for: that of the pending handover from the Deployment of the pod that
-// handed it in.
+// stateTaken relays a state handed in here to the standby's node when the
+// pair spans two, and hands a final state on to the pod it is for: that of
+// the handover under way from the Deployment of the pod that handed it in.
 func (a *Actuator) stateTaken(ctx context.Context, st statehub.State) {
 	from := podKey{st.From.Namespace, st.From.Pod}
-	dep, ok := a.owners[from]
-	if !ok || st.Kind != statehub.Final {
-		a.log.Info("broker state taken in, for no handover", slog.String("state", st.ID), slog.String("kind", string(st.Kind)))
+	dep := st.Owner
+	if dep == "" {
+		dep = a.owners[from]
+	}
+	if dep == "" {
+		a.log.Info("broker state taken in from a pod of no known Deployment", slog.String("state", st.ID))
+		return
+	}
+	if st.Via == "" {
+		a.relayOn(podKey{from.ns, dep}, st)
+	} else {
+		a.log.Info("broker state relayed here", slog.String("state", st.ID), slog.String("kind", string(st.Kind)), slog.String("deployment", from.ns+"/"+dep), slog.String("via", st.Via))
+	}
+	if st.Kind != statehub.Final {
 		return
 	}
 	for key, h := range a.handovers {
-		if h.from != (podKey{from.ns, dep}) || h.state.ID != "" {
+		if h.from != (podKey{from.ns, dep}) || h.state.ID != "" || h.kind != contract.StateFinal {
 			continue
 		}
-		to := signal.PodID{Namespace: h.to.ns, Pod: h.to.name}
-		handed, err := a.states.HandOn(st.ID, st.From, to)
-		if err != nil {
-			a.log.Warn("broker state not handed on", slog.String("state", st.ID), slog.String("to", h.to.String()), slog.String("error", err.Error()))
-			return
-		}
-		h.state = handed
-		a.log.Info("decision", slog.String("deployment", key.String()), slog.String("action", "HandOnState"), slog.String("state", st.ID),
-			slog.String("to", h.to.String()), slog.Int("bytes", st.Summary.Bytes), slog.Int("retained", st.Summary.Retained),
-			slog.Int("sessions", len(st.Summary.Sessions)), slog.Int("queued", st.Summary.Queued), slog.Duration("after", a.now().Sub(h.since)))
+		a.handOn(ctx, key, h, st, st.From)
 		return
 	}
-	a.log.Info("broker state taken in, for no handover", slog.String("state", st.ID), slog.String("from", from.String()))
+	a.log.Info("broker state taken in, for no handover here", slog.String("state", st.ID), slog.String("from", from.String()))
+}
+
+// relayOn sends st, handed in by a pod of dep, to the hub of dep's
+// standby's node, if that is another.
+func (a *Actuator) relayOn(dep podKey, st statehub.State) {
+	r, ok := a.relays[dep]
+	if !ok || a.relay == nil {
+		return
+	}
+	if !r.until.IsZero() && a.now().After(r.until) {
+		delete(a.relays, dep)
+		return
+	}
+	full, ok := a.states.Copy(st.From, st.ID)
+	if !ok {
+		return // replaced already: its successor is relayed instead
+	}
+	full.Owner = dep.name
+	a.relay.Forward(r.hub, full)
+	a.log.Debug("broker state relayed on", slog.String("state", st.ID), slog.String("node", r.node))
+}
+
+// syncRelay keeps w's relay route from what its standby says (the node and
+// hub of its pod), for a primary whose pod pod runs on this node. A route
+// new or changed takes the newest state held of the pod at once: the
+// next may be long in coming (a snapshot is handed in only when the state
+// changed).
+func (a *Actuator) syncRelay(w *workload, pod string) {
+	if a.relay == nil || w.standbyAnn == nil {
+		return
+	}
+	node, hub := w.standbyAnn[contract.AnnStandbyNode], w.standbyAnn[contract.AnnStandbyHub]
+	if node == "" || node == a.nl.self || hub == "" {
+		if r, ok := a.relays[w.key]; ok && r.until.IsZero() {
+			delete(a.relays, w.key)
+		}
+		return
+	}
+	r := relayRoute{hub: hub, node: node}
+	if a.relays[w.key] == r {
+		return
+	}
+	a.relays[w.key] = r
+	if st, ok := a.states.Latest(signal.PodID{Namespace: w.key.ns, Pod: pod}); ok {
+		a.relayOn(w.key, st)
+	}
 }
 
 // handedOver ends a handover whose pod runs on the state: it joins its
@@ -245,6 +412,7 @@ func (a *Actuator) handedOver(ctx context.Context, w *workload, h *handover, pod
 	delete(a.handovers, w.key)
 	delete(a.held, h.to)
 	a.states.Done(signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
+	a.clearHandover(ctx, w.key)
 	a.setGate(ctx, pod, corev1.ConditionTrue, "Healthy", "runs on the retired primary's state "+h.state.ID, a.now())
 	what := "the final state"
 	if h.state.Kind == statehub.Snapshot {
@@ -267,6 +435,15 @@ func (a *Actuator) releaseHeld(ctx context.Context, dep podKey) {
 	w := a.workloads[dep]
 	if w != nil && isStandby(w) {
 		return
+	}
+	if w != nil {
+		// A new primary whose handover names a pod held here: its
+		// handover begins instead.
+		for pk, h := range a.held {
+			if h.dep == dep && a.beginHandover(ctx, w, pk) != nil {
+				return
+			}
+		}
 	}
 	for pk, h := range a.held {
 		if h.dep != dep {
@@ -293,6 +470,7 @@ func (a *Actuator) stateDeadlines(ctx context.Context, now time.Time) {
 		}
 		delete(a.handovers, key)
 		a.states.Done(signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
+		a.clearHandover(ctx, key)
 		why := "no final state came from it"
 		if h.state.ID != "" {
 			why = "its final state " + h.state.ID + " was handed on, but the pod did not say it runs on it"

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"maps"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -256,4 +258,139 @@ func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testi
 			return ev.Reason == "StateCarried" && strings.Contains(ev.Note, "the last snapshot") && strings.Contains(ev.Note, "lost")
 		})
 	})
+}
+
+// twoNodes is a stateful pair across two nodes: the primary's pod signals
+// to the agent of node-a, the standby's to that of node-b; each agent has
+// its hub and relays to the other's over HTTP (statehub.Relay).
+type twoNodes struct {
+	a, b           *rig
+	f              *fakeCluster
+	pp, sp         string
+	hubA, hubB     *statehub.Hub
+	srvA, srvB     *httptest.Server
+	relayA, relayB *statehub.Relay
+}
+
+func startTwoNodes(t *testing.T) *twoNodes {
+	t.Helper()
+	f := newFakeCluster()
+	pp, sp := statefulPair(f, fast)
+	n := &twoNodes{f: f, pp: pp, sp: sp}
+	hub := func(peer, node string) (*statehub.Hub, *httptest.Server, *statehub.Relay) {
+		h, err := statehub.New(statehub.Config{Authenticator: podTokens{}, Peers: statehub.FakePeers{"agent-" + peer: "node-" + peer}, Wait: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h.Handler())
+		t.Cleanup(srv.Close)
+		tok := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(tok, []byte("agent-"+node), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		relay, err := statehub.NewRelay(h, statehub.RelayConfig{TokenFile: tok, Retry: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- relay.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return h, srv, relay
+	}
+	n.hubA, n.srvA, n.relayA = hub("b", "a")
+	n.hubB, n.srvB, n.relayB = hub("a", "b")
+	cfg := func(node string, h *statehub.Hub, srv *httptest.Server, relay *statehub.Relay) Config {
+		return Config{Node: node, Instance: node, States: h, StateAddr: srv.URL, StateRelay: relay, StateWait: time.Minute}
+	}
+	n.a = start(t, f, pp, cfg("node-a", n.hubA, n.srvA, n.relayA))
+	n.b = start(t, f, sp, cfg("node-b", n.hubB, n.srvB, n.relayB))
+	n.a.send(signal.Healthy)
+	n.b.sendMsg(sp, signal.Message{State: signal.Healthy})
+	f.await(t, "the standby held out on node-b, its node, hub and readiness written for node-a's agent", func() bool {
+		st, reason := f.gateLocked(sp)
+		ann := f.depLocked(ns, "standby").Annotations
+		return st == corev1.ConditionFalse && reason == "AwaitingState" && ann[contract.AnnStandbyReady] == sp &&
+			ann[contract.AnnStandbyNode] == "node-b" && ann[contract.AnnPrimaryNode] == "node-a" && ann[contract.AnnStandbyHub] == n.srvB.URL
+	})
+	return n
+}
+
+// snapshotOnB hands a snapshot in from the primary's pod on node-a and
+// waits until node-a's agent has relayed it to node-b's hub.
+func (n *twoNodes) snapshotOnB(t *testing.T) {
+	t.Helper()
+	c := &statehub.Client{URL: n.srvA.URL, Pod: signal.PodID{Namespace: ns, Pod: n.pp}, Token: n.pp, HTTP: n.srvA.Client()}
+	if _, err := c.HandIn(t.Context(), statehub.Snapshot, finalState()); err != nil {
+		t.Fatal(err)
+	}
+	n.b.logs.wait(t, "the snapshot relayed to node-b's hub", func(l map[string]any) bool {
+		return l["msg"] == "broker state relayed here" && l["kind"] == string(statehub.Snapshot) && l["via"] == "node-a"
+	})
+}
+
+// TestAStatefulPairAcrossTwoNodesCarriesItsState: the agent that retires
+// the primary and the one whose node runs the standby's pod are two. The
+// states the primary's pod hands in on node-a are relayed to node-b's hub;
+// the retirement names the state on the new primary (contract.AnnHandover);
+// node-b's agent hands it on and lets its pod serve once it runs on it. So
+// it holds for a planned switchover (the final state, relayed as it comes),
+// a crash failover (decided on node-a) and the loss of node-a (decided on
+// node-b, from the snapshot relayed before the loss).
+func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kind  statehub.Kind
+		fault func(t *testing.T, n *twoNodes)
+	}{
+		{"a planned switchover", statehub.Final, func(t *testing.T, n *twoNodes) {
+			n.a.switchOver()
+			n.f.await(t, "roles exchanged, the handover named on the new primary", func() bool {
+				return n.f.depLocked(ns, "standby").Annotations[contract.AnnHandover] != ""
+			})
+			// The retired broker's sidecar hands its final state in to its own node.
+			c := &statehub.Client{URL: n.srvA.URL, Pod: signal.PodID{Namespace: ns, Pod: n.pp}, Token: n.pp, HTTP: n.srvA.Client()}
+			if _, err := c.HandIn(t.Context(), statehub.Final, finalState()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a crash failover", statehub.Snapshot, func(t *testing.T, n *twoNodes) {
+			n.snapshotOnB(t)
+			n.a.send(signal.Gone)
+		}},
+		{"the primary's node lost", statehub.Snapshot, func(t *testing.T, n *twoNodes) {
+			n.snapshotOnB(t)
+			n.b.act.NodeLost(t.Context(), "node-a", time.Now())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startTwoNodes(t)
+			tc.fault(t, n)
+			sc := &statehub.Client{URL: n.srvB.URL, Pod: signal.PodID{Namespace: ns, Pod: n.sp}, Token: n.sp, HTTP: n.srvB.Client()}
+			got, ok, err := sc.Fetch(t.Context())
+			for err == nil && !ok {
+				got, ok, err = sc.Fetch(t.Context())
+			}
+			if err != nil || got.Kind != tc.kind || got.From.Pod != n.pp {
+				t.Fatalf("the standby's pod fetched %q, %s from %s (%v); want a %s of %s", got.ID, got.Kind, got.From, err, tc.kind, n.pp)
+			}
+			n.f.mu.Lock()
+			if st, _ := n.f.gateLocked(n.sp); st == corev1.ConditionTrue {
+				t.Errorf("the new primary's pod serves before it runs on the state")
+			}
+			n.f.mu.Unlock()
+			n.b.sendMsg(n.sp, signal.Message{State: signal.Starting, Handover: got.ID})
+			n.b.sendMsg(n.sp, signal.Message{State: signal.Healthy, Handover: got.ID})
+			n.f.await(t, "the new primary serves on the state, the handover cleared", func() bool {
+				st, _ := n.f.gateLocked(n.sp)
+				_, named := n.f.depLocked(ns, "standby").Annotations[contract.AnnHandover]
+				return st == corev1.ConditionTrue && !named && slices.Contains(n.f.reasonsLocked(), "StateCarried")
+			})
+			n.f.mu.Lock()
+			defer n.f.mu.Unlock()
+			if slices.Contains(n.f.reasonsLocked(), "StateNotCarried") {
+				t.Errorf("a StateNotCarried Event beside the state carried: %v", n.f.reasonsLocked())
+			}
+		})
+	}
 }

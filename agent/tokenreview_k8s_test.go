@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +128,56 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 	} {
 		if _, err := newAuth().Authenticate(ctx, c.token); !errors.Is(err, c.want) {
 			t.Errorf("%s: error = %v, want %v", c.name, err, c.want)
+		}
+	}
+
+	// The state hubs' relay: only the agents' own ServiceAccount, with a
+	// token for contract.StatePeerAudience bound to an agent's pod, is a
+	// peer, and its answer is that pod's node.
+	mustCreate(t, func() error {
+		_, err := cs.CoreV1().ServiceAccounts(agentNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agentSA}}, metav1.CreateOptions{})
+		return err
+	})
+	agentPod, err := cs.CoreV1().Pods(agentNS).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "amf-agent-x7k2p"},
+		Spec:       corev1.PodSpec{ServiceAccountName: agentSA, Containers: []corev1.Container{{Name: "agent", Image: "amf-agent"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPod = waitScheduled(ctx, t, cs.CoreV1().Pods(agentNS), agentPod)
+	agentToken := func(aud string) string {
+		t.Helper()
+		tok, err := cp.ServiceAccountToken(ctx, agentNS, agentSA, authnv1.TokenRequestSpec{Audiences: []string{aud}, ExpirationSeconds: &ten,
+			BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agentPod.Name, UID: agentPod.UID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	peerTok := agentToken(contract.StatePeerAudience)
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte(peerTok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	account, err := AccountOf(tokFile)
+	if err != nil || account != "system:serviceaccount:"+agentNS+":"+agentSA {
+		t.Fatalf("AccountOf the agent's token = %q, %v", account, err)
+	}
+	peers, err := NewPeerAuthenticator(reviews.TokenReviews(), account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node, err := peers.AuthenticatePeer(ctx, peerTok); err != nil || node != agentPod.Spec.NodeName {
+		t.Fatalf("an agent's peer token: node %q, %v; want %q", node, err, agentPod.Spec.NodeName)
+	}
+	for _, c := range []struct{ name, token string }{
+		{"a sidecar's token for the peers' audience", token([]string{contract.StatePeerAudience}, true)},
+		{"the agent's token for the sidecars' audience", agentToken(contract.Audience)},
+		{"the agent's token for the API server", agentToken("https://kubernetes.default.svc")},
+	} {
+		if _, err := peers.AuthenticatePeer(ctx, c.token); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("%s: error = %v, want ErrUnauthenticated", c.name, err)
 		}
 	}
 

@@ -54,6 +54,16 @@ const (
 	// state"); written by the agent of the pod's node. Such a standby is
 	// never Ready, so this is what the primary's agent waits for instead.
 	AnnStandbyReady = "amf.io/standby-ready"
+	// AnnStandbyHub, on the standby of a stateful pair, is the state hub
+	// of its pod's node ("http://<node address>:<port>"), written by that
+	// node's agent: where the primary's agent relays its pod's snapshots
+	// and final state when the pair spans two nodes.
+	AnnStandbyHub = "amf.io/standby-hub"
+	// AnnHandover, on the new primary of a stateful pair, says which
+	// state its pod is to run on before it serves (a JSON
+	// Handover), written by the role exchange; the agent of that pod's
+	// node carries it out and removes it.
+	AnnHandover = "amf.io/state-handover"
 )
 
 // PolicyKeys returns the annotations of the policy: what a role exchange
@@ -72,6 +82,12 @@ const ConditionHealthy = "amf.io/healthy"
 // refused, so a token stolen from this broker is useless elsewhere and the
 // reverse.
 const Audience = "amf-agent"
+
+// StatePeerAudience is the audience of the token one node's agent shows
+// another's state hub when it relays a broker state: of its own, so that
+// neither a sidecar's token nor the agent's API token opens the relay, and
+// a captured relay token opens nothing else.
+const StatePeerAudience = "amf-agent-peer"
 
 // Redundancy is how the standby is kept.
 type Redundancy string

@@ -18,3 +18,15 @@ func (f FakeTokens) Authenticate(_ context.Context, token string) (signal.PodID,
 	}
 	return signal.PodID{}, errors.New("statehub: token not accepted (fake)")
 }
+
+// FakePeers is a PeerAuthenticator for tests, beside the agent's
+// TokenReview: each token proves the node it maps to.
+type FakePeers map[string]string
+
+// AuthenticatePeer returns the node token proves.
+func (f FakePeers) AuthenticatePeer(_ context.Context, token string) (string, error) {
+	if n, ok := f[token]; ok {
+		return n, nil
+	}
+	return "", errors.New("statehub: peer token not accepted (fake)")
+}

@@ -33,9 +33,12 @@ const (
 	FromHeader = "Amf-State-From"
 )
 
-// Handler serves the hub's HTTP side.
+// Handler serves the hub's HTTP side: the pods' paths and the peers'.
 func (h *Hub) Handler() http.Handler {
-	return http.HandlerFunc(h.serve)
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathPrefix, h.serve)
+	mux.HandleFunc(RelayPrefix, h.serveRelay)
+	return mux
 }
 
 func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +110,7 @@ func (h *Hub) serveHandIn(w http.ResponseWriter, r *http.Request, pod signal.Pod
 		http.Error(w, "statehub: state refused: "+err.Error(), http.StatusUnprocessableEntity)
 		return
 	}
-	s, err := h.put(pod, kind, sum, data)
+	s, err := h.put(pod, "", "", kind, sum, data)
 	if err != nil {
 		h.m.requests.WithLabelValues("hand_in", outcomeNoRoom).Inc()
 		http.Error(w, err.Error(), http.StatusInsufficientStorage)

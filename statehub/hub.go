@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/mosquittodb"
 	"github.com/amf-edge/amf/signal"
 )
@@ -38,9 +39,9 @@ type Kind string
 const (
 	// Final: written by the broker as it stopped; nothing happened in that
 	// broker after it. A planned switchover hands this one on.
-	Final Kind = "final"
+	Final Kind = contract.StateFinal
 	// Snapshot: written on request while the broker served.
-	Snapshot Kind = "snapshot"
+	Snapshot Kind = contract.StateSnapshot
 )
 
 // Authenticator turns a bearer token into the pod it proves (the agent's
@@ -53,10 +54,14 @@ type Authenticator interface {
 type State struct {
 	// ID names the state: "<namespace>/<pod>/<n>", n counting the states
 	// this hub took in.
-	ID      string
-	From    signal.PodID
-	Kind    Kind
-	Summary mosquittodb.Summary
+	ID   string
+	From signal.PodID
+	// Owner is From's Deployment, and Via the node whose agent relayed the
+	// state, for a state relayed by another node's agent (a pair across
+	// two nodes); both empty for one its pod handed in here.
+	Owner, Via string
+	Kind       Kind
+	Summary    mosquittodb.Summary
 	// At is when the hub took it in.
 	At   time.Time
 	Data []byte
@@ -82,6 +87,9 @@ type Config struct {
 	Now func() time.Time
 	// Registerer receives the hub's metrics (amf_statehub_*); nil: not registered.
 	Registerer prometheus.Registerer
+	// Peers proves that a relay comes from another node's agent; nil: the
+	// hub takes no relayed state (RelayPrefix answers 404).
+	Peers PeerAuthenticator
 }
 
 // Hub holds the states handed in and those handed on. Create it with New.
@@ -136,7 +144,7 @@ func (h *Hub) Received() <-chan State { return h.received }
 var ErrNoState = errors.New("statehub: no state held")
 
 // put takes in a state handed in by from.
-func (h *Hub) put(from signal.PodID, kind Kind, sum mosquittodb.Summary, data []byte) (State, error) {
+func (h *Hub) put(from signal.PodID, owner, via string, kind Kind, sum mosquittodb.Summary, data []byte) (State, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.expire()
@@ -148,7 +156,12 @@ func (h *Hub) put(from signal.PodID, kind Kind, sum mosquittodb.Summary, data []
 		return State{}, fmt.Errorf("statehub: %d bytes do not fit beside the states handed on and not fetched yet (budget %d bytes)", len(data), h.cfg.MaxBytes)
 	}
 	h.seq++
-	s := &State{ID: from.String() + "/" + strconv.FormatUint(h.seq, 10), From: from, Kind: kind, Summary: sum, At: h.now(), Data: data}
+	s := &State{ID: from.String() + "/" + strconv.FormatUint(h.seq, 10), From: from, Owner: owner, Via: via, Kind: kind, Summary: sum, At: h.now(), Data: data}
+	if via != "" {
+		// Numbered by this hub too, so that the sending hub's numbers
+		// (its own sequence) cannot collide with this one's.
+		s.ID += "@" + via
+	}
 	h.in[from] = s
 	h.bytes += len(data)
 	h.m.bytes.Set(float64(h.bytes))
@@ -246,6 +259,38 @@ func (h *Hub) Latest(from signal.PodID) (State, bool) {
 	notice := *s
 	notice.Data = nil
 	return notice, true
+}
+
+// LatestOwned returns the newest state relayed here from a pod of
+// Deployment owner in namespace ns, without its data.
+func (h *Hub) LatestOwned(ns, owner string) (State, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.expire()
+	var best *State
+	for _, s := range h.in {
+		if s.Owner == owner && s.From.Namespace == ns && (best == nil || s.At.After(best.At)) {
+			best = s
+		}
+	}
+	if best == nil {
+		return State{}, false
+	}
+	notice := *best
+	notice.Data = nil
+	return notice, true
+}
+
+// Copy returns the state id that from handed in, with its data (which
+// nobody writes to: it may be read while the hub drops it).
+func (h *Hub) Copy(from signal.PodID, id string) (State, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.in[from]
+	if s == nil || s.ID != id {
+		return State{}, false
+	}
+	return *s, true
 }
 
 // Done drops the state handed on to pod to once its broker runs on it (or

@@ -202,11 +202,11 @@ func TestStatesExpireAndStayWithinTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := make([]byte, MaxStateBytes/2+1)
-	a, err := h.put(primary, Snapshot, mosquittodb.Summary{}, big)
+	a, err := h.put(primary, "", "", Snapshot, mosquittodb.Summary{}, big)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.put(other, Snapshot, mosquittodb.Summary{}, big); err != nil {
+	if _, err := h.put(other, "", "", Snapshot, mosquittodb.Summary{}, big); err != nil {
 		t.Fatalf("a second state that does not fit beside the first: %v, want the first evicted", err)
 	}
 	if _, err := h.HandOn(a.ID, primary, standby); !errors.Is(err, ErrNoState) {
@@ -217,11 +217,11 @@ func TestStatesExpireAndStayWithinTheBudget(t *testing.T) {
 	if _, err := h.HandOn(o.ID, other, standby); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.put(primary, Snapshot, mosquittodb.Summary{}, big); err == nil {
+	if _, err := h.put(primary, "", "", Snapshot, mosquittodb.Summary{}, big); err == nil {
 		t.Fatal("a state that fits only by evicting one handed on and not fetched was taken in")
 	}
 	now = now.Add(2 * time.Minute)
-	if _, err := h.put(primary, Snapshot, mosquittodb.Summary{}, big); err != nil {
+	if _, err := h.put(primary, "", "", Snapshot, mosquittodb.Summary{}, big); err != nil {
 		t.Fatalf("after the TTL the handed-on state still takes the room: %v", err)
 	}
 	if _, err := New(Config{Authenticator: auth, MaxBytes: MaxStateBytes - 1}); err == nil {

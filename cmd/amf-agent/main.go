@@ -177,7 +177,13 @@ func run(args []string, stderr io.Writer) error {
 	acfg := actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: o.observeOnly, Instance: o.nodeName, ResumeOnStart: o.resume, Registerer: a.MetricsRegisterer()}
 	waitState := func() error { return nil }
 	if o.stateListen != "" {
-		if acfg.States, waitState, err = serveStateHub(ctx, o.stateListen, auth, a.MetricsRegisterer(), log.With("component", "statehub")); err != nil {
+		peers := stateHubPeers{advertise: o.stateAdvertise, tokenFile: o.statePeerToken}
+		if o.statePeerToken != "" {
+			if peers.reviews, err = authnv1client.NewForConfig(kubeCfg); err != nil {
+				return fmt.Errorf("TokenReview client: %w", err)
+			}
+		}
+		if acfg.States, waitState, err = serveStateHub(ctx, o.stateListen, auth, peers, &acfg, a.MetricsRegisterer(), log.With("component", "statehub")); err != nil {
 			return err
 		}
 	}

@@ -226,6 +226,10 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--node-mode", "--token-file", open}, "--node-mode needs the Kubernetes API"},
 		{[]string{"--node-mode", "--kubeconfig", open}, "--node-mode needs --node-name"},
 		{[]string{"--host-cgroup-root", "/host/sys/fs/cgroup", "--kubeconfig", open}, "are for --node-mode"},
+		{[]string{"--actuate", "--state-listen", ":1886", "--state-advertise", "10.0.0.5:1886", "--kubeconfig", open}, "go together"},
+		{[]string{"--actuate", "--state-advertise", "10.0.0.5:1886", "--state-peer-token", open, "--kubeconfig", open}, "needs --state-listen"},
+		{[]string{"--actuate", "--node-name", "n0", "--state-listen", ":1886", "--state-advertise", "10.0.0.5", "--state-peer-token", open, "--kubeconfig", open}, "want host:port"},
+		{[]string{"--actuate", "--state-listen", ":1886", "--state-advertise", "10.0.0.5:1886", "--state-peer-token", open, "--kubeconfig", open}, "needs --node-name"},
 	} {
 		err := run(tt.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/amf-edge/amf/agent"
@@ -20,7 +22,7 @@ type options struct {
 	maxClients, maxPending, perSource                                     int
 	connTimeout, maxKeepalive, interval                                   time.Duration
 	hostCgroup, kubeletRoot                                               string
-	connkillSocket, stateListen                                           string
+	connkillSocket, stateListen, stateAdvertise, statePeerToken           string
 	live                                                                  *livenessFlags
 }
 
@@ -48,6 +50,8 @@ func addFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.interval, "interval", time.Second, "with --node-mode: time between samples of each pod (at most the model's sample_interval, 5s for p1)")
 	fs.StringVar(&o.connkillSocket, "connkill-socket", "", "the `socket` of amf-agent connkill beside this agent: when an endpoint of a managed broker turns terminating (a failover or a switchover retired its pod), end this node's connections to it at once, so its clients reconnect to the new primary now (package connkill); needs the Kubernetes API, list/watch on endpointslices")
 	fs.StringVar(&o.stateListen, "state-listen", "", "with --actuate: `address` of the state hub, where the sidecars of stateful pairs (inject --state-dir) hand in their broker's final state and fetch one handed to them (package statehub); in a pod use 0.0.0.0:1886 behind the DaemonSet's hostPort. Empty: no state is carried, and a stateful pair's switchover says so in an Event")
+	fs.StringVar(&o.stateAdvertise, "state-advertise", "", "with --state-listen and --state-peer-token: `host:port` at which the agents of other nodes reach this node's state hub (the DaemonSet: $(HOST_IP):1886, the hostPort), written on the standby of a stateful pair whose pod runs here, so that its primary's agent relays the primary's states here (a pair across two nodes)")
+	fs.StringVar(&o.statePeerToken, "state-peer-token", "", "with --state-advertise: the `file` of this agent's projected ServiceAccount token for audience "+contract.StatePeerAudience+" (the DaemonSet mounts one), shown to other nodes' state hubs when relaying a state, and the account a relay to this hub must come from (checked by TokenReview). Empty: a stateful pair across two nodes carries no state, and says so in an Event")
 	o.live = addLivenessFlags(fs)
 	return o
 }
@@ -75,6 +79,14 @@ func (o *options) validate() (slog.Level, error) {
 		return 0, errors.New("--resume-on-start needs --actuate")
 	case o.stateListen != "" && !o.actuation:
 		return 0, errors.New("--state-listen needs --actuate: the hub relays a state at a switchover, which only actuation makes")
+	case (o.stateAdvertise != "") != (o.statePeerToken != ""):
+		return 0, errors.New("--state-advertise and --state-peer-token go together: a hub that others relay to must prove its peers, and an agent that relays must say where it is reached")
+	case o.stateAdvertise != "" && o.stateListen == "":
+		return 0, errors.New("--state-advertise needs --state-listen: it is the address of that hub as other nodes reach it")
+	case o.stateAdvertise != "" && !validHostPort(o.stateAdvertise):
+		return 0, fmt.Errorf("--state-advertise %q: want host:port, e.g. 10.0.0.5:1886", o.stateAdvertise)
+	case o.stateAdvertise != "" && o.nodeName == "":
+		return 0, errors.New("--state-advertise needs --node-name: a relay goes to the standby's node, which the agents name by node")
 	case o.actuation && o.tokenFile != "":
 		return 0, errors.New("--actuate needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file")
 	case o.connkillSocket != "" && o.tokenFile != "":
@@ -83,4 +95,14 @@ func (o *options) validate() (slog.Level, error) {
 		return 0, errors.New("--token-file excludes --kubeconfig and --node-name (TokenReview options)")
 	}
 	return level, nil
+}
+
+// validHostPort reports whether s is host:port with a host and a TCP port.
+func validHostPort(s string) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 65536
 }

@@ -18,7 +18,8 @@ func TestOptionsThatDoNotGoTogetherAreRefusedBeforeAnythingStarts(t *testing.T) 
 		want string // in the error; "" passes
 	}{
 		{"defaults", nil, ""},
-		{"the DaemonSet of manifests/base", []string{"--listen=0.0.0.0:1884", "--node-name=n1", "--actuate", "--liveness", "--liveness-advertise=10.0.0.5:1885"}, ""},
+		{"the DaemonSet of manifests/base", []string{"--listen=0.0.0.0:1884", "--node-name=n1", "--actuate", "--liveness", "--liveness-advertise=10.0.0.5:1885",
+			"--state-listen=0.0.0.0:1886", "--state-advertise=10.0.0.5:1886", "--state-peer-token=/var/run/secrets/amf.io/state-peer/token"}, ""},
 		{"the node-mode overlay", []string{"--node-name=n1", "--actuate", "--node-mode", "--host-cgroup-root=/host/sys/fs/cgroup"}, ""},
 		{"static tokens alone", []string{"--token-file=/t"}, ""},
 		{"unknown log level", []string{"--log-level=loud"}, "--log-level"},

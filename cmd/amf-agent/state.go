@@ -10,17 +10,49 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
+	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
 	"github.com/amf-edge/amf/statehub"
 )
 
-// serveStateHub binds the state hub at addr and serves it until ctx ends;
-// wait returns once it has stopped.
-func serveStateHub(ctx context.Context, addr string, auth agent.Authenticator, reg prometheus.Registerer, log *slog.Logger) (*statehub.Hub, func() error, error) {
-	hub, err := statehub.New(statehub.Config{Authenticator: auth, Logger: log, Registerer: reg})
+// stateHubPeers is what a hub needs to take states relayed by the agents
+// of other nodes and to relay its own; zero: neither.
+type stateHubPeers struct {
+	advertise, tokenFile string
+	reviews              *authnv1client.AuthenticationV1Client
+}
+
+// serveStateHub binds the state hub at addr and serves it until ctx ends,
+// and, with peers, relays this node's states to theirs (acfg gets the
+// relay and the advertised address); wait returns once both have stopped.
+func serveStateHub(ctx context.Context, addr string, auth agent.Authenticator, peers stateHubPeers, acfg *actuate.Config, reg prometheus.Registerer, log *slog.Logger) (*statehub.Hub, func() error, error) {
+	cfg := statehub.Config{Authenticator: auth, Logger: log, Registerer: reg}
+	if peers.tokenFile != "" {
+		account, err := agent.AccountOf(peers.tokenFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--state-peer-token: %w", err)
+		}
+		if cfg.Peers, err = agent.NewPeerAuthenticator(peers.reviews.TokenReviews(), account); err != nil {
+			return nil, nil, err
+		}
+		log.Info("state hub takes relays from the agents of other nodes", slog.String("account", account), slog.String("advertise", peers.advertise))
+	}
+	hub, err := statehub.New(cfg)
 	if err != nil {
 		return nil, nil, err
+	}
+	relayDone := make(chan error, 1)
+	if peers.tokenFile == "" {
+		relayDone <- nil
+	} else {
+		relay, err := statehub.NewRelay(hub, statehub.RelayConfig{TokenFile: peers.tokenFile, Logger: log.With("part", "relay")})
+		if err != nil {
+			return nil, nil, err
+		}
+		acfg.StateRelay, acfg.StateAddr = relay, "http://"+peers.advertise
+		go func() { relayDone <- relay.Run(ctx) }()
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
@@ -55,9 +87,10 @@ func serveStateHub(ctx context.Context, addr string, auth agent.Authenticator, r
 	}()
 	log.Info("state hub serving", slog.String("addr", ln.Addr().String()))
 	return hub, func() error {
-		if err := <-done; err != nil {
-			return fmt.Errorf("state hub: %w", err)
+		err := <-done
+		if err != nil {
+			err = fmt.Errorf("state hub: %w", err)
 		}
-		return nil
+		return errors.Join(err, <-relayDone)
 	}, nil
 }

@@ -133,11 +133,8 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 
 	// The state hubs' relay: only the agents' own ServiceAccount, with a
 	// token for contract.StatePeerAudience bound to an agent's pod, is a
-	// peer, and its answer is that pod's node.
-	mustCreate(t, func() error {
-		_, err := cs.CoreV1().ServiceAccounts(agentNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agentSA}}, metav1.CreateOptions{})
-		return err
-	})
+	// peer, and its answer is that pod's node. (ServiceAccountConfig made
+	// the agent's ServiceAccount.)
 	agentPod, err := cs.CoreV1().Pods(agentNS).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "amf-agent-x7k2p"},
 		Spec:       corev1.PodSpec{ServiceAccountName: agentSA, Containers: []corev1.Container{{Name: "agent", Image: "amf-agent"}}},

@@ -29,6 +29,11 @@ type StateConfig struct {
 	// the standby on, a crashed broker writing no final state. Mosquitto
 	// writes its whole state each time.
 	SnapshotEvery time.Duration
+	// SnapshotRefresh is the longest an unchanged snapshot goes without
+	// being handed in again; default 1 min, half the hub's TTL (package
+	// statehub), so that the last snapshot of a quiet broker is always
+	// there for a failover, also in an agent started again since.
+	SnapshotRefresh time.Duration
 	// HandInTimeout bounds one hand-in, which outlives the sidecar's own
 	// stop: the kubelet stops a native sidecar after its broker, so the
 	// final state is often handed in while the stop is under way. Default 10 s.
@@ -61,6 +66,9 @@ func (s *Sidecar) runState(ctx context.Context, wg *sync.WaitGroup) {
 	if cfg.HandInTimeout <= 0 {
 		cfg.HandInTimeout = 10 * time.Second
 	}
+	if cfg.SnapshotRefresh <= 0 {
+		cfg.SnapshotRefresh = time.Minute
+	}
 	var lv stateLevers
 	wg.Go(func() { s.handIn(ctx, cfg, &lv) })
 	wg.Go(func() { s.fetch(ctx, cfg, &lv) })
@@ -70,12 +78,14 @@ func (s *Sidecar) runState(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // snapshots has the broker write its state every SnapshotEvery and hands
-// it in when it changed. Only a digest of the last one is kept: the
-// sidecar's memory holds one state, not two.
+// it in when it changed, or when SnapshotRefresh has passed since it was
+// last handed in. Only a digest of the last one is kept: the sidecar's
+// memory holds one state, not two.
 func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
 	t := time.NewTicker(cfg.SnapshotEvery)
 	defer t.Stop()
 	var last [sha256.Size]byte
+	var lastAt time.Time
 	lastErr := ""
 	for {
 		select {
@@ -90,12 +100,12 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
 		st, err := cfg.Broker.Snapshot(sctx)
 		cancel()
 		if err == nil {
-			if sum := sha256.Sum256(st.Data); sum != last {
+			if sum := sha256.Sum256(st.Data); sum != last || time.Since(lastAt) >= cfg.SnapshotRefresh {
 				hctx, hcancel := context.WithTimeout(ctx, cfg.HandInTimeout)
 				_, err = cfg.Hub.HandIn(hctx, statehub.Snapshot, st.Data)
 				hcancel()
 				if err == nil {
-					last = sum
+					last, lastAt = sum, time.Now()
 				}
 			}
 		}

@@ -41,7 +41,7 @@ func (p *statePod) join(t *testing.T) {
 	}
 }
 
-func startStatePod(t *testing.T, ctx context.Context, bin string, id signal.PodID, hub string, kubelet bool) *statePod {
+func startStatePod(t *testing.T, ctx context.Context, bin string, id signal.PodID, hub string, kubelet bool, opts ...func(*Config)) *statePod {
 	t.Helper()
 	dir, procs := oomCgroup(t)
 	m, err := brokerstate.StartMosquitto(ctx, bin, t.TempDir(), true)
@@ -78,11 +78,15 @@ func startStatePod(t *testing.T, ctx context.Context, bin string, id signal.PodI
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.sc, err = New(Config{Source: src, Interval: 100 * time.Millisecond, Model: mdl, Probe: probe, Publisher: p.rec, Log: quietLog(),
-		State: &StateConfig{
-			Broker: handover.Broker{Container: pause.Container{Leaf: filepath.Base(dir)}, File: m.File},
-			Hub:    &statehub.Client{URL: hub, Pod: id, Token: id.Pod},
-		}})
+	sc := &StateConfig{
+		Broker: handover.Broker{Container: pause.Container{Leaf: filepath.Base(dir)}, File: m.File},
+		Hub:    &statehub.Client{URL: hub, Pod: id, Token: id.Pod},
+	}
+	cfg := Config{Source: src, Interval: 100 * time.Millisecond, Model: mdl, Probe: probe, Publisher: p.rec, Log: quietLog(), State: sc}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p.sc, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,5 +181,49 @@ func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) 
 	case s := <-hub.Received():
 		t.Errorf("the standby's sidecar handed in %s: the state it was given is not its own broker's final one", s.ID)
 	default:
+	}
+}
+
+// TestAQuietBrokersSnapshotIsHandedInAgainBeforeTheHubForgetsIt: a broker
+// whose state does not change is not written to the hub at every tick, yet
+// its snapshot is handed in again within SnapshotRefresh, so the hub,
+// which forgets a state after its TTL, holds one when a failover comes.
+func TestAQuietBrokersSnapshotIsHandedInAgainBeforeTheHubForgetsIt(t *testing.T) {
+	bin := brokerstatetest.RequireMosquitto(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a := signal.PodID{Namespace: "tod", Pod: "broker-a-1"}
+	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hub.Handler())
+	t.Cleanup(srv.Close) // after the sidecar stops (cleanups run last first)
+	const every, refresh = 100 * time.Millisecond, time.Second
+	// No MQTT probe: its own connection comes and goes in Mosquitto's
+	// file, which then changes at every save.
+	p := startStatePod(t, ctx, bin, a, srv.URL, false, func(c *Config) {
+		c.Probe, c.State.SnapshotEvery, c.State.SnapshotRefresh = nil, every, refresh
+	})
+	if err := brokerstate.Seed(ctx, p.broker.Addr, brokerstate.Plan{Retained: 10, Sessions: 1, Queued: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var at []time.Time
+	for len(at) < 4 {
+		select {
+		case s := <-hub.Received():
+			if s.Kind == statehub.Snapshot && s.Summary.Retained == 10 {
+				at = append(at, time.Now())
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d snapshots of the seeded broker handed in within a minute; want 4, one a second", len(at))
+		}
+	}
+	// Unchanged, so not handed in at every tick of 100 ms: about a
+	// refresh apart (the tick's own lateness aside).
+	for i := 2; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < refresh-2*every {
+			t.Errorf("an unchanged snapshot handed in again %v after the one before; want about %v (SnapshotRefresh)", gap, refresh)
+		}
 	}
 }

@@ -2,7 +2,9 @@
 // sidecar of a stateful pod hands its broker's state in (Mosquitto's
 // persistence file, whole, as the broker wrote it when it stopped), and the
 // agent hands it on to the pod that takes over, whose sidecar fetches it and
-// restarts its broker on it (DESIGN.md, "Broker state").
+// restarts its broker on it (DESIGN.md, "Broker state"). When the pair's
+// pods run on two nodes, the primary's agent relays each state to the hub
+// of the standby's node (Relay), which holds it for the handover there.
 //
 // A state is megabytes, so it does not go over the agent's MQTT broker,
 // whose packets are bounded to kilobytes so that a flood cannot starve it:

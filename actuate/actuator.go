@@ -614,6 +614,13 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 		w.invalid = err
 		return w
 	}
+	if statefulDeployment(d) && d.Annotations[contract.AnnHold] == "" {
+		// A stateful pair's clients cannot move before the retirement
+		// (its standby is held out of its Services until it holds the
+		// state), so a hold would only wait: the handover that follows
+		// the retirement is the evidence (DESIGN.md, "Broker state").
+		p.Gates.Hold = 0
+	}
 	var rec Record
 	w.written = d.Annotations[contract.AnnRecord]
 	if w.written != "" {

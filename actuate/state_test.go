@@ -394,3 +394,21 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 		})
 	}
 }
+
+// TestAStatefulPairIsRetiredWithoutTheHold: its clients cannot move before
+// the retirement, so the Gate's hold (15 s by default) would only wait; a
+// stateful pair with no amf.io/hold of its own is retired once the
+// anomaly is confirmed with the standby ready.
+func TestAStatefulPairIsRetiredWithoutTheHold(t *testing.T) {
+	f := newFakeCluster()
+	gates := maps.Clone(fast)
+	delete(gates, contract.AnnHold)
+	pp, sp := statefulPair(f, gates)
+	hub, _ := newStateHub(t)
+	r := start(t, f, pp, Config{States: hub, StateWait: time.Minute})
+	r.send(signal.Healthy)
+	r.sendMsg(sp, signal.Message{State: signal.Healthy})
+	f.await(t, "the standby named ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
+	r.switchOver()
+	f.await(t, "retired at once, not after the default hold of 15 s", func() bool { return slices.Contains(f.writes, "scale edge/primary 0") })
+}

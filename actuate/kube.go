@@ -137,6 +137,9 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	a.emitKey(w, false, "RolesExchanged", "Switchover", note)
 	if stateReason != "" {
 		a.emitKey(w, stateWarning, stateReason, "Switchover", stateNote)
+		if stateReason == "StateNotCarried" { // a decision line, as every other give-up has
+			a.log.Warn("decision", slog.String("deployment", sk.String()), slog.String("action", "StateNotCarried"), slog.String("why", stateNote))
+		}
 	}
 	delete(a.readyMarks, sk)
 	delete(a.readyMarks, w.key)

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -28,10 +29,12 @@ import (
 // clients with a brokerstate.Plan (DESIGN.md, "Broker state"): what the
 // tests and the bench of a switchover's and a failover's state run on.
 type StatePair struct {
-	C                kubernetes.Interface
-	Node             *kubenode.Node
-	Namespace        string
-	Primary, Standby *corev1.Pod
+	C kubernetes.Interface
+	// Node runs the primary's pod (Stress, Crash and StartLive act there);
+	// StandbyNode the standby's: the same node but for StartStatePairAcross.
+	Node, StandbyNode *kubenode.Node
+	Namespace         string
+	Primary, Standby  *corev1.Pod
 	// Deployments are the primary's and the standby's names.
 	Deployments [2]string
 	Plan        brokerstate.Plan
@@ -48,6 +51,23 @@ var StateGates = map[string]string{contract.AnnDebounce: "3", contract.AnnReconf
 // checking that the standby holds none of it (so that a check after the
 // event can fail). lines are the agent's, subscribed before.
 func StartStatePair(ctx context.Context, c kubernetes.Interface, node *kubenode.Node, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) (*StatePair, error) {
+	return startStatePair(ctx, c, [2]*kubenode.Node{node, node}, false, lines, ns, name, plan)
+}
+
+// StartStatePairAcross is StartStatePair on two nodes of a cluster: the
+// primary's pod on primary, the standby's on standby, so that the state has
+// to go from one node's agent to the other's. Each Deployment's template
+// gets a nodeSelector on kubernetes.io/hostname: inject's anti-affinity
+// (preferred) keeps the two apart but says not which goes where, and a
+// selector rather than spec.nodeName leaves the pods to the scheduler, so
+// that the retired primary's next pod (the new standby) comes back to its
+// node too. lines are every agent's, subscribed before (merged): which
+// agent says what of a handover between nodes is the product's to choose.
+func StartStatePairAcross(ctx context.Context, c kubernetes.Interface, primary, standby *kubenode.Node, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) (*StatePair, error) {
+	return startStatePair(ctx, c, [2]*kubenode.Node{primary, standby}, true, lines, ns, name, plan)
+}
+
+func startStatePair(ctx context.Context, c kubernetes.Interface, nodes [2]*kubenode.Node, pin bool, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) (*StatePair, error) {
 	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"mosquitto.conf": brokerstate.Config("")}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
@@ -55,12 +75,15 @@ func StartStatePair(ctx context.Context, c kubernetes.Interface, node *kubenode.
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range pair {
+	for i, d := range pair {
+		if pin {
+			d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodes[i].Name}
+		}
 		if _, err := c.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
 	}
-	p := &StatePair{C: c, Node: node, Namespace: ns, Plan: plan, lines: lines, Deployments: [2]string{pair[0].Name, pair[1].Name}}
+	p := &StatePair{C: c, Node: nodes[0], StandbyNode: nodes[1], Namespace: ns, Plan: plan, lines: lines, Deployments: [2]string{pair[0].Name, pair[1].Name}}
 	var pods []*corev1.Pod
 	for _, d := range pair {
 		pod, err := brokerstate.RunningPod(ctx, c, ns, d.Name)
@@ -85,6 +108,11 @@ func StartStatePair(ctx context.Context, c kubernetes.Interface, node *kubenode.
 	}
 	if before.RetainedFound != 0 || len(before.SessionsLost) != len(plan.SessionIDs()) {
 		return nil, fmt.Errorf("the standby held state before the event: %v", before)
+	}
+	// That check left the plan's sessions on the standby, empty: a standby
+	// that gets no state would show them after the event (Session Present 1).
+	if err := brokerstate.Forget(ctx, brokerstate.Addr(p.Standby), plan); err != nil {
+		return nil, fmt.Errorf("the standby: %w", err)
 	}
 	return p, nil
 }
@@ -122,19 +150,42 @@ func (p *StatePair) Stress(ctx context.Context) (stop func(), err error) {
 }
 
 // AwaitSnapshot waits until the agent's hub took in a snapshot of the
-// primary holding the plan's retained messages.
+// primary holding the whole plan: every retained message, session and
+// queued message (Seed publishes the retained messages before the queued
+// ones, and a snapshot taken in between holds the one but not the other).
 func (p *StatePair) AwaitSnapshot(ctx context.Context) error {
-	want := fmt.Sprintf(`"retained":%d`, p.Plan.Retained)
+	_, err := p.AwaitSnapshotLine(ctx)
+	return err
+}
+
+// AwaitSnapshotLine is AwaitSnapshot, and returns the hub's line (its
+// state field names the snapshot).
+func (p *StatePair) AwaitSnapshotLine(ctx context.Context) (AgentLine, error) {
 	for {
 		select {
 		case l := <-p.lines:
-			if l.Msg == "broker state taken in" && strings.Contains(l.Raw, `"kind":"snapshot"`) && strings.Contains(l.Raw, p.Primary.Name) && strings.Contains(l.Raw, want) {
-				return nil
+			if l.Msg == "broker state taken in" && p.SnapshotOfPlan(l) {
+				return l, nil
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("no snapshot of the seeded state handed in: %w", ctx.Err())
+			return AgentLine{}, fmt.Errorf("no snapshot of the seeded state handed in: %w", ctx.Err())
 		}
 	}
+}
+
+// SnapshotOfPlan says whether agent line l (any message) speaks of a
+// snapshot of the primary's broker that holds the whole plan, by the
+// counts the line carries (mosquittodb's: retained, sessions, queued).
+func (p *StatePair) SnapshotOfPlan(l AgentLine) bool {
+	if !strings.Contains(l.Raw, `"kind":"snapshot"`) || !strings.Contains(l.Raw, p.Primary.Name) {
+		return false
+	}
+	var n struct{ Retained, Sessions, Queued *int }
+	if json.Unmarshal([]byte(l.Raw), &n) != nil || n.Retained == nil || n.Sessions == nil || n.Queued == nil {
+		return false
+	}
+	ids := len(p.Plan.SessionIDs())
+	return *n.Retained >= p.Plan.Retained && *n.Sessions >= ids && *n.Queued >= ids*p.Plan.Queued
 }
 
 // Crash SIGKILLs the primary's broker and returns when.
@@ -159,13 +210,19 @@ type StateHandover struct {
 }
 
 // Handover follows the agent's lines until the state is carried or given up.
+// A give-up is taken from a decision line (action StateNotCarried) or from
+// the line the agent logs with each Event it records: the agent says some
+// (that a standby on another node gets no state, say) only as an Event.
 func (p *StatePair) Handover(ctx context.Context) (StateHandover, error) {
 	var h StateHandover
 	for h.Carried.IsZero() && h.NotCarried == "" {
 		select {
 		case l := <-p.lines:
 			switch {
-			case l.Msg != "decision" || !strings.HasPrefix(l.Deployment, p.Namespace+"/"):
+			case !strings.HasPrefix(l.Deployment, p.Namespace+"/"):
+			case l.Msg == "event" && l.Reason == "StateNotCarried":
+				h.NotCarried = l.Raw
+			case l.Msg != "decision":
 			case l.Action == "RetirePrimary" && l.Error == "":
 				h.Retired = l.Time
 			case l.Action == "StateNotCarried":

@@ -369,6 +369,12 @@ func (a *Actuator) relayOn(dep podKey, st statehub.State) {
 		delete(a.relays, dep)
 		return
 	}
+	if w := a.workloads[dep]; r.until.IsZero() && (w == nil || !w.managed) {
+		// No longer a primary here (failed over by another agent, its
+		// node lost for a while): its pod's states are nobody's to take.
+		delete(a.relays, dep)
+		return
+	}
 	full, ok := a.states.Copy(st.From, st.ID)
 	if !ok {
 		return // replaced already: its successor is relayed instead

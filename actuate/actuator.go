@@ -634,7 +634,15 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 	if w.written == "" {
 		// Write the Idle record now, off the decision's path: later writes
 		// then take writeRecord's one-round-trip path.
-		if err := a.writeRecord(ctx, w); err != nil {
+		err := a.writeRecord(ctx, w)
+		if errors.Is(err, ErrRecordMoved) {
+			// The other agent of a pair across two nodes loaded it at the
+			// same moment and wrote its own Idle record: take that one, so
+			// that this agent's first decision is not refused (and its
+			// samples so far forgotten) for a record that says the same.
+			err = a.adoptIdleRecord(ctx, w)
+		}
+		if err != nil {
 			a.log.Warn("switchover record not initialised", slog.String("deployment", k.String()), slog.String("error", err.Error()))
 		}
 	}
@@ -748,6 +756,11 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 			}
 		}
 	}
+	if errors.Is(err, ErrRecordMoved) && !old.Active() && a.movedIdle(ctx, w, old) {
+		// The pair's other agent wrote an Idle record of its own (what it
+		// saw of the standby): this step from Idle stands on it.
+		err = a.writeRecord(ctx, w)
+	}
 	if err != nil {
 		a.log.Error("switchover record not written", slog.String("deployment", w.key.String()),
 			slog.String("phase", string(w.gate.Rec.Phase)), slog.Bool("standby_scaled_up", scaledUp), slog.String("error", err.Error()))
@@ -820,6 +833,47 @@ func (a *Actuator) retry(ctx context.Context, w *workload) {
 
 // reload re-reads w from the server after its record was changed by someone
 // else (another agent), so the Gate continues from what is recorded there.
+// movedIdle reports whether the record on w's Deployment, which moved
+// from the one w wrote, is still an Idle one of the same switchover history
+// as old (the step's starting point); if so w takes it as written. The
+// agents of a pair across two nodes both keep a Gate of its primary (one
+// to decide, the guard to fail it over if the node is lost), and each
+// writes what it saw of the standby while Idle: without this, one's
+// write refused the other's next decision, and its reload forgot the
+// samples counted so far.
+func (a *Actuator) movedIdle(ctx context.Context, w *workload, old Record) bool {
+	d, err := a.cluster.Deployment(ctx, w.key.ns, w.key.name)
+	if err != nil {
+		return false
+	}
+	raw := d.Annotations[contract.AnnRecord]
+	var rec Record
+	if json.Unmarshal([]byte(raw), &rec) != nil || rec.Active() || !rec.LastSwitch.Equal(old.LastSwitch) || rec.Restore != old.Restore || rec.Standby != old.Standby {
+		return false
+	}
+	w.written = raw
+	return true
+}
+
+// adoptIdleRecord takes the record another agent wrote on w's Deployment
+// as w's own when it is the very record w would write; anything else is
+// left to the next write, which reloads.
+func (a *Actuator) adoptIdleRecord(ctx context.Context, w *workload) error {
+	d, err := a.cluster.Deployment(ctx, w.key.ns, w.key.name)
+	if err != nil {
+		return err
+	}
+	mine, err := json.Marshal(w.gate.Rec)
+	if err != nil {
+		return err
+	}
+	if raw := d.Annotations[contract.AnnRecord]; raw != string(mine) {
+		return fmt.Errorf("%w: to %s", ErrRecordMoved, raw)
+	}
+	w.written = string(mine)
+	return nil
+}
+
 func (a *Actuator) reload(ctx context.Context, w *workload) {
 	d, err := a.cluster.Deployment(ctx, w.key.ns, w.key.name)
 	if err != nil {

@@ -194,9 +194,11 @@ func (a *Actuator) planHandover(w *workload, sb *appsv1.Deployment, failover boo
 		// standby's node chooses from what its hub holds.
 		kind = contract.StateSnapshot
 	}
-	if r, ok := a.relays[w.key]; ok {
-		r.until = now.Add(a.stateWait) // the final state is still to come
-		a.relays[w.key] = r
+	if hub := sb.Annotations[contract.AnnStandbyHub]; elsewhere && hub != "" {
+		// The final state is still to come: relayed to the standby's node
+		// as read right now (not as last seen by the watch, which a
+		// reload may have restarted a moment ago).
+		a.relays[w.key] = relayRoute{hub: hub, node: node, until: now.Add(a.stateWait)}
 	}
 	ann = contract.Handover{From: w.key.name, Pod: to, Kind: kind, At: now}.String()
 	where := ""

@@ -367,9 +367,11 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 			n := startTwoNodes(t)
 			tc.fault(t, n)
 			sc := &statehub.Client{URL: n.srvB.URL, Pod: signal.PodID{Namespace: ns, Pod: n.sp}, Token: n.sp, HTTP: n.srvB.Client()}
-			got, ok, err := sc.Fetch(t.Context())
+			fctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			got, ok, err := sc.Fetch(fctx)
 			for err == nil && !ok {
-				got, ok, err = sc.Fetch(t.Context())
+				got, ok, err = sc.Fetch(fctx)
 			}
 			if err != nil || got.Kind != tc.kind || got.From.Pod != n.pp {
 				t.Fatalf("the standby's pod fetched %q, %s from %s (%v); want a %s of %s", got.ID, got.Kind, got.From, err, tc.kind, n.pp)

@@ -171,9 +171,9 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok, err := r.client(sp).Fetch(t.Context())
+	got, ok, err := r.client(sp).Fetch(t.Context(), "")
 	for err == nil && !ok {
-		got, ok, err = r.client(sp).Fetch(t.Context())
+		got, ok, err = r.client(sp).Fetch(t.Context(), "")
 	}
 	if err != nil || got.ID != id {
 		t.Fatalf("the standby's pod fetched %q (%v), want the state %s handed on to it", got.ID, err, id)
@@ -192,7 +192,7 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 		st, _ := f.gateLocked(sp)
 		return st == corev1.ConditionTrue && slices.Contains(f.reasonsLocked(), "StateCarried")
 	})
-	if _, ok, _ := r.client(sp).Fetch(t.Context()); ok {
+	if _, ok, _ := r.client(sp).Fetch(t.Context(), ""); ok {
 		t.Error("the state is still there to fetch after the pod runs on it")
 	}
 }
@@ -246,7 +246,7 @@ func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testi
 		return f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" && st == corev1.ConditionFalse &&
 			slices.Contains(f.reasonsLocked(), "StateFromSnapshot")
 	})
-	fetched, ok, err := r.client(sp).Fetch(t.Context())
+	fetched, ok, err := r.client(sp).Fetch(t.Context(), "")
 	if err != nil || !ok || fetched.ID != id || fetched.Kind != statehub.Snapshot {
 		t.Fatalf("the standby's pod fetched %q %s (%v, %v), want the snapshot %s", fetched.ID, fetched.Kind, ok, err, id)
 	}
@@ -369,9 +369,9 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 			sc := &statehub.Client{URL: n.srvB.URL, Pod: signal.PodID{Namespace: ns, Pod: n.sp}, Token: n.sp, HTTP: n.srvB.Client()}
 			fctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			got, ok, err := sc.Fetch(fctx)
+			got, ok, err := sc.Fetch(fctx, "")
 			for err == nil && !ok {
-				got, ok, err = sc.Fetch(fctx)
+				got, ok, err = sc.Fetch(fctx, "")
 			}
 			if err != nil || got.Kind != tc.kind || got.From.Pod != n.pp {
 				t.Fatalf("the standby's pod fetched %q, %s from %s (%v); want a %s of %s", got.ID, got.Kind, got.From, err, tc.kind, n.pp)

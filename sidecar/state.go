@@ -170,7 +170,10 @@ func (s *Sidecar) handIn(ctx context.Context, cfg *StateConfig, lv *stateLevers)
 func (s *Sidecar) fetch(ctx context.Context, cfg *StateConfig, lv *stateLevers) {
 	last := ""
 	for attempt := 0; ctx.Err() == nil; {
-		st, ok, err := cfg.Hub.Fetch(ctx)
+		// The hub keeps a state handed on until the agent sees the pod
+		// run on it: naming it has the long poll wait past it, where
+		// asking again at once spun.
+		st, ok, err := cfg.Hub.Fetch(ctx, last)
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -40,7 +40,7 @@ func CheckURL(s string) error {
 	return nil
 }
 
-func (c *Client) request(ctx context.Context, method string, kind Kind, body []byte) (*http.Response, error) {
+func (c *Client) request(ctx context.Context, method string, kind Kind, body []byte, query url.Values) (*http.Response, error) {
 	token := c.Token
 	if c.TokenFile != "" {
 		b, err := os.ReadFile(c.TokenFile)
@@ -50,6 +50,9 @@ func (c *Client) request(ctx context.Context, method string, kind Kind, body []b
 		token = strings.TrimSpace(string(b))
 	}
 	u := strings.TrimSuffix(c.URL, "/") + PathPrefix + c.Pod.Namespace + "/" + c.Pod.Pod
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -74,7 +77,7 @@ func (c *Client) HandIn(ctx context.Context, kind Kind, data []byte) (string, er
 	if len(data) > MaxStateBytes {
 		return "", fmt.Errorf("statehub: state of %d bytes, more than %d", len(data), MaxStateBytes)
 	}
-	resp, err := c.request(ctx, http.MethodPut, kind, data)
+	resp, err := c.request(ctx, http.MethodPut, kind, data, nil)
 	if err != nil {
 		return "", err
 	}
@@ -86,9 +89,14 @@ func (c *Client) HandIn(ctx context.Context, kind Kind, data []byte) (string, er
 }
 
 // Fetch waits (the hub's long poll, ctx at most) for the state handed on to
-// the pod. ok is false when none came within the poll: ask again.
-func (c *Client) Fetch(ctx context.Context) (State, bool, error) {
-	resp, err := c.request(ctx, http.MethodGet, "", nil)
+// the pod, other than the one named have (the pod holds it already; "":
+// none). ok is false when none came within the poll: ask again.
+func (c *Client) Fetch(ctx context.Context, have string) (State, bool, error) {
+	var q url.Values
+	if have != "" {
+		q = url.Values{"have": {have}}
+	}
+	resp, err := c.request(ctx, http.MethodGet, "", nil, q)
 	if err != nil {
 		return State{}, false, err
 	}

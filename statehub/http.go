@@ -20,7 +20,9 @@ import (
 //	                                  (header Kind-Header: final or snapshot)
 //	GET /v1/state/<namespace>/<pod>   the pod's sidecar fetches the state
 //	                                  handed on to it: 200 with it, or 204
-//	                                  when none came within the long poll
+//	                                  when none came within the long poll;
+//	                                  ?have=<id> waits past the state it
+//	                                  holds already
 //
 // Both need "Authorization: Bearer <the pod's token>".
 const (
@@ -135,7 +137,7 @@ func (h *Hub) serveFetch(w http.ResponseWriter, r *http.Request, pod signal.PodI
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	s, ok := h.await(ctx, pod)
+	s, ok := h.await(ctx, pod, r.URL.Query().Get("have"))
 	if !ok {
 		h.m.requests.WithLabelValues("fetch", outcomeEmpty).Inc()
 		w.WriteHeader(http.StatusNoContent)

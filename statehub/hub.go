@@ -308,14 +308,15 @@ func (h *Hub) Done(to signal.PodID) {
 	h.m.bytes.Set(float64(h.bytes))
 }
 
-// await returns the state handed on to pod, waiting until ctx ends.
-func (h *Hub) await(ctx context.Context, pod signal.PodID) (*State, bool) {
+// await returns the state handed on to pod, other than the one named
+// have (which the pod holds already), waiting until ctx ends.
+func (h *Hub) await(ctx context.Context, pod signal.PodID, have string) (*State, bool) {
 	for {
 		h.mu.Lock()
 		h.expire()
 		s, changed := h.out[pod], h.changed
 		h.mu.Unlock()
-		if s != nil {
+		if s != nil && (have == "" || s.ID != have) {
 			return s, true
 		}
 		select {

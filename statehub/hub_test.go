@@ -83,7 +83,7 @@ func TestAFinalStateHandedInIsFetchedWholeByThePodItIsHandedOnTo(t *testing.T) {
 	fetched := make(chan State, 1)
 	go func() { // the standby's sidecar polls before the state exists
 		for ctx.Err() == nil {
-			s, ok, err := client(srv, standby, "tok-b").Fetch(ctx)
+			s, ok, err := client(srv, standby, "tok-b").Fetch(ctx, "")
 			if err != nil {
 				t.Errorf("fetch: %v", err)
 				return
@@ -118,10 +118,15 @@ func TestAFinalStateHandedInIsFetchedWholeByThePodItIsHandedOnTo(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the standby's long poll did not return the state handed on to it")
 	}
+	// A sidecar that holds it already waits past it (the long poll), not
+	// answered the same state again at once.
+	if _, ok, err := client(srv, standby, "tok-b").Fetch(ctx, id); ok || err != nil {
+		t.Fatalf("fetch naming the state held: ok %v, err %v; want the long poll to end with nothing", ok, err)
+	}
 	// Once its broker runs on it, it is gone: a sidecar started again
 	// must not load it a second time over what its broker did since.
 	h.Done(standby)
-	if _, ok, err := client(srv, standby, "tok-b").Fetch(ctx); ok || err != nil {
+	if _, ok, err := client(srv, standby, "tok-b").Fetch(ctx, ""); ok || err != nil {
 		t.Fatalf("after Done: fetched %v, err %v; want nothing", ok, err)
 	}
 }
@@ -172,10 +177,10 @@ func TestTheHubRefusesWhatItMustNotRelay(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := client(srv, standby, "tok-o") // other's token on standby's path
-		if _, _, err := c.Fetch(t.Context()); !errors.Is(err, ErrRefused) {
+		if _, _, err := c.Fetch(t.Context(), ""); !errors.Is(err, ErrRefused) {
 			t.Fatalf("fetch with another pod's token: %v, want refused", err)
 		}
-		if s, ok, err := client(srv, other, "tok-o").Fetch(t.Context()); ok || err != nil {
+		if s, ok, err := client(srv, other, "tok-o").Fetch(t.Context(), ""); ok || err != nil {
 			t.Fatalf("other's own fetch: %v %v; want nothing", s.ID, err)
 		}
 	})

@@ -99,7 +99,7 @@ func TestAStateRelayedToAnotherNodesHubIsHandedOnThere(t *testing.T) {
 	if _, err := there.HandOn(got.ID, primary, standby); err != nil {
 		t.Fatal(err)
 	}
-	s, ok, err := client(thereSrv, standby, "tok-b").Fetch(ctx)
+	s, ok, err := client(thereSrv, standby, "tok-b").Fetch(ctx, "")
 	if err != nil || !ok || !bytes.Equal(s.Data, snapshot) {
 		t.Fatalf("standby's fetch: ok %v err %v, %d bytes; want the %d bytes of the primary's snapshot", ok, err, len(s.Data), len(snapshot))
 	}

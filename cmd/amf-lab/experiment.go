@@ -24,7 +24,7 @@ import (
 func runExperiment(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("amf-lab experiment", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modes := fs.String("mode", "amf", "comma-separated modes, run in order on one control plane: reactive, observe, amf, amf-node (amf in node mode: no sidecar, the agent runs the pipeline), amf-resize (amf with a memory ceiling: resize in place first), amf-resize-leak (the same under a leak no ceiling absorbs), amf-resize-noroom (the same on a node without the room), healthy")
+	modes := fs.String("mode", "amf", "comma-separated modes, run in order on one control plane: reactive, observe, amf (the full loop: the broker pair a stateful one, seeded before the fault with retained messages, persistent sessions and queued QoS 1 messages, the new primary checked for them after the switchover), amf-node (amf in node mode: no sidecar, the agent runs the pipeline), amf-resize (amf with a memory ceiling: resize in place first), amf-resize-leak (the same under a leak no ceiling absorbs), amf-resize-noroom (the same on a node without the room), healthy")
 	runs := fs.Int("runs", 1, "runs per mode (reactive: consecutive injections into one Deployment, so the back-off grows)")
 	reactiveRuns := fs.Int("reactive-runs", 0, "runs of the reactive mode, if not --runs")
 	scale := fs.Float64("scale", 1, "multiply every phase of the fault (60 s / 120 s / 60 s) by this factor; the agent's gates are not scaled")
@@ -116,6 +116,7 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	// Three reactive crashes in a row, so the kubelet's growing back-off is on
 	// screen beside AMF's one cut-over.
-	fmt.Fprintln(stderr, "amf-lab demo: on a real node (kubelet + containerd), one AMF run and three reactive runs of the paper's staged fault at 1/4 length (≈ 6 min)")
+	fmt.Fprintln(stderr, "amf-lab demo: on a real node (kubelet + containerd), one AMF run and three reactive runs of the paper's staged fault at 1/4 length (≈ 6 min);\n"+
+		"the AMF run's broker pair carries its state: what its primary held before the fault, and what the new primary held of it after the switchover")
 	return runExperiment(ctx, []string{"--mode", "amf,reactive", "--runs", "1", "--reactive-runs", "3", "--scale", "0.25"}, stdout, stderr)
 }

@@ -63,7 +63,9 @@ Usage:
   amf-lab experiment [--mode reactive,observe,amf,healthy] [--runs N] [--reactive-runs N] [--scale 0.25] [--out DIR] [--model NAME|PATH]
       the paper's availability experiment on a real control plane and a real
       node (kubelet + containerd; root; make deps k8s first); --model: the
-      sidecars' model, an embedded name or a model file (default: the paper's, p1)
+      sidecars' model, an embedded name or a model file (default: the paper's, p1);
+      amf's pair is stateful (persistence on, inject --state-dir): seeded before
+      the fault, the new primary checked for what was lost after the switchover
   amf-lab corpus --out DIR [--seed 1] [--runs 1] [--families a,b] [--parallel 2] [--lead-in 10m] [--append] [--list]
       staged load profiles run in real broker containers, raw counters recorded
       every second with the time of the failure (the lead-time model's corpus)

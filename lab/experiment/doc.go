@@ -14,7 +14,13 @@
 //     back-off grows as in the paper;
 //   - observe: sidecar and agent detect and log decisions (--observe-only) but do
 //     not act: detection latency and lead time to the OOM;
-//   - amf: the full loop, make-before-break switchover to the cold standby;
+//   - amf: the full loop, make-before-break switchover to the cold standby,
+//     the pair a stateful one (Mosquitto with persistence on, inject
+//     --standby --state-dir): real clients put retained messages,
+//     persistent sessions and queued QoS 1 messages into the primary
+//     before the fault, and the new primary is checked for them after the
+//     run (what was lost, what came twice), beside when the agent handed
+//     the state on and when the new primary served on it;
 //   - healthy: the full loop under normal traffic with no fault, to count false
 //     switchovers.
 //

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/lab/bench"
+	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
 )
@@ -165,6 +166,13 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	res := &Results{Started: time.Now().UTC(), Fault: cfg.Fault, Bridge: cfg.Bridge}
 	if slices.ContainsFunc(cfg.Modes, Mode.resizes) {
 		res.ResizeCeiling, res.Leak = cfg.ResizeCeiling, &cfg.Leak
+	}
+	if slices.ContainsFunc(cfg.Modes, Mode.stateful) {
+		// Before the node starts: the plan's MQTT 5 session is Debian's client's.
+		if _, err := brokerstate.MosquittoSub(); err != nil {
+			return nil, fmt.Errorf("experiment: the amf mode seeds an MQTT 5 session: %w", err)
+		}
+		res.StatePlan = planText(statePlan)
 	}
 	env, err := setup(ctx, &cfg)
 	if err != nil {

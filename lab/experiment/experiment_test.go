@@ -43,11 +43,12 @@ func requireLab(t *testing.T) (bench.Binaries, string) {
 }
 
 // TestScaledExperimentStructure runs one AMF run and one reactive run of the
-// paper's fault at 0.3 of its length (the 15 s hold fits well within its 36 s
-// stress phase), and a short healthy run, and checks what must hold whatever
-// the timings: AMF retires the primary only after the standby is
-// Ready and no OOM happens; the reactive broker is OOM-killed and restarted;
-// the healthy run switches nothing.
+// paper's fault at 0.3 of its length, and a short healthy run, and checks
+// what must hold whatever the timings: AMF retires the primary only after
+// the standby is ready and no OOM happens, and its pair, a stateful one,
+// carries the broker's state (a planned switchover: nothing lost, nothing
+// twice); the reactive broker is OOM-killed and restarted; the healthy run
+// switches nothing.
 func TestScaledExperimentStructure(t *testing.T) {
 	bins, repo := requireLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -81,6 +82,22 @@ func TestScaledExperimentStructure(t *testing.T) {
 	if amf.Detection == nil || amf.Confirmation == nil || *amf.Confirmation < *amf.Detection {
 		t.Errorf("AMF run: detection %v, confirmation %v: want both, detection first", amf.Detection, amf.Confirmation)
 	}
+	// The final state, written as the retired broker stops, is all the
+	// new primary starts from, and no client reaches it before.
+	switch c := amf.StateCheck; {
+	case c == nil:
+		t.Errorf("AMF run: the new primary's state was not checked: %s", amf.StateError)
+	case !c.lossless():
+		t.Errorf("AMF run: the new primary held %s; want everything, none twice (the agent: %q)", c.text(), amf.StateNotes)
+	}
+	switch {
+	case amf.StateCarried == nil || amf.NewPrimaryReady == nil || amf.SwitchoverComplete == nil:
+		t.Errorf("AMF run: state carried %v, new primary Ready %v, switchover complete %v: want all three (the agent: %q)",
+			amf.StateCarried, amf.NewPrimaryReady, amf.SwitchoverComplete, amf.StateNotes)
+	case amf.PrimaryRetired != nil && (*amf.StateCarried < *amf.PrimaryRetired || *amf.SwitchoverComplete < *amf.NewPrimaryReady):
+		t.Errorf("AMF run: retired %+.1f s, state carried %+.1f s, new primary Ready %+.1f s, complete %+.1f s: want them in that order",
+			*amf.PrimaryRetired, *amf.StateCarried, *amf.NewPrimaryReady, *amf.SwitchoverComplete)
+	}
 	// The model's explanation travels from the sidecar's score through the
 	// signal to the agent's decision (P1's trees: Saabas contributions).
 	if !strings.Contains(amf.Explanation, "Saabas") {
@@ -99,6 +116,9 @@ func TestScaledExperimentStructure(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("result file %s missing or empty (%v)", f, err)
 		}
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "results.json")); err != nil || !strings.Contains(string(b), `"state_retained_lost": 0`) || !strings.Contains(string(b), `"switchover_complete_s"`) {
+		t.Errorf("results.json has no state figures (%v)", err)
 	}
 }
 

@@ -70,7 +70,7 @@ func (res *Results) plots(dir string) error {
 	for _, m := range []struct {
 		v     *float64
 		label string
-	}{{run.Detection, "detection"}, {run.Confirmation, "confirmation"}, {run.StandbyReady, "standby Ready"}, {run.PrimaryRetired, "primary retired"}, {run.OOM, "OOM"}} {
+	}{{run.Detection, "detection"}, {run.Confirmation, "confirmation"}, {run.StandbyReady, "standby Ready"}, {run.PrimaryRetired, "primary retired"}, {run.NewPrimaryReady, "new primary Ready (on the state)"}, {run.OOM, "OOM"}} {
 		if m.v != nil {
 			t.Markers = append(t.Markers, plot.Marker{X: *m.v, Label: m.label})
 		}

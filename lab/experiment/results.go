@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,11 +29,35 @@ type RunResult struct {
 	ModelSHA256  string `json:"model_sha256,omitempty"`
 	SidecarModel string `json:"sidecar_model,omitempty"`
 
-	Detection      *float64 `json:"detection_s"`       // first anomalous signal of the primary
-	Confirmation   *float64 `json:"confirmation_s"`    // the agent's scale-up decision (debounce passed)
-	StandbyReady   *float64 `json:"standby_ready_s"`   // the standby Deployment has a Ready replica
-	PrimaryRetired *float64 `json:"primary_retired_s"` // the agent's retire decision: switchover complete
-	OOM            *float64 `json:"oom_s"`             // the broker container OOM-killed
+	Detection    *float64 `json:"detection_s"`    // first anomalous signal of the primary
+	Confirmation *float64 `json:"confirmation_s"` // the agent's scale-up decision (debounce passed)
+	// StandbyReady is when the standby could take over: its Deployment has
+	// a Ready replica; for a stateful pair, whose standby is held out of its
+	// Services, the agent names its pod in amf.io/standby-ready.
+	StandbyReady *float64 `json:"standby_ready_s"`
+	// PrimaryRetired is the agent's retire decision: a stateless pair's
+	// switchover complete.
+	PrimaryRetired *float64 `json:"primary_retired_s"`
+	OOM            *float64 `json:"oom_s"` // the broker container OOM-killed
+
+	// A stateful pair's (the amf mode's) switchover, as the agent's
+	// decisions say it: the retired primary's state handed on to the new
+	// primary's pod, which runs on it (state carried); its pod Ready
+	// (serving on the state); the switchover complete when both the old
+	// primary is retired and the new one serves. StateNotes are the
+	// agent's Events of the handover (StateHandover, StateCarried or
+	// StateNotCarried), each its reason first.
+	StateHandedOn      *float64 `json:"state_handed_on_s,omitempty"`
+	StateCarried       *float64 `json:"state_carried_s,omitempty"`
+	NewPrimaryReady    *float64 `json:"new_primary_ready_s,omitempty"`
+	SwitchoverComplete *float64 `json:"switchover_complete_s,omitempty"`
+	StateNotes         []string `json:"state_notes,omitempty"`
+	// StateCheck is what the new primary held of the state seeded before
+	// the fault (state_retained_lost, state_sessions_lost, state_qos1_lost,
+	// state_duplicates, beside what was seeded); nil when not checked, and
+	// StateError then says why.
+	*StateCheck
+	StateError string `json:"state_error,omitempty"`
 
 	// The amf-resize modes: the agent's ResizeDecided and Resized Events
 	// (ResizeNotes their texts, the reason first), and the Event that began
@@ -93,11 +118,14 @@ type Results struct {
 	Node     NodeInfo  `json:"node"`
 	Fault    Fault     `json:"fault"`
 	// ResizeCeiling and Leak are the amf-resize modes' (absent without them).
-	ResizeCeiling string         `json:"resize_ceiling,omitempty"`
-	Leak          *Leak          `json:"leak,omitempty"`
-	Bridge        testbed.Bridge `json:"bridge"`
-	Runs          []RunResult    `json:"runs"`
-	Error         string         `json:"error,omitempty"`
+	ResizeCeiling string `json:"resize_ceiling,omitempty"`
+	Leak          *Leak  `json:"leak,omitempty"`
+	// StatePlan is what a stateful pair's primary held before the fault
+	// (absent without the amf mode).
+	StatePlan string         `json:"state_plan,omitempty"`
+	Bridge    testbed.Bridge `json:"bridge"`
+	Runs      []RunResult    `json:"runs"`
+	Error     string         `json:"error,omitempty"`
 }
 
 // NodeInfo is the node the pods ran on, as its Node object reports it.
@@ -113,7 +141,8 @@ func (r RunResult) Line() string {
 	for _, f := range []struct {
 		name string
 		v    *float64
-	}{{"detection", r.Detection}, {"resize decided", r.ResizeDecided}, {"resized", r.Resized}, {"confirmation", r.Confirmation}, {"standby Ready", r.StandbyReady}, {"primary retired", r.PrimaryRetired}, {"OOM", r.OOM}} {
+	}{{"detection", r.Detection}, {"resize decided", r.ResizeDecided}, {"resized", r.Resized}, {"confirmation", r.Confirmation}, {"standby Ready", r.StandbyReady}, {"primary retired", r.PrimaryRetired},
+		{"state handed on", r.StateHandedOn}, {"state carried", r.StateCarried}, {"new primary Ready", r.NewPrimaryReady}, {"switchover complete", r.SwitchoverComplete}, {"OOM", r.OOM}} {
 		if f.v != nil {
 			fmt.Fprintf(&b, "%s %+.1f s, ", f.name, *f.v)
 		}
@@ -123,6 +152,12 @@ func (r RunResult) Line() string {
 		fmt.Fprintf(&b, " (%s)", r.SOTAt)
 	}
 	fmt.Fprintf(&b, ", largest gap after onset %.0f ms, jitter %.0f ms, duplicates %d", r.FaultGapMs, r.JitterMs, r.Duplicates)
+	switch {
+	case r.StateCheck != nil:
+		fmt.Fprintf(&b, "; state on the new primary: %s", r.StateCheck.text())
+	case r.StateError != "":
+		fmt.Fprintf(&b, "; state not checked: %s", r.StateError)
+	}
 	return b.String()
 }
 
@@ -209,12 +244,13 @@ func (res *Results) Summary(w io.Writer) {
 				sot = fmt.Sprintf("%.0f", r.SOTMs)
 			}
 			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %d | %.0f |\n", r.Index, opt(r.Detection, "%.1f"), opt(r.Confirmation, "%.1f"),
-				opt(r.StandbyReady, "%.1f"), opt(r.PrimaryRetired, "%.1f"), oomCell(r), sot, r.Duplicates, r.JitterMs)
+				opt(r.StandbyReady, "%.1f"), opt(complete(r), "%.1f"), oomCell(r), sot, r.Duplicates, r.JitterMs)
 		}
 		fmt.Fprintln(w, "| paper | 14 | 18–27 | – | 34–42 | no | ≤ 1050 (two runs < 250) | – | ≈ 1000 |")
 		fmt.Fprintln(w, "| target | – | ≤ 8 | – | ≤ 25 | no | ≤ 250 | – | – |")
 		fmt.Fprintln(w)
 		explanations(w, runs)
+		stateTable(w, res, runs)
 	}
 	resizeTable(w, res, by)
 	if runs := by[Observe]; len(runs) > 0 {
@@ -325,6 +361,58 @@ func resizeTable(w io.Writer, res *Results, by map[Mode][]RunResult) {
 					fmt.Fprintf(w, "- %s run %d: %s\n", m, r.Index, n)
 				}
 			}
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// complete is when a run's switchover completed: a stateful pair's once
+// the new primary serves on the state, a stateless pair's at the retirement.
+func complete(r RunResult) *float64 {
+	if r.SwitchoverComplete != nil {
+		return r.SwitchoverComplete
+	}
+	return r.PrimaryRetired
+}
+
+// stateTable says, for the runs of a stateful pair, what became of the
+// broker's state: when the handover's steps came, and what the new primary
+// held of what the old one did.
+func stateTable(w io.Writer, res *Results, runs []RunResult) {
+	var stateful []RunResult
+	for _, r := range runs {
+		if r.StateCheck != nil || r.StateError != "" || r.StateCarried != nil {
+			stateful = append(stateful, r)
+		}
+	}
+	if len(stateful) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "The broker's state across the switchover (a stateful pair: Mosquitto with persistence on, inject --standby --state-dir; before the fault the primary held %s; times in s after the fault's onset, the break from the retirement to the new primary Ready):\n\n", res.StatePlan)
+	fmt.Fprintln(w, "| run | standby ready (held) | primary retired | state handed on | state carried | new primary Ready | switchover complete | break (s) | retained lost | sessions lost | QoS 1 lost | duplicates |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range stateful {
+		brk := "–"
+		if r.PrimaryRetired != nil && r.NewPrimaryReady != nil {
+			brk = fmt.Sprintf("%.2f", *r.NewPrimaryReady-*r.PrimaryRetired)
+		}
+		lost := [4]string{"–", "–", "–", "–"}
+		if c := r.StateCheck; c != nil {
+			lost = [4]string{fmt.Sprintf("%d of %d", c.StateRetainedLost, c.StateRetained), fmt.Sprintf("%d of %d", c.StateSessionsLost, c.StateSessions),
+				fmt.Sprintf("%d of %d", c.StateQoS1Lost, c.StateQoS1), strconv.Itoa(c.StateDuplicates)}
+		}
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Index, opt(r.StandbyReady, "%.1f"), opt(r.PrimaryRetired, "%.1f"),
+			opt(r.StateHandedOn, "%.1f"), opt(r.StateCarried, "%.1f"), opt(r.NewPrimaryReady, "%.1f"), opt(r.SwitchoverComplete, "%.1f"), brk, lost[0], lost[1], lost[2], lost[3])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "What the agent said of the state (its Events):")
+	fmt.Fprintln(w)
+	for _, r := range stateful {
+		for _, n := range r.StateNotes {
+			fmt.Fprintf(w, "- run %d: %s\n", r.Index, n)
+		}
+		if r.StateError != "" {
+			fmt.Fprintf(w, "- run %d: not checked: %s\n", r.Index, r.StateError)
 		}
 	}
 	fmt.Fprintln(w)

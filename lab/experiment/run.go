@@ -3,12 +3,16 @@ package experiment
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/signal"
@@ -19,12 +23,20 @@ import (
 // with its own timestamp.
 type record struct {
 	ns, primaryPod string
+	// stateful: the run's pair carries its broker's state (Mode.stateful).
+	stateful bool
 
 	mu           sync.Mutex
 	standbyReady time.Time
-	ooms         []time.Time
-	restarts     int
-	lines        []testbed.AgentLine
+	// newPrimaryReady is when the standby's pod was first Ready: for a
+	// stateful pair, once it runs on the retired primary's state.
+	newPrimaryReady time.Time
+	ooms            []time.Time
+	restarts        int
+	lines           []testbed.AgentLine
+	// agentLog is every line the agent logged during the run, whatever it
+	// speaks of (its hub's lines name a pod, not a Deployment), as logged.
+	agentLog     []string
 	memory       []sample
 	scores       []sample
 	sidecarModel string // the primary's sidecar's /status "model"
@@ -53,12 +65,21 @@ func (r *record) consumeNode(ch <-chan kubenode.Event) {
 
 func (r *record) consumeAgent(ch <-chan testbed.AgentLine) {
 	for l := range ch {
+		r.mu.Lock()
+		r.agentLog = append(r.agentLog, l.Raw)
 		if l.Namespace == r.ns || l.Deployment == r.ns+"/"+testbed.PrimaryName || l.Deployment == r.ns+"/"+testbed.StandbyName {
-			r.mu.Lock()
 			r.lines = append(r.lines, l)
-			r.mu.Unlock()
 		}
+		r.mu.Unlock()
 	}
+}
+
+// writeAgentLog writes the agent's lines of the run so far to file: the
+// evidence behind the run's figures, kept beside the node's logs.
+func (r *record) writeAgentLog(file string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return os.WriteFile(file, []byte(strings.Join(r.agentLog, "\n")+"\n"), 0o644)
 }
 
 func (r *record) setStandbyReady(t time.Time) {
@@ -66,6 +87,14 @@ func (r *record) setStandbyReady(t time.Time) {
 	defer r.mu.Unlock()
 	if r.standbyReady.IsZero() {
 		r.standbyReady = t
+	}
+}
+
+func (r *record) setNewPrimaryReady(t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.newPrimaryReady.IsZero() {
+		r.newPrimaryReady = t
 	}
 }
 
@@ -133,17 +162,26 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	ed.Policy = e.resizePolicy(m)
 	objs, err := ed.AMF()
 	with := "with the sidecar"
-	if m == AMFNode {
+	switch {
+	case m == AMFNode:
 		objs, err = ed.NodeMode()
 		with = "in node mode (no sidecar)"
+	case m.stateful():
+		objs, err = statefulEdge(ed)
+		with = "with the sidecar, a stateful pair (persistence on, inject --state-dir " + brokerstate.DataDir + ")"
 	}
 	if err != nil {
 		return res, err
 	}
-	rec := &record{ns: ns}
+	rec := &record{ns: ns, stateful: m.stateful()}
 	lines, unsub := agent.Subscribe()
 	defer unsub()
 	go rec.consumeAgent(lines)
+	defer func() {
+		if werr := rec.writeAgentLog(filepath.Join(e.dir, "agent-"+ns+".log")); werr != nil && err == nil {
+			err = werr
+		}
+	}()
 
 	e.progress("%s run %d: primary %s %s, cold standby %s (namespace %s)", m, i, testbed.PrimaryName, with, testbed.StandbyName, ns)
 	if err := e.apply(ctx, ns, objs); err != nil {
@@ -166,6 +204,13 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	if err := e.waitFlow(ctx, time.Minute); err != nil {
 		return res, err
 	}
+	var plan brokerstate.Plan
+	if m.stateful() {
+		if plan, err = e.seedState(ctx, pod); err != nil {
+			return res, err
+		}
+		e.progress("%s run %d: the primary holds %s", m, i, planText(plan))
+	}
 	if m == AMFResizeNoRoom {
 		tmpl, err := standbyTemplate(objs)
 		if err != nil {
@@ -177,7 +222,17 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	go e.watchDeploymentReady(runCtx, ns, testbed.StandbyName, rec.setStandbyReady)
+	if m.stateful() {
+		go e.watchDeployment(runCtx, ns, testbed.StandbyName, standbyMarked, rec.setStandbyReady)
+		go func() {
+			// Bounded by the run (runCtx), not by this timeout.
+			if _, err := e.waitPodReady(runCtx, ns, testbed.StandbyName, time.Hour); err == nil {
+				rec.setNewPrimaryReady(time.Now())
+			}
+		}()
+	} else {
+		go e.watchDeploymentReady(runCtx, ns, testbed.StandbyName, rec.setStandbyReady)
+	}
 	if cg, err := e.node.ContainerCgroup(ctx, ns, pod.Name, testbed.BrokerContainer); err == nil {
 		go sampleMemory(runCtx, cg, rec.addMemory)
 	}
@@ -221,6 +276,19 @@ func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent)
 		return res, err
 	}
 	e.analyse(&res, rec, baseline, onset, time.Now())
+	if m.stateful() {
+		// After the run's window, so that the check's clients are not in
+		// what the probe measured.
+		for _, n := range res.StateNotes {
+			e.progress("%s run %d: the agent: %s", m, i, n)
+		}
+		if res.PrimaryRetired == nil {
+			res.StateError = "no switchover: the state was not carried anywhere"
+		} else if res.StateCheck, err = e.checkState(ctx, ns, plan); err != nil {
+			res.StateError = err.Error()
+			return res, err
+		}
+	}
 	e.progress("%s run %d: %s", m, i, res.Line())
 	return res, nil
 }
@@ -254,7 +322,7 @@ func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Tim
 		return &s
 	}
 	primary := rec.ns + "/" + testbed.PrimaryName
-	var detection, confirmation, retired time.Time
+	var detection, confirmation, retired, handedOn, carried time.Time
 	for _, l := range rec.lines {
 		if l.Time.Before(onset) {
 			continue
@@ -274,6 +342,13 @@ func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Tim
 			res.Resized, res.ResizeNotes = since(l.Time), append(res.ResizeNotes, l.Reason+": "+l.Note)
 		case l.Msg == "event" && l.Deployment == primary && (l.Reason == "SwitchoverDecided" || l.Reason == "Failover") && res.SwitchoverNote == "":
 			res.SwitchoverNote = l.Reason + ": " + l.Note
+		// A handover's lines name the new primary's Deployment.
+		case l.Msg == "decision" && l.Action == "HandOnState" && handedOn.IsZero():
+			handedOn = l.Time
+		case l.Msg == "decision" && l.Action == "StateCarried" && carried.IsZero():
+			carried = l.Time
+		case l.Msg == "event" && (l.Reason == "StateHandover" || l.Reason == "StateFromSnapshot" || l.Reason == "StateCarried" || l.Reason == "StateNotCarried"):
+			res.StateNotes = append(res.StateNotes, l.Reason+": "+l.Note)
 		}
 	}
 	for _, s := range rec.scores {
@@ -292,6 +367,18 @@ func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Tim
 	res.Detection, res.Confirmation, res.PrimaryRetired, res.OOM = since(detection), since(confirmation), since(retired), since(oom)
 	if !rec.standbyReady.IsZero() && !rec.standbyReady.Before(onset) {
 		res.StandbyReady = since(rec.standbyReady)
+	}
+	if rec.stateful {
+		res.StateHandedOn, res.StateCarried = since(handedOn), since(carried)
+		if !rec.newPrimaryReady.IsZero() && !rec.newPrimaryReady.Before(onset) {
+			res.NewPrimaryReady = since(rec.newPrimaryReady)
+			// Complete when the old primary is retired and the new one
+			// serves on its state; the second comes after the first
+			// but for a give-up, when the standby serves at once.
+			if !retired.IsZero() {
+				res.SwitchoverComplete = since(later(retired, rec.newPrimaryReady))
+			}
+		}
 	}
 	res.OOMKilled = !oom.IsZero()
 	res.Restarts = rec.restarts
@@ -345,6 +432,13 @@ func (r *record) firstOOMLocked(t time.Time) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -83,10 +83,18 @@ func podCondition(p *corev1.Pod, cond corev1.PodConditionType) bool {
 // watchDeploymentReady reports, once, the time a Deployment first has a Ready
 // replica at its current generation; it ends with ctx.
 func (e *env) watchDeploymentReady(ctx context.Context, ns, name string, at func(time.Time)) {
+	e.watchDeployment(ctx, ns, name, func(d *appsv1.Deployment) bool {
+		return d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas >= 1
+	}, at)
+}
+
+// watchDeployment reports, once, the time Deployment name is first seen
+// with ok true; it ends with ctx.
+func (e *env) watchDeployment(ctx context.Context, ns, name string, ok func(*appsv1.Deployment) bool, at func(time.Time)) {
 	lw := cache.NewListWatchFromClient(e.client.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", name))
 	_, _ = watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
-		d, ok := ev.Object.(*appsv1.Deployment)
-		if !ok || d.Status.ObservedGeneration < d.Generation || d.Status.ReadyReplicas < 1 {
+		d, isDeployment := ev.Object.(*appsv1.Deployment)
+		if !isDeployment || !ok(d) {
 			return false, nil
 		}
 		at(time.Now())

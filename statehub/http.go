@@ -85,7 +85,14 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Hub) serveHandIn(w http.ResponseWriter, r *http.Request, pod signal.PodID) {
-	refused := h.m.requests.WithLabelValues("hand_in", outcomeRefused)
+	h.takeIn(w, r, "hand_in", pod, "", "")
+}
+
+// takeIn reads a state of pod from r, checks it whole, and keeps it: handed
+// in by the pod itself (owner and via empty) or relayed by the agent of
+// node via (serveRelay). op labels the metrics.
+func (h *Hub) takeIn(w http.ResponseWriter, r *http.Request, op string, pod signal.PodID, owner, via string) {
+	refused := h.m.requests.WithLabelValues(op, outcomeRefused)
 	kind := Kind(r.Header.Get(KindHeader))
 	if kind != Final && kind != Snapshot {
 		refused.Inc()
@@ -102,25 +109,30 @@ func (h *Hub) serveHandIn(w http.ResponseWriter, r *http.Request, pod signal.Pod
 		http.Error(w, "statehub: body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	// Checked whole, also when relayed: a hub trusts no state it has not read.
 	sum, err := mosquittodb.Read(data)
 	if err == nil && kind == Final && !sum.Shutdown {
 		err = errors.New("a final state must be the file written as the broker stopped (its shutdown flag is not set)")
 	}
 	if err != nil {
 		refused.Inc()
-		h.log.Warn("broker state refused", slog.String("pod", pod.String()), slog.Int("bytes", len(data)), slog.String("error", err.Error()))
+		h.log.Warn("broker state refused", slog.String("pod", pod.String()), slog.String("via", via), slog.Int("bytes", len(data)), slog.String("error", err.Error()))
 		http.Error(w, "statehub: state refused: "+err.Error(), http.StatusUnprocessableEntity)
 		return
 	}
-	s, err := h.put(pod, "", "", kind, sum, data)
+	s, err := h.put(pod, owner, via, kind, sum, data)
 	if err != nil {
-		h.m.requests.WithLabelValues("hand_in", outcomeNoRoom).Inc()
+		h.m.requests.WithLabelValues(op, outcomeNoRoom).Inc()
 		http.Error(w, err.Error(), http.StatusInsufficientStorage)
 		return
 	}
-	h.log.Info("broker state taken in", slog.String("state", s.ID), slog.String("kind", string(kind)), slog.Int("bytes", len(data)),
-		slog.Int("retained", sum.Retained), slog.Int("sessions", len(sum.Sessions)), slog.Int("queued", sum.Queued))
-	h.m.requests.WithLabelValues("hand_in", outcomeOK).Inc()
+	msg := "broker state taken in"
+	if via != "" {
+		msg = "broker state relayed in"
+	}
+	h.log.Info(msg, slog.String("state", s.ID), slog.String("kind", string(kind)), slog.String("via", via), slog.String("owner", owner),
+		slog.Int("bytes", len(data)), slog.Int("retained", sum.Retained), slog.Int("sessions", len(sum.Sessions)), slog.Int("queued", sum.Queued))
+	h.m.requests.WithLabelValues(op, outcomeOK).Inc()
 	w.Header().Set(IDHeader, s.ID)
 	w.WriteHeader(http.StatusNoContent)
 }

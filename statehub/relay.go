@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/mosquittodb"
 	"github.com/amf-edge/amf/signal"
 )
 
@@ -72,47 +71,13 @@ func (h *Hub) serveRelay(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "statehub: token not accepted", http.StatusUnauthorized)
 		return
 	}
-	refused := h.m.requests.WithLabelValues(op, outcomeRefused)
 	owner := r.Header.Get(OwnerHeader)
 	if err := signal.ValidateNames(pod.Namespace, owner); err != nil {
-		refused.Inc()
+		h.m.requests.WithLabelValues(op, outcomeRefused).Inc()
 		http.Error(w, fmt.Sprintf("statehub: header %s: %v", OwnerHeader, err), http.StatusBadRequest)
 		return
 	}
-	kind := Kind(r.Header.Get(KindHeader))
-	if kind != Final && kind != Snapshot {
-		refused.Inc()
-		http.Error(w, fmt.Sprintf("statehub: header %s must be %q or %q", KindHeader, Final, Snapshot), http.StatusBadRequest)
-		return
-	}
-	data, err := readBody(w, r)
-	if err != nil {
-		refused.Inc()
-		http.Error(w, "statehub: body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	// Checked again: a hub trusts no state it has not read whole.
-	sum, err := mosquittodb.Read(data)
-	if err == nil && kind == Final && !sum.Shutdown {
-		err = errors.New("a final state must be the file written as the broker stopped (its shutdown flag is not set)")
-	}
-	if err != nil {
-		refused.Inc()
-		h.log.Warn("relayed broker state refused", slog.String("pod", pod.String()), slog.String("via", via), slog.String("error", err.Error()))
-		http.Error(w, "statehub: state refused: "+err.Error(), http.StatusUnprocessableEntity)
-		return
-	}
-	s, err := h.put(pod, owner, via, kind, sum, data)
-	if err != nil {
-		h.m.requests.WithLabelValues(op, outcomeNoRoom).Inc()
-		http.Error(w, err.Error(), http.StatusInsufficientStorage)
-		return
-	}
-	h.log.Info("broker state relayed in", slog.String("state", s.ID), slog.String("kind", string(kind)), slog.String("via", via),
-		slog.String("owner", owner), slog.Int("bytes", len(data)))
-	h.m.requests.WithLabelValues(op, outcomeOK).Inc()
-	w.Header().Set(IDHeader, s.ID)
-	w.WriteHeader(http.StatusNoContent)
+	h.takeIn(w, r, op, pod, owner, via)
 }
 
 // RelayConfig configures a Relay.

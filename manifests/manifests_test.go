@@ -441,12 +441,17 @@ func TestNodeModeOverlayAddsItsRightsMountAndFlag(t *testing.T) {
 			t.Errorf("agent args %q lack %s", c.Args, arg)
 		}
 	}
-	// Beside base's: the connkill socket's folder, read-only.
+	// Beside base's: the connkill socket's folder and the state hub's peer
+	// token, read-only.
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/host/sys/fs/cgroup" && m.ReadOnly }) ||
-		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/run/amf/connkill" && m.ReadOnly }) || len(c.VolumeMounts) != 2 {
-		t.Errorf("agent mounts %+v, want the host cgroup tree at /host/sys/fs/cgroup and base's connkill folder, both read-only", c.VolumeMounts)
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/run/amf/connkill" && m.ReadOnly }) ||
+		!slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.MountPath == "/var/run/secrets/amf.io/state-peer" && m.ReadOnly
+		}) ||
+		len(c.VolumeMounts) != 3 {
+		t.Errorf("agent mounts %+v, want the host cgroup tree at /host/sys/fs/cgroup beside base's connkill folder and peer token, all read-only", c.VolumeMounts)
 	}
-	if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.HostPath != nil && v.HostPath.Path == "/sys/fs/cgroup" }) || len(spec.Volumes) != 2 {
+	if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.HostPath != nil && v.HostPath.Path == "/sys/fs/cgroup" }) || len(spec.Volumes) != 3 {
 		t.Errorf("agent volumes %+v, want hostPath /sys/fs/cgroup beside base's", spec.Volumes)
 	}
 	if sc := c.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {

@@ -640,7 +640,9 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 			// same moment and wrote its own Idle record: take that one, so
 			// that this agent's first decision is not refused (and its
 			// samples so far forgotten) for a record that says the same.
-			err = a.adoptIdleRecord(ctx, w)
+			if a.movedIdle(ctx, w, w.gate.Rec) {
+				err = nil
+			}
 		}
 		if err != nil {
 			a.log.Warn("switchover record not initialised", slog.String("deployment", k.String()), slog.String("error", err.Error()))
@@ -853,25 +855,6 @@ func (a *Actuator) movedIdle(ctx context.Context, w *workload, old Record) bool 
 	}
 	w.written = raw
 	return true
-}
-
-// adoptIdleRecord takes the record another agent wrote on w's Deployment
-// as w's own when it is the very record w would write; anything else is
-// left to the next write, which reloads.
-func (a *Actuator) adoptIdleRecord(ctx context.Context, w *workload) error {
-	d, err := a.cluster.Deployment(ctx, w.key.ns, w.key.name)
-	if err != nil {
-		return err
-	}
-	mine, err := json.Marshal(w.gate.Rec)
-	if err != nil {
-		return err
-	}
-	if raw := d.Annotations[contract.AnnRecord]; raw != string(mine) {
-		return fmt.Errorf("%w: to %s", ErrRecordMoved, raw)
-	}
-	w.written = string(mine)
-	return nil
 }
 
 func (a *Actuator) reload(ctx context.Context, w *workload) {

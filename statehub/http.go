@@ -58,8 +58,8 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPut {
 		op = "hand_in"
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	token, ok := bearer(r)
+	if !ok {
 		h.m.requests.WithLabelValues(op, outcomeUnauthorized).Inc()
 		http.Error(w, "statehub: a bearer token of the pod is required", http.StatusUnauthorized)
 		return
@@ -165,6 +165,12 @@ func (h *Hub) serveFetch(w http.ResponseWriter, r *http.Request, pod signal.PodI
 		return
 	}
 	h.log.Info("broker state fetched", slog.String("state", s.ID), slog.String("to", pod.String()))
+}
+
+// bearer returns the request's bearer token, if it has one.
+func bearer(r *http.Request) (string, bool) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return token, ok && token != ""
 }
 
 // readBody reads a state of at most MaxStateBytes into a buffer of its

@@ -58,8 +58,8 @@ func (h *Hub) serveRelay(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "statehub: PUT", http.StatusMethodNotAllowed)
 		return
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	token, ok := bearer(r)
+	if !ok {
 		h.m.requests.WithLabelValues(op, outcomeUnauthorized).Inc()
 		http.Error(w, "statehub: a bearer token of an agent is required", http.StatusUnauthorized)
 		return

@@ -28,6 +28,7 @@ type Live struct {
 	mu       sync.Mutex
 	acked    map[int]bool // by sequence number
 	failed   int          // publishes the client gave up on
+	whyFail  string       // the first of them: what the client said
 	received map[int]int  // deliveries by sequence number
 	lastAck  time.Time
 	lastRecv time.Time
@@ -42,6 +43,8 @@ type LiveResult struct {
 	// Lost are messages the broker acknowledged (PUBACK) that the
 	// subscriber never received; Refused, publishes the client gave up on.
 	Lost, Refused, Duplicates int
+	// WhyRefused is what the client said of the first refused publish.
+	WhyRefused string
 	// AckGap and ReceiveGap are the longest times between two
 	// acknowledgements and between two deliveries: the outage the
 	// publisher and the subscriber saw.
@@ -59,8 +62,12 @@ const liveConnect = 30 * time.Second
 const markerWait = 15 * time.Second
 
 func (r LiveResult) String() string {
-	return fmt.Sprintf("%d published, %d acknowledged, %d received; %d lost, %d refused, %d duplicates; longest without an acknowledgement %v, without a delivery %v",
+	s := fmt.Sprintf("%d published, %d acknowledged, %d received; %d lost, %d refused, %d duplicates; longest without an acknowledgement %v, without a delivery %v",
 		r.Published, r.Acked, r.Received, r.Lost, r.Refused, r.Duplicates, r.AckGap.Round(time.Millisecond), r.ReceiveGap.Round(time.Millisecond))
+	if r.WhyRefused != "" {
+		s += " (the first refused: " + r.WhyRefused + ")"
+	}
+	return s
 }
 
 // StartLive connects the subscriber, then the publisher, to addr (host:port)
@@ -142,11 +149,16 @@ func (l *Live) publish(every time.Duration) {
 		l.acked[n] = false
 		l.mu.Unlock()
 		pending.Go(func() {
-			ok := tok.WaitTimeout(time.Minute) && tok.Error() == nil
+			done := tok.WaitTimeout(time.Minute)
 			l.mu.Lock()
 			defer l.mu.Unlock()
-			if !ok {
-				l.failed++
+			if !done || tok.Error() != nil {
+				if l.failed++; l.failed == 1 {
+					l.whyFail = fmt.Sprintf("message %d: no answer within a minute", n)
+					if done {
+						l.whyFail = fmt.Sprintf("message %d: %v", n, tok.Error())
+					}
+				}
 				return
 			}
 			l.acked[n] = true
@@ -186,7 +198,7 @@ func (l *Live) Stop(ctx context.Context) (LiveResult, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := LiveResult{Published: len(l.acked), Refused: l.failed, AckGap: l.ackGap, ReceiveGap: l.recvGap, MarkerMissed: missed}
+	r := LiveResult{Published: len(l.acked), Refused: l.failed, WhyRefused: l.whyFail, AckGap: l.ackGap, ReceiveGap: l.recvGap, MarkerMissed: missed}
 	for n, ok := range l.acked {
 		if ok {
 			r.Acked++

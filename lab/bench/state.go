@@ -147,7 +147,7 @@ func RunState(ctx context.Context, cfg StateConfig) (*StateReport, error) {
 		c, err := s.agentCase(cctx, lines, k.key, k.crash)
 		cancel()
 		if err != nil {
-			return rep, fmt.Errorf("%s: %w", k.key, err)
+			return rep, fmt.Errorf("%s: %w; the agent said of the pair:\n%s", k.key, err, pairLines(agent.Lines(), s.ns+"/state-"+k.key))
 		}
 		c.What = k.what + c.What
 		rep.Cases = append(rep.Cases, c)
@@ -204,6 +204,9 @@ func (s *stateBench) agentCase(ctx context.Context, lines <-chan testbed.AgentLi
 		c.Live = &lr
 	}
 	res, err := p.Check(ctx)
+	if err != nil {
+		err = fmt.Errorf("%w (the new primary then: %s)", err, podNow(ctx, s.c, s.ns, p.Standby.Name))
+	}
 	c.Result = res
 	if !crash {
 		c.Complete = served.Sub(onset)
@@ -212,6 +215,37 @@ func (s *stateBench) agentCase(ctx context.Context, lines <-chan testbed.AgentLi
 		c.What = " (the agent gave the state up: " + h.NotCarried + ")"
 	}
 	return c, err
+}
+
+// podNow says in one line what pod ns/name is now: its IP, conditions and
+// containers, for a check that could not reach it.
+func podNow(ctx context.Context, c kubernetes.Interface, ns, name string) string {
+	pod, err := c.CoreV1().Pods(ns).Get(context.WithoutCancel(ctx), name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", pod.Status.PodIP, pod.Status.Phase)
+	for _, cd := range pod.Status.Conditions {
+		fmt.Fprintf(&b, " %s=%s", cd.Type, cd.Status)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		fmt.Fprintf(&b, " %s(ready=%t restarts=%d started=%v)", cs.Name, cs.Ready, cs.RestartCount, cs.State.Running != nil)
+	}
+	return b.String()
+}
+
+// pairLines are the agent's lines of the pair whose Deployments start
+// with prefix (ns/name), one per line: what a failed case is read by.
+func pairLines(lines []testbed.AgentLine, prefix string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		if strings.HasPrefix(l.Deployment, prefix) || strings.Contains(l.Raw, prefix) || l.Namespace != "" && strings.HasPrefix(l.Namespace+"/"+l.Pod, prefix) {
+			b.WriteString(l.Raw)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }
 
 // caseTimeout bounds one case: a pod that cannot be scheduled or a broker

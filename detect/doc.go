@@ -6,7 +6,9 @@
 // (Pipeline). The offline commands use the same code: Replay computes the
 // features of recorded samples, ScoreCSV scores feature rows.
 //
-// A Pipeline does no I/O beyond its Source and holds no goroutine or lock: the
-// caller (the sidecar's loop, or a node agent running one per pod) owns it
-// and decides where messages go.
+// A Pipeline does no I/O beyond its Source and holds no goroutine or lock.
+// Runner is the one loop around it, run by the sidecar and by node mode (one
+// per pod): the tick, the target found (again), the ends pushed for it, the
+// probe's answers. What differs between the two is behind Finder (where the
+// target comes from) and Sink (where the verdicts go).
 package detect

@@ -1,5 +1,5 @@
 // Package nodewatch is node mode: the node agent runs the detection
-// pipeline (detect.Pipeline) itself for every opted-in pod bound to its
+// pipeline (a detect.Runner, the sidecar's loop) itself for every opted-in pod bound to its
 // node, instead of a sidecar in each pod, and hands each pipeline's messages
 // to the agent's tracker as observations of that pod (signal.SourceNode), so
 // the same actuator and gates act on them.

@@ -70,51 +70,13 @@ func (r *podRun) stop(reason string) {
 
 func (r *podRun) wait() { <-r.done }
 
-// target is the container being sampled and its push notifications.
-type target struct {
-	id  string // runtime container ID, bare
-	src detect.Source
-	// pids: its processes were visible when it was opened (the host's PID
-	// namespace), so an empty cgroup.procs means it ended.
-	pids   bool
-	oom    <-chan cgroup.OOMEvent
-	exit   <-chan time.Time
-	cancel context.CancelFunc
-	// memDir and kills: its memory cgroup and oom_kill counter when opened,
-	// so an exit can be told an OOM kill without the notification.
-	memDir string
-	kills  uint64
-}
-
-// exitReason says why the broker's process ended: an OOM kill if the
-// cgroup's oom_kill counter moved since it was opened (the exit may be
-// seen before the OOM notification, or there is none: cgroup v1 on the
-// read-only mount of the node-mode overlay).
-func (t *target) exitReason() string {
-	if t.memDir != "" {
-		if n, err := cgroup.OOMKills(t.memDir); err == nil && n > t.kills {
-			return fmt.Sprintf("OOM kill in the broker container (%d so far): its process exited", n)
-		}
-	}
-	return "broker container " + short(t.id) + ": its process exited"
-}
-
-func (t *target) close() {
-	if t != nil {
-		t.cancel()
-	}
-}
-
+// loop runs the pod's pipeline on a detect.Runner until ctx ends; a stop
+// (the pod goes) says stopping before it returns.
 func (r *podRun) loop(ctx context.Context) {
 	defer close(r.done)
 	sess := r.w.cfg.Begin(r.s.id)
 	if sess == nil {
 		return // the agent is stopping
-	}
-	send := func(e detect.Emission) {
-		if e.Message != nil {
-			sess.Observe(e.Message, time.Now())
-		}
 	}
 	prober, err := r.prober()
 	if err != nil { // checked by desired; a bug if it happens
@@ -126,155 +88,103 @@ func (r *podRun) loop(ctx context.Context) {
 		r.log.Error("node pipeline not built", slog.String("error", err.Error()))
 		return
 	}
-	var probed chan healthcheck.Result // nil without a probe
-	if prober != nil {
-		probed = make(chan healthcheck.Result, 1)
-		report := healthcheck.OnChange(func(res healthcheck.Result) {
-			select {
-			case probed <- res:
-			case <-ctx.Done():
-			}
-		})
-		go func() { _ = prober.Run(ctx, report) }()
+	f := &finder{r: r}
+	runner, err := detect.NewRunner(detect.RunnerConfig{Pipeline: pipe, Interval: r.w.cfg.Interval, Finder: f, Sink: verdicts{sess, r.log}, Probe: prober})
+	if err != nil { // checked by desired; a bug if it happens
+		r.log.Error("node pipeline's runner not built", slog.String("error", err.Error()))
+		return
 	}
 	// The first observation says the agent watches the pod: the tracker and
 	// the actuator see it at once, before the first score.
 	now := time.Now()
 	sess.Observe(&signal.Message{State: signal.Starting, Reason: "watched by the node agent (node mode)", Seq: 0, Time: now}, now)
 
-	var (
-		cur  *target
-		dead []string // IDs of containers seen to end: never the target again
-		// pushed: an end was pushed for cur, which may stay readable after
-		// its processes are gone (until the runtime removes the cgroup):
-		// it is back only while it has processes, or, where they cannot be
-		// seen, not before an interval has passed.
-		pushed   bool
-		pushedAt time.Time
-	)
-	defer func() { cur.close() }()
-	drop := func() {
-		if cur != nil {
-			dead = append(dead, cur.id)
-			if len(dead) > 8 {
-				dead = dead[1:]
-			}
-			cur.close()
-			cur = nil
-		}
-		pushed = false
-	}
-	open := func() {
-		r.mu.Lock()
-		id := bareID(r.latest)
-		r.mu.Unlock()
-		var err error
-		cur, err = r.open(ctx, id, dead)
-		if err != nil {
-			if e, ok := pipe.TargetNotFound(err.Error()); ok {
-				send(e)
-			}
-			r.log.Debug("broker container not found", slog.String("error", err.Error()))
-			return
-		}
-		if _, err := pipe.SetTarget(cur.src); err != nil {
-			r.log.Warn("cannot tell what bounds the broker's memory", slog.String("error", err.Error()))
-		}
-		r.log.Info("node pipeline target", slog.String("target", fmt.Sprint(cur.src)), slog.Bool("exit_watch", cur.exit != nil), slog.Bool("oom_watch", cur.oom != nil))
-	}
-	sample := func() {
-		if cur == nil {
-			if open(); cur == nil {
+	// The pod status naming another container (or none) reaches the runner
+	// as an end of the one it samples: its exit may not have been seen (no
+	// PID of it was visible).
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
 				return
+			case <-r.change:
+				runner.Do(ctx, func() {
+					r.mu.Lock()
+					id := bareID(r.latest)
+					r.mu.Unlock()
+					if t := runner.Target(); t != nil && id != t.ID {
+						runner.End(ctx, detect.End{Reason: "broker container " + short(t.ID) + " no longer runs (per the pod status)", Final: true})
+					}
+					runner.Find(ctx)
+				})
 			}
 		}
-		if pushed {
-			w, ok := cur.src.(cgroup.Watched)
-			switch {
-			case cur.pids && ok:
-				if pids, err := w.PIDs(); err != nil || len(pids) == 0 {
-					drop()
-					return
-				}
-			case time.Since(pushedAt) < r.w.cfg.Interval:
-				return
-			}
-		}
-		st := pipe.Sample(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if st.Read {
-			pushed = false
-		}
-		if st.Back != nil {
-			send(*st.Back)
-		}
-		switch {
-		case errors.Is(st.Err, cgroup.ErrGone):
-			send(st.Emission)
-			drop()
-		case st.Err != nil:
-			r.log.Warn("sample failed", slog.String("error", st.Err.Error()))
-		default:
-			send(st.Emission)
-		}
-	}
+	}()
+	runner.Run(ctx)
 
-	tick := time.NewTicker(r.w.cfg.Interval)
-	defer tick.Stop()
-	sample()
-	for {
-		var oom <-chan cgroup.OOMEvent
-		var exit <-chan time.Time
-		if cur != nil {
-			oom, exit = cur.oom, cur.exit
-		}
-		select {
-		case <-ctx.Done():
-			r.mu.Lock()
-			reason := r.reason
-			r.mu.Unlock()
-			if reason != "" { // the pod goes: stopping, not gone
-				e := pipe.Stop("node mode: " + reason)
-				sess.Observe(e.Message, time.Now())
-				sess.End()
-			}
-			return
-		case <-tick.C:
-			sample()
-		case <-r.change:
-			r.mu.Lock()
-			id := bareID(r.latest)
-			r.mu.Unlock()
-			if cur != nil && id != cur.id {
-				// The pod status says another container runs, or none: the
-				// old one ended (its exit may not have been seen: no PID of
-				// it was visible).
-				send(pipe.Gone("broker container " + short(cur.id) + " no longer runs (per the pod status)"))
-				drop()
-			}
-			if cur == nil {
-				open()
-			}
-		case res := <-probed:
-			send(pipe.Probe(res.OK, res.Reason))
-		case ev, ok := <-oom:
-			if !ok {
-				cur.oom = nil
-				continue
-			}
-			send(pipe.Gone(fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)))
-			pushed, pushedAt = true, time.Now()
-		case _, ok := <-exit:
-			if !ok {
-				cur.exit = nil
-				continue
-			}
-			send(pipe.Gone(cur.exitReason()))
-			drop()
-		}
+	r.mu.Lock()
+	reason := r.reason
+	r.mu.Unlock()
+	if reason != "" { // the pod goes: stopping, not gone
+		e := pipe.Stop("node mode: " + reason)
+		sess.Observe(e.Message, time.Now())
+		sess.End()
 	}
+}
+
+// verdicts is node mode's side of a pod's detect.Runner where the verdicts
+// go: the agent's tracker, through the pod's session.
+type verdicts struct {
+	sess Session
+	log  *slog.Logger
+}
+
+func (s verdicts) Emit(e detect.Emission, _ *detect.Step) {
+	if e.Message != nil {
+		s.sess.Observe(e.Message, time.Now())
+	}
+}
+
+func (s verdicts) Target(t *detect.Target, err error) {
+	switch {
+	case t == nil:
+		s.log.Debug("broker container not found", slog.String("error", err.Error()))
+	case err != nil:
+		s.log.Warn("cannot tell what bounds the broker's memory", slog.String("error", err.Error()))
+	}
+}
+
+func (s verdicts) Sampled(_ context.Context, st *detect.Step, _ time.Duration) {
+	if st != nil && st.Err != nil && !errors.Is(st.Err, cgroup.ErrGone) {
+		s.log.Warn("sample failed", slog.String("error", st.Err.Error()))
+	}
+}
+
+// finder is node mode's side of a pod's detect.Runner where the target
+// comes from: the broker container the pod status names, never one seen
+// to end, with its exit and OOM kills pushed.
+type finder struct {
+	r    *podRun
+	dead []string // IDs of containers seen to end: never the target again
+}
+
+func (f *finder) Find(ctx context.Context) (*detect.Target, error) {
+	f.r.mu.Lock()
+	id := bareID(f.r.latest)
+	f.r.mu.Unlock()
+	t, err := f.r.open(ctx, id, f.dead)
+	if err != nil {
+		return nil, err
+	}
+	unwatch := t.Close
+	t.Close = func() {
+		f.dead = append(f.dead, id)
+		if len(f.dead) > 8 {
+			f.dead = f.dead[1:]
+		}
+		unwatch()
+	}
+	return t, nil
 }
 
 // prober is the app-logic probe of amf.io/probe, aimed at the pod's IP (its
@@ -294,8 +204,9 @@ func (r *podRun) prober() (healthcheck.Prober, error) {
 	return nil, fmt.Errorf("probe scheme %q", p.Scheme)
 }
 
-// open finds the broker container id (not one of dead) and watches its end.
-func (r *podRun) open(ctx context.Context, id string, dead []string) (*target, error) {
+// open finds the broker container id (not one of dead) and watches its
+// end: its process's exit (final) and its OOM kills.
+func (r *podRun) open(ctx context.Context, id string, dead []string) (*detect.Target, error) {
 	if id == "" {
 		return nil, errors.New("the broker container " + r.s.container + " is not running (per the pod status)")
 	}
@@ -321,31 +232,87 @@ func (r *podRun) open(ctx context.Context, id string, dead []string) (*target, e
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	t := &target{id: id, src: src, cancel: cancel, pids: len(pids) > 0}
+	var exit <-chan time.Time
 	if len(pids) > 0 {
-		exit, err := cgroup.WatchExit(wctx, pids[0])
+		exit, err = cgroup.WatchExit(wctx, pids[0])
 		switch {
 		case errors.Is(err, unix.ESRCH):
 			cancel()
 			return nil, fmt.Errorf("the broker container %s ended while it was opened", short(id))
 		case err != nil:
 			r.log.Warn("no exit notification for the broker; its end is seen at the next sample", slog.String("error", err.Error()))
-		default:
-			t.exit = exit
 		}
 	}
-	if w, ok := src.(cgroup.Watched); ok {
+	// memDir and kills: its memory cgroup and oom_kill counter when opened,
+	// so that an exit can be told an OOM kill without the notification
+	// (it may come after the exit, or not at all: cgroup v1 on the
+	// read-only mount of the node-mode overlay).
+	var oom <-chan cgroup.OOMEvent
+	var memDir string
+	var kills uint64
+	w, watched := src.(cgroup.Watched)
+	if watched {
 		if n, err := cgroup.OOMKills(w.MemoryDir()); err == nil {
-			t.memDir, t.kills = w.MemoryDir(), n
+			memDir, kills = w.MemoryDir(), n
 		}
-		oom, err := cgroup.WatchOOM(wctx, w.MemoryDir())
-		if err != nil {
+		if oom, err = cgroup.WatchOOM(wctx, w.MemoryDir()); err != nil {
 			r.log.Warn("no OOM notification for the broker; an OOM kill is seen when its process exits or at the next sample", slog.String("error", err.Error()))
-		} else {
-			t.oom = oom
 		}
 	}
+	exitReason := func() string {
+		if memDir != "" {
+			if n, err := cgroup.OOMKills(memDir); err == nil && n > kills {
+				return fmt.Sprintf("OOM kill in the broker container (%d so far): its process exited", n)
+			}
+		}
+		return "broker container " + short(id) + ": its process exited"
+	}
+	t := &detect.Target{ID: id, Source: src, Close: cancel}
+	if exit != nil || oom != nil {
+		ends := make(chan detect.End)
+		t.Ends = ends
+		go pushEnds(wctx, ends, exit, oom, exitReason)
+	}
+	if len(pids) > 0 && watched {
+		// Its processes were visible when it was opened (the host's PID
+		// namespace), so none in cgroup.procs means it ended.
+		t.Running = func() bool {
+			p, err := w.PIDs()
+			return err == nil && len(p) > 0
+		}
+	}
+	r.log.Info("node pipeline target", slog.String("target", fmt.Sprint(src)), slog.Bool("exit_watch", exit != nil), slog.Bool("oom_watch", oom != nil))
 	return t, nil
+}
+
+// pushEnds turns a target's exit and OOM notifications into the runner's
+// ends until ctx ends; closing ends once both are done.
+func pushEnds(ctx context.Context, ends chan<- detect.End, exit <-chan time.Time, oom <-chan cgroup.OOMEvent, exitReason func() string) {
+	defer close(ends)
+	for exit != nil || oom != nil {
+		var e detect.End
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-exit:
+			if !ok {
+				exit = nil
+				continue
+			}
+			e = detect.End{Reason: exitReason(), Final: true}
+		case ev, ok := <-oom:
+			if !ok {
+				oom = nil
+				continue
+			}
+			e = detect.End{Reason: fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)}
+		}
+		select {
+		case ends <- e:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // bareID strips the runtime's prefix from a pod status container ID

@@ -1,5 +1,5 @@
-// Package sidecar is the per-pod process of AMF around one detect.Pipeline:
-// the sample loop on a ticker, the target search, the health endpoint (with
+// Package sidecar is the per-pod process of AMF around one detect.Runner (the
+// loop node mode runs too): its target search, the health endpoint (with
 // package healthcheck), and a Publisher for the pipeline's signals (the MQTT
 // Signaller to the node agent; Recorder as a fake), and the fence the agent
 // commands (with package pause). Package cgroup finds and reads the broker

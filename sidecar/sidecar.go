@@ -87,15 +87,11 @@ type Sidecar struct {
 	alive   *healthcheck.Heartbeat
 	metrics *healthcheck.Metrics
 
-	events chan func() // work for the loop goroutine, which owns pipe
-
-	// The target's OOM notification (cgroup.WatchOOM), owned by the loop
-	// goroutine: stopOOM ends the current watch; after a pushed OOM kill no
-	// sample is taken until holdGone, so an ended container's cgroup, which
-	// stays readable for a moment, is not read as the broker back.
-	stopOOM  context.CancelFunc
-	holdGone time.Time
-	oomWarn  string // the last reason the watch could not be set up, logged once
+	// runner owns pipe while Run runs: the loop of ticks, pushed ends and
+	// probe answers (detect.Runner), the same as node mode's.
+	runner  *detect.Runner
+	oomWarn string // the last reason the OOM watch could not be set up, logged once
+	found   bool   // the runner's first search has been answered (loop goroutine)
 
 	target   detect.Source // the current target, owned by the loop goroutine
 	lastRead time.Time     // when a sample last read the target, idem
@@ -140,7 +136,12 @@ func New(cfg Config) (*Sidecar, error) {
 		probe:   probeState,
 		alive:   healthcheck.NewHeartbeat(5*cfg.Interval + time.Second),
 		metrics: cfg.Metrics,
-		events:  make(chan func(), 16),
+	}
+	l := loop{s}
+	s.runner, err = detect.NewRunner(detect.RunnerConfig{Pipeline: pipe, Interval: cfg.Interval, Finder: l, Sink: l,
+		Probe: cfg.Probe, OnProbe: s.probed, ProbeMuted: func() bool { return s.fence.on }})
+	if err != nil {
+		return nil, fmt.Errorf("sidecar: %w", err)
 	}
 	state, reason := s.pipe.State()
 	s.status = healthcheck.Status{
@@ -155,9 +156,13 @@ func New(cfg Config) (*Sidecar, error) {
 	s.metrics.SetCPUReference(cpuReference)
 	if cfg.Source != nil {
 		s.status.Target = fmt.Sprint(cfg.Source)
-		s.setTarget(cfg.Source)
 	} else {
+		// Said before the first search, so that /status tells why from
+		// the start.
 		s.targetNotFound(errors.New(cfg.TargetError))
+		if e, ok := s.pipe.TargetNotFound(cfg.TargetError); ok {
+			loop{s}.Emit(e, nil)
+		}
 	}
 	s.metrics.SetState(state)
 	return s, nil
@@ -256,58 +261,45 @@ func (s *Sidecar) Run(ctx context.Context) error {
 			}
 		})
 	}
-	if s.cfg.Probe != nil {
-		toMachine := healthcheck.OnChange(func(r healthcheck.Result) {
-			s.do(inner, func() {
-				if s.fence.on {
-					return // the fence paused the broker: its probe fails by design
-				}
-				s.apply(s.pipe.Probe(r.OK, r.Reason), nil)
-			})
-		})
-		wg.Go(func() {
-			_ = s.cfg.Probe.Run(inner, func(r healthcheck.Result) {
-				s.probe.Report(r)
-				s.metrics.ObserveProbe(r)
-				toMachine(r)
-				if r.OK && s.restarting.Load() {
-					s.do(inner, func() { s.restartAnswered(inner, &r) })
-				}
-			})
-		})
-	}
-
 	s.runState(inner, &wg)
-	if s.pipe.HasTarget() {
-		s.watchOOM(inner, s.cfg.Source)
-	}
-	defer func() {
-		if s.stopOOM != nil {
-			s.stopOOM()
-		}
-	}()
-	tick := time.NewTicker(s.cfg.Interval)
-	defer tick.Stop()
-	s.sampleOnce(ctx)
-	for {
+
+	// The runner stops when ctx ends or the health endpoint stops; then
+	// the pipeline is this goroutine's again, to say stopping.
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	wg.Go(func() {
 		select {
-		case <-ctx.Done():
-			reason := "sidecar stopping: its context ended"
-			if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
-				reason = "sidecar " + c.Error() // the cmd's cause: "received SIGINT"
-			}
-			s.shutdown(reason)
-			cancel()
-			return nil
 		case err := <-httpErr:
-			s.shutdown("sidecar stopping: its health endpoint stopped")
-			cancel()
-			return fmt.Errorf("health endpoint stopped: %w", err)
-		case f := <-s.events:
-			f()
-		case <-tick.C:
-			s.sampleOnce(ctx)
+			stop(&endpointStopped{err})
+		case <-rctx.Done():
 		}
+	})
+	s.runner.Run(rctx)
+	if es, ok := errors.AsType[*endpointStopped](context.Cause(rctx)); ok {
+		s.shutdown("sidecar stopping: its health endpoint stopped")
+		cancel()
+		return fmt.Errorf("health endpoint stopped: %w", es.err)
+	}
+	reason := "sidecar stopping: its context ended"
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+		reason = "sidecar " + c.Error() // the cmd's cause: "received SIGINT"
+	}
+	s.shutdown(reason)
+	cancel()
+	return nil
+}
+
+// endpointStopped is the runner's cause to stop when the health endpoint did.
+type endpointStopped struct{ err error }
+
+func (e *endpointStopped) Error() string { return "health endpoint stopped: " + e.err.Error() }
+
+// probed sees every probe result, after the runner took it in.
+func (s *Sidecar) probed(ctx context.Context, r healthcheck.Result) {
+	s.probe.Report(r)
+	s.metrics.ObserveProbe(r)
+	if r.OK && s.restarting.Load() {
+		s.do(ctx, func() { s.restartAnswered(ctx, &r) })
 	}
 }
 
@@ -325,71 +317,129 @@ func (s *Sidecar) logFeatureSpec() {
 		"memory_reference_fraction", spec.Normalisation.MemoryReferenceFraction)
 }
 
-// do hands f to the loop goroutine, which owns the state machine.
-func (s *Sidecar) do(ctx context.Context, f func()) {
-	select {
-	case s.events <- f:
-	case <-ctx.Done():
+// do hands f to the runner's goroutine, which owns the pipeline.
+func (s *Sidecar) do(ctx context.Context, f func()) { s.runner.Do(ctx, f) }
+
+// sampleOnce takes a sample now, on the runner's goroutine.
+func (s *Sidecar) sampleOnce(ctx context.Context) { s.runner.Sample(ctx) }
+
+// loop is the sidecar's side of its detect.Runner: where the target comes
+// from (Finder) and where the verdicts go (Sink). Its methods run on the
+// runner's goroutine.
+type loop struct{ s *Sidecar }
+
+// Find returns the configured target the first time, and after that what
+// Rediscover finds (a restarted container has a new cgroup), or the same
+// target again without it; with its OOM kills pushed where the kernel
+// tells them.
+func (l loop) Find(ctx context.Context) (*detect.Target, error) {
+	s := l.s
+	src := s.cfg.Source
+	if s.cfg.Rediscover != nil && (src == nil || l.s.found) {
+		var err error
+		if src, err = s.cfg.Rediscover(ctx); err != nil {
+			return nil, err
+		}
 	}
+	s.found = true
+	t := &detect.Target{ID: fmt.Sprint(src), Source: src}
+	t.Ends, t.Close = l.watchOOM(ctx, src)
+	return t, nil
 }
 
-// watchOOM watches src's memory cgroup for OOM kills, instead of any
-// earlier target's. Each kill makes the pod unhealthy at once (the pipeline's
-// Gone), without waiting for the next sample; the broker is back at the
-// first sample at least one interval later that reads the target. Without
-// a memory cgroup of its own (process mode), or where the kernel refuses the
-// watch (cgroup v1's cgroup.event_control on a read-only mount), the kill is
-// seen at the next sample, as before, and the reason is logged once.
-func (s *Sidecar) watchOOM(ctx context.Context, src detect.Source) {
-	if s.stopOOM != nil {
-		s.stopOOM()
-		s.stopOOM = nil
-	}
+// watchOOM pushes src's OOM kills as ends that are not final: each makes
+// the pod unhealthy at once (the pipeline's Gone) without waiting for the
+// next sample, and the broker is back at the first sample at least one
+// interval later that reads the target. Without a memory cgroup of its own
+// (process mode), or where the kernel refuses the watch (cgroup v1's
+// cgroup.event_control on a read-only mount), the kill is seen at the next
+// sample, and the reason is logged once.
+func (l loop) watchOOM(ctx context.Context, src detect.Source) (<-chan detect.End, func()) {
 	w, ok := src.(cgroup.Watched)
 	if !ok || w.MemoryDir() == "" {
-		return
+		return nil, nil
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	events, err := cgroup.WatchOOM(wctx, w.MemoryDir())
 	if err != nil {
 		cancel()
-		if err.Error() != s.oomWarn {
-			s.oomWarn = err.Error()
-			s.cfg.Log.Warn("no OOM notification: an OOM kill is seen at the next sample", "err", err)
+		if err.Error() != l.s.oomWarn {
+			l.s.oomWarn = err.Error()
+			l.s.cfg.Log.Warn("no OOM notification: an OOM kill is seen at the next sample", "err", err)
 		}
-		return
+		return nil, nil
 	}
-	s.stopOOM = cancel
+	ends := make(chan detect.End)
 	go func() {
+		defer close(ends)
 		for ev := range events {
-			s.do(wctx, func() {
-				if wctx.Err() != nil {
-					return // the target changed meanwhile
-				}
-				s.holdGone = time.Now().Add(s.cfg.Interval)
-				s.apply(s.pipe.Gone(fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)), nil)
-			})
+			select {
+			case ends <- detect.End{Reason: fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)}:
+			case <-wctx.Done():
+				return
+			}
 		}
 	}()
+	return ends, cancel
 }
 
-func (s *Sidecar) sampleOnce(ctx context.Context) {
-	start := time.Now()
+// Emit records an emission in the status and publishes its message.
+func (l loop) Emit(e detect.Emission, st *detect.Step) {
+	l.s.apply(e, st)
+	// While the sidecar starts (its target searched for, the first samples
+	// awaited) the reason changes without a transition; /status shows the
+	// current one.
+	if v := e.Verdict; st == nil && !v.Changed && v.State == signal.Starting {
+		l.s.mu.Lock()
+		l.s.status.TransitionReason = v.Reason
+		l.s.mu.Unlock()
+	}
+}
+
+// Target records a search: the target found, or why not (in /status, in
+// the log when the reason is new: the runner looks at every sample).
+func (l loop) Target(t *detect.Target, err error) {
+	s := l.s
+	if t == nil {
+		s.metrics.Error(ErrorKindTarget)
+		s.targetNotFound(err)
+		return
+	}
+	if err != nil {
+		s.metrics.Error(ErrorKindSample)
+		s.cfg.Log.Warn("cannot tell what bounds the target's memory", "err", err)
+	}
+	s.target = t.Source
+	s.mu.Lock()
+	changed := s.status.Target != t.ID || s.status.TargetError != ""
+	s.status.Target, s.status.TargetError = t.ID, ""
+	s.mu.Unlock()
+	if changed {
+		s.cfg.Log.Info("target found", "target", t.ID)
+	}
+}
+
+// targetNotFound records why the target is not found, in /status and in
+// the log when the reason is new (the runner looks at every sample).
+func (s *Sidecar) targetNotFound(err error) {
+	s.mu.Lock()
+	changed := s.status.TargetError != err.Error()
+	s.status.TargetError = err.Error()
+	s.mu.Unlock()
+	if changed {
+		s.cfg.Log.Warn("broker container not found; looking again at every sample", "err", err)
+	}
+}
+
+// Sampled counts a tick's sample and keeps what hangs on it: the
+// heartbeat, the fence, a restart the sidecar asked for.
+func (l loop) Sampled(ctx context.Context, st *detect.Step, took time.Duration) {
+	s := l.s
 	s.alive.Beat()
 	defer s.holdFence()
 	defer s.restartAnswered(ctx, nil)
-	if time.Now().Before(s.holdGone) {
+	if st == nil {
 		return
-	}
-	if !s.pipe.HasTarget() && !s.rediscover(ctx) {
-		return
-	}
-	st := s.pipe.Sample(ctx)
-	if ctx.Err() != nil {
-		return
-	}
-	if st.Back != nil {
-		s.apply(*st.Back, nil) // it is back
 	}
 	if st.Read {
 		s.lastRead = time.Now()
@@ -399,59 +449,16 @@ func (s *Sidecar) sampleOnce(ctx context.Context) {
 	case errors.Is(st.Err, detect.ErrNoScore):
 		s.metrics.Error(ErrorKindModel)
 		s.cfg.Log.Error("model returned no score", "model", s.cfg.Model.Source())
-		return
 	case errors.Is(st.Err, cgroup.ErrGone):
 		s.metrics.Error(ErrorKindSample)
-		s.apply(st.Emission, nil)
-		if s.stopOOM != nil {
-			s.stopOOM()
-			s.stopOOM = nil
-		}
-		s.rediscover(ctx)
-		return
 	case st.Err != nil:
 		s.metrics.Error(ErrorKindSample)
 		s.cfg.Log.Warn("sample failed", "err", st.Err)
-		return
+	default:
+		s.metrics.SetScore(st.Score)
+		s.metrics.SetFeatures(st.Features)
+		s.metrics.ObserveSample(took)
 	}
-	s.metrics.SetScore(st.Score)
-	s.metrics.SetFeatures(st.Features)
-	s.apply(st.Emission, &st)
-	s.metrics.ObserveSample(time.Since(start))
-}
-
-// rediscover looks for the target (again, after it vanished) and reports
-// whether it found it.
-func (s *Sidecar) rediscover(ctx context.Context) bool {
-	if s.cfg.Rediscover == nil {
-		return s.pipe.HasTarget()
-	}
-	src, err := s.cfg.Rediscover(ctx)
-	if err != nil {
-		s.metrics.Error(ErrorKindTarget)
-		s.targetNotFound(err)
-		return false
-	}
-	e := s.setTarget(src)
-	s.watchOOM(context.WithoutCancel(ctx), src)
-	s.mu.Lock()
-	s.status.Target, s.status.TargetError = fmt.Sprint(src), ""
-	s.mu.Unlock()
-	s.noteTargetSearch(e)
-	s.cfg.Log.Info("target found", "target", fmt.Sprint(src))
-	return true
-}
-
-// setTarget hands src to the pipeline, which finds memory_percent's
-// reference for its readings without a limit.
-func (s *Sidecar) setTarget(src detect.Source) detect.Emission {
-	s.target = src
-	e, err := s.pipe.SetTarget(src)
-	if err != nil {
-		s.metrics.Error(ErrorKindSample)
-		s.cfg.Log.Warn("cannot tell what bounds the target's memory", "err", err)
-	}
-	return e
 }
 
 // reportMemoryReference says, when it changes, what the latest reading's
@@ -474,33 +481,6 @@ func (s *Sidecar) reportMemoryReference(r cgroup.MemoryReference) {
 		return
 	}
 	s.cfg.Log.Warn("the broker container has no memory limit: memory_percent is relative to another reference", args...)
-}
-
-// noteTargetSearch applies a verdict of the target search. While starting,
-// the reason changes without a transition; /status shows the current one.
-func (s *Sidecar) noteTargetSearch(e detect.Emission) {
-	s.apply(e, nil)
-	if v := e.Verdict; !v.Changed && v.State == signal.Starting {
-		s.mu.Lock()
-		s.status.TransitionReason = v.Reason
-		s.mu.Unlock()
-	}
-}
-
-// targetNotFound records why the target is not found, in /status, in the
-// state's reason while the sidecar starts, and in the log when the reason is
-// new (a sidecar retries every sample).
-func (s *Sidecar) targetNotFound(err error) {
-	s.mu.Lock()
-	changed := s.status.TargetError != err.Error()
-	s.status.TargetError = err.Error()
-	s.mu.Unlock()
-	if e, ok := s.pipe.TargetNotFound(err.Error()); ok {
-		s.noteTargetSearch(e)
-	}
-	if changed {
-		s.cfg.Log.Warn("broker container not found; looking again at every sample", "err", err)
-	}
 }
 
 // apply records an emission in the status (with the sample's score when st

@@ -337,7 +337,7 @@ func TestSidecarLooksForItsTargetUntilFound(t *testing.T) {
 	}
 
 	// It vanishes: unhealthy, and looked for until it is back.
-	sc.do(ctx, func() { sc.setTarget(goneSource{}) })
+	sc.do(ctx, func() { _, _ = sc.pipe.SetTarget(goneSource{}) })
 	waitFor("gone", func(st healthcheck.Status) bool { return st.State == signal.Unhealthy })
 	next <- src
 	waitFor("back", func(st healthcheck.Status) bool { return st.State == signal.Healthy })

@@ -1,0 +1,259 @@
+package detect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amf-edge/amf/healthcheck"
+)
+
+// fakeFinder hands out the targets it is given, in order, and says "not
+// found" when it has none left.
+type fakeFinder struct {
+	mu      sync.Mutex
+	targets []*Target
+	calls   int
+}
+
+func (f *fakeFinder) Find(context.Context) (*Target, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if len(f.targets) == 0 {
+		return nil, errors.New("no container yet")
+	}
+	t := f.targets[0]
+	f.targets = f.targets[1:]
+	return t, nil
+}
+
+func (f *fakeFinder) add(t *Target) {
+	f.mu.Lock()
+	f.targets = append(f.targets, t)
+	f.mu.Unlock()
+}
+
+// recordingSink writes one line per call: "emit <state>: <reason>",
+// "target <id>" or "target none: <err>", "sampled read|held|err".
+type recordingSink struct{ lines chan string }
+
+func (s recordingSink) Emit(e Emission, _ *Step) {
+	if e.Verdict.Changed {
+		s.lines <- fmt.Sprintf("emit %s: %s", e.Verdict.State, e.Verdict.Reason)
+	}
+}
+
+func (s recordingSink) Target(t *Target, err error) {
+	if t == nil {
+		s.lines <- "target none: " + err.Error()
+		return
+	}
+	s.lines <- "target " + t.ID
+}
+
+func (s recordingSink) Sampled(_ context.Context, st *Step, _ time.Duration) {
+	switch {
+	case st == nil:
+		s.lines <- "sampled held"
+	case st.Err != nil:
+		s.lines <- "sampled err"
+	default:
+		s.lines <- "sampled read"
+	}
+}
+
+// await reads lines until one starts with want, failing after 10 s.
+func (s recordingSink) await(t *testing.T, want string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	var seen []string
+	for {
+		select {
+		case l := <-s.lines:
+			if strings.HasPrefix(l, want) {
+				return l
+			}
+			seen = append(seen, l)
+		case <-timeout:
+			t.Fatalf("no %q; saw %q", want, seen)
+		}
+	}
+}
+
+// probeFeed is a Prober whose results the test sends.
+type probeFeed chan healthcheck.Result
+
+func (p probeFeed) Run(ctx context.Context, report func(healthcheck.Result)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case r := <-p:
+			report(r)
+		}
+	}
+}
+
+type runnerHarness struct {
+	r      *Runner
+	finder *fakeFinder
+	sink   recordingSink
+	ctx    context.Context
+}
+
+// newRunner builds a Runner whose ticker never fires within a test (an
+// hour): every sample after the first is one the test asks for. The test
+// gives its finder targets, then starts it.
+func newRunner(t *testing.T, cfg RunnerConfig) *runnerHarness {
+	t.Helper()
+	h := &runnerHarness{finder: &fakeFinder{}, sink: recordingSink{lines: make(chan string, 64)}}
+	cfg.Pipeline = newPipeline(t, nil)
+	cfg.Interval, cfg.Finder, cfg.Sink = time.Hour, h.finder, h.sink
+	r, err := NewRunner(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.r = r
+	return h
+}
+
+// start runs the Runner until the test ends.
+func (h *runnerHarness) start(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	h.ctx = ctx
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() { defer close(done); h.r.Run(ctx) }()
+}
+
+// sample asks for a sample now.
+func (h *runnerHarness) sample() { h.r.Do(h.ctx, func() { h.r.Sample(h.ctx) }) }
+
+func (h *runnerHarness) target(id string, src Source) (*Target, chan End, chan struct{}) {
+	ends, closed := make(chan End), make(chan struct{})
+	t := &Target{ID: id, Source: src, Ends: ends, Close: func() { close(closed) }}
+	h.finder.add(t)
+	return t, ends, closed
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestRunnerLooksForItsTargetAtEachSampleUntilFound(t *testing.T) {
+	h := newRunner(t, RunnerConfig{})
+	h.start(t)
+	h.sink.await(t, "target none: no container yet")
+	h.sink.await(t, "sampled held")
+	h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
+	h.sample()
+	h.sink.await(t, "target c1")
+	h.sink.await(t, "sampled read")
+}
+
+func TestRunnerPushedEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  End
+		// running: the target's processes, as Target.Running says (nil:
+		// cannot be seen).
+		running func() bool
+		// then: what the next sample does; dropped: the target was closed
+		// and the next one looked for.
+		then    string
+		dropped bool
+	}{
+		{name: "an OOM kill whose processes cannot be seen holds the next reading back for an interval",
+			end: End{Reason: "OOM kill"}, then: "sampled held"},
+		{name: "an OOM kill whose process runs again is read at the next sample",
+			end: End{Reason: "OOM kill"}, running: func() bool { return true }, then: "sampled read"},
+		{name: "an OOM kill that ended the processes drops the target",
+			end: End{Reason: "OOM kill"}, running: func() bool { return false }, then: "sampled held", dropped: true},
+		{name: "an exit drops the target at once",
+			end: End{Reason: "its process exited", Final: true}, dropped: true, then: "sampled held"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newRunner(t, RunnerConfig{})
+			tg, ends, closed := h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
+			tg.Running = tc.running
+			h.start(t)
+			h.sink.await(t, "target c1")
+			h.sink.await(t, "sampled read")
+			ends <- tc.end
+			h.sink.await(t, "emit unhealthy: "+tc.end.Reason)
+			h.sample()
+			h.sink.await(t, tc.then)
+			if isClosed(closed) != tc.dropped {
+				t.Errorf("target closed %t, want %t", isClosed(closed), tc.dropped)
+			}
+			h.finder.mu.Lock()
+			calls := h.finder.calls
+			h.finder.mu.Unlock()
+			if want := map[bool]int{false: 1, true: 2}[tc.dropped]; calls < want || !tc.dropped && calls != 1 {
+				t.Errorf("%d searches, want %d", calls, want)
+			}
+		})
+	}
+}
+
+func TestRunnerDropsAVanishedTargetAndTakesTheNext(t *testing.T) {
+	h := newRunner(t, RunnerConfig{})
+	gone := &synthSource{memory: 10 << 20, t0: time.Now()}
+	_, _, closed := h.target("c1", gone)
+	h.start(t)
+	h.sink.await(t, "sampled read")
+	h.r.Do(h.ctx, func() { gone.gone = true })
+	h.target("c2", &synthSource{memory: 10 << 20, t0: time.Now().Add(time.Minute)})
+	h.sample()
+	h.sink.await(t, "emit unhealthy: broker container gone")
+	h.sink.await(t, "target c2")
+	if !isClosed(closed) {
+		t.Error("the vanished target's watches were not ended")
+	}
+	h.sample()
+	h.sink.await(t, "emit ")
+}
+
+func TestRunnerTakesProbeAnswersInUnlessMuted(t *testing.T) {
+	feed := make(probeFeed)
+	var muted sync.Mutex
+	mute := true
+	seen := make(chan healthcheck.Result, 8)
+	h := newRunner(t, RunnerConfig{Probe: feed,
+		ProbeMuted: func() bool { muted.Lock(); defer muted.Unlock(); return mute },
+		OnProbe:    func(_ context.Context, r healthcheck.Result) { seen <- r }})
+	h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
+	h.start(t)
+	h.sink.await(t, "sampled read")
+
+	state := func() string {
+		c := make(chan string, 1)
+		h.r.Do(h.ctx, func() { st, reason := h.r.cfg.Pipeline.State(); c <- fmt.Sprintf("%s: %s", st, reason) })
+		return <-c
+	}
+	feed <- healthcheck.Result{OK: false, Reason: "no answer"}
+	<-seen
+	if s := state(); strings.Contains(s, "no answer") {
+		t.Errorf("a muted probe answer was taken in: %s", s)
+	}
+	muted.Lock()
+	mute = false
+	muted.Unlock()
+	feed <- healthcheck.Result{OK: true}
+	<-seen
+	feed <- healthcheck.Result{OK: false, Reason: "no answer again"}
+	<-seen
+	if s := state(); !strings.Contains(s, "no answer again") {
+		t.Errorf("a probe answer was not taken in: %s", s)
+	}
+}

@@ -48,6 +48,9 @@ type StateCase struct {
 	// a client dialling every 20 ms sees it; for the agent's cases, from
 	// the primary's retirement to the new primary's pod Ready.
 	Back time.Duration
+	// AgentSaid, for a case whose live clients lost or gave up a message,
+	// is what the agent logged of the pair: what the loss is read by.
+	AgentSaid string
 	// Complete, for a switchover: from the stress's onset to the new
 	// primary's pod Ready (0: not a switchover).
 	Complete time.Duration
@@ -150,6 +153,9 @@ func RunState(ctx context.Context, cfg StateConfig) (*StateReport, error) {
 			return rep, fmt.Errorf("%s: %w; the agent said of the pair:\n%s", k.key, err, pairLines(agent.Lines(), s.ns+"/state-"+k.key))
 		}
 		c.What = k.what + c.What
+		if l := c.Live; l != nil && (l.Lost != 0 || l.Refused != 0 || l.MarkerMissed) {
+			c.AgentSaid = pairLines(agent.Lines(), s.ns+"/state-"+k.key)
+		}
 		rep.Cases = append(rep.Cases, c)
 	}
 	return rep, nil

@@ -49,7 +49,7 @@ func TestStateBenchSeesWhatEachRestartKeeps(t *testing.T) {
 	}
 	for _, c := range rep.Cases {
 		if l := c.Live; l != nil && (l.Lost != 0 || l.Refused != 0 || l.MarkerMissed || l.Acked == 0) {
-			t.Errorf("%s: live QoS 1 clients %v; want nothing lost or given up", c.Key, *l)
+			t.Errorf("%s: live QoS 1 clients %v; want nothing lost or given up; the agent said of the pair:\n%s", c.Key, *l, c.AgentSaid)
 		}
 	}
 	var out strings.Builder

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 	"github.com/amf-edge/amf/statehub"
@@ -25,7 +26,7 @@ import (
 // Config configures an Actuator.
 type Config struct {
 	// Cluster is what the actuator reads and writes; default
-	// NewKubeCluster(Client).
+	// cluster.NewKube(Client).
 	Cluster Cluster
 	// Client talks to the API server when Cluster is nil. It needs exactly
 	// Rules().
@@ -199,18 +200,18 @@ func standbyReady(d *appsv1.Deployment) bool {
 
 // New returns an Actuator; call Run.
 func New(cfg Config) (*Actuator, error) {
-	cluster := cfg.Cluster
-	if cluster == nil {
+	c := cfg.Cluster
+	if c == nil {
 		if cfg.Client == nil {
 			return nil, errors.New("actuate: Config.Cluster or Config.Client is required")
 		}
-		cluster = NewKubeCluster(cfg.Client)
+		c = cluster.NewKube(cfg.Client)
 	}
 	if cfg.DryRun {
-		cluster = DryRun(cluster)
+		c = DryRun(c)
 	}
 	a := &Actuator{
-		cluster: cluster, log: cfg.Logger, now: cfg.Now, dryRun: cfg.DryRun, inst: cfg.Instance, resume: cfg.ResumeOnStart, m: newMetrics(cfg.Registerer),
+		cluster: c, log: cfg.Logger, now: cfg.Now, dryRun: cfg.DryRun, inst: cfg.Instance, resume: cfg.ResumeOnStart, m: newMetrics(cfg.Registerer),
 		owners: make(map[podKey]string), ownersMax: cfg.OwnerCacheSize, sized: make(map[podKey]int64),
 		workloads: make(map[podKey]*workload), readyCh: make(chan readiness, 64),
 		roleCh: make(chan roleChange, 16),
@@ -635,7 +636,7 @@ func (a *Actuator) load(ctx context.Context, d *appsv1.Deployment) *workload {
 		// Write the Idle record now, off the decision's path: later writes
 		// then take writeRecord's one-round-trip path.
 		err := a.writeRecord(ctx, w)
-		if errors.Is(err, ErrRecordMoved) {
+		if errors.Is(err, cluster.ErrRecordMoved) {
 			// The other agent of a pair across two nodes loaded it at the
 			// same moment and wrote its own Idle record: take that one, so
 			// that this agent's first decision is not refused (and its
@@ -758,7 +759,7 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 			}
 		}
 	}
-	if errors.Is(err, ErrRecordMoved) && !old.Active() && a.movedIdle(ctx, w, old) {
+	if errors.Is(err, cluster.ErrRecordMoved) && !old.Active() && a.movedIdle(ctx, w, old) {
 		// The pair's other agent wrote an Idle record of its own (what it
 		// saw of the standby): this step from Idle stands on it.
 		err = a.writeRecord(ctx, w)
@@ -766,7 +767,7 @@ func (a *Actuator) step(ctx context.Context, w *workload, in Input) {
 	if err != nil {
 		a.log.Error("switchover record not written", slog.String("deployment", w.key.String()),
 			slog.String("phase", string(w.gate.Rec.Phase)), slog.Bool("standby_scaled_up", scaledUp), slog.String("error", err.Error()))
-		if errors.Is(err, ErrRecordMoved) {
+		if errors.Is(err, cluster.ErrRecordMoved) {
 			// Continue from what is recorded there. A standby scaled up
 			// meanwhile is found by the load: kept if that record's
 			// switchover uses it, else adopted as an orphan and scaled back.
@@ -821,7 +822,7 @@ func (a *Actuator) retry(ctx context.Context, w *workload) {
 		if err := a.writeRecord(ctx, w); err != nil {
 			a.log.Error("switchover record not written", slog.String("deployment", w.key.String()),
 				slog.String("phase", string(w.gate.Rec.Phase)), slog.Bool("retry", true), slog.String("error", err.Error()))
-			if errors.Is(err, ErrRecordMoved) {
+			if errors.Is(err, cluster.ErrRecordMoved) {
 				a.reload(ctx, w)
 				return
 			}
@@ -867,7 +868,7 @@ func (a *Actuator) reload(ctx context.Context, w *workload) {
 
 // writeRecord stores w's record with optimistic concurrency: the write only
 // happens if the annotation still holds what this agent last read or wrote
-// (Cluster.SwapRecord); ErrRecordMoved if someone else changed it.
+// (Cluster.SwapRecord); cluster.ErrRecordMoved if someone else changed it.
 func (a *Actuator) writeRecord(ctx context.Context, w *workload) error {
 	b, err := json.Marshal(w.gate.Rec)
 	if err != nil {

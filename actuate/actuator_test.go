@@ -118,7 +118,7 @@ func TestConfirmedAnomalyRetiresThePrimaryOnlyOnceTheStandbyIsReady(t *testing.T
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeCluster()
-			f.autoReady = tc.autoReady
+			f.AutoReady = tc.autoReady
 			r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{Instance: "node-0"})
 			r.send(signal.Healthy)
 			for range 3 {
@@ -134,11 +134,11 @@ func TestConfirmedAnomalyRetiresThePrimaryOnlyOnceTheStandbyIsReady(t *testing.T
 					r.send(signal.Anomalous)
 				}
 				f.await(t, "samples taken", func() bool { return r.record("primary").Phase == PhaseWaitReady })
-				f.mu.Lock()
+				f.Lock()
 				if n := r.replicas("primary"); n != 1 {
 					t.Fatalf("primary at %d replicas while its standby is not Ready", n)
 				}
-				f.mu.Unlock()
+				f.Unlock()
 				f.setReady(ns, "standby", 1)
 			}
 			f.await(t, "standby Ready seen", func() bool { return r.record("primary").Phase == PhaseConfirm })
@@ -147,10 +147,10 @@ func TestConfirmedAnomalyRetiresThePrimaryOnlyOnceTheStandbyIsReady(t *testing.T
 				return r.replicas("primary") == 0 && r.f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby" &&
 					r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
 			})
-			f.await(t, "RolesExchanged Event", func() bool { return slices.Contains(f.reasonsLocked(), "RolesExchanged") })
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			w := f.writes
+			f.await(t, "RolesExchanged Event", func() bool { return slices.Contains(f.ReasonsLocked(), "RolesExchanged") })
+			f.Lock()
+			defer f.Unlock()
+			w := f.Writes
 			for _, order := range [][2]string{
 				{"record edge/primary WaitReady", "scale edge/primary 0"},
 				{"record edge/primary Retiring", "scale edge/primary 0"},                           // write-ahead
@@ -180,19 +180,19 @@ func TestCrashFailsOverWithoutReconfirming(t *testing.T) {
 	f.await(t, "failed over", func() bool {
 		return r.replicas("primary") == 0 && r.replicas("standby") == 1 && r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
 	})
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !slices.Contains(f.writes, "record edge/primary Failover") {
-		t.Errorf("no Failover record written before acting: %q", f.writes)
+	f.Lock()
+	defer f.Unlock()
+	if !slices.Contains(f.Writes, "record edge/primary Failover") {
+		t.Errorf("no Failover record written before acting: %q", f.Writes)
 	}
-	if !slices.Contains(f.writes, "condition edge/"+r.pod+" amf.io/healthy=False") {
-		t.Errorf("readiness gate not set False for a gone pod: %q", f.writes)
+	if !slices.Contains(f.Writes, "condition edge/"+r.pod+" amf.io/healthy=False") {
+		t.Errorf("readiness gate not set False for a gone pod: %q", f.Writes)
 	}
 }
 
 func TestClearedAnomalyScalesAColdStandbyBackOnlyWhilePrimaryIsReady(t *testing.T) {
 	f := newFakeCluster()
-	f.autoReady = false
+	f.AutoReady = false
 	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
 	r.send(signal.Healthy)
 	for range 3 {
@@ -204,11 +204,11 @@ func TestClearedAnomalyScalesAColdStandbyBackOnlyWhilePrimaryIsReady(t *testing.
 	r.logs.wait(t, "scale-back refused", func(l map[string]any) bool {
 		return l["msg"] == "decision" && l["action"] == string(ActScaleStandby) && strings.Contains(str(l["error"]), ErrPrimaryNotReady.Error())
 	})
-	f.mu.Lock()
+	f.Lock()
 	if n := r.replicas("standby"); n != 1 {
 		t.Fatalf("standby scaled back to %d while the primary is not Ready", n)
 	}
-	f.mu.Unlock()
+	f.Unlock()
 	f.setReady(ns, "primary", 1) // the retry (2 s later) finds it Ready
 	f.await(t, "standby scaled back", func() bool { return r.replicas("standby") == 0 && r.record("primary").Phase == PhaseIdle })
 }
@@ -226,13 +226,13 @@ func TestRecordMovedByAnotherAgentIsFollowedNotOverwritten(t *testing.T) {
 		r.send(signal.Anomalous)
 	}
 	f.await(t, "the other agent's switchover continued", func() bool { return r.record("primary").Phase == PhaseConfirm })
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	if got := r.record("primary").Decision; !got.Equal(theirs.Decision) {
 		t.Errorf("decision %v, want the other agent's %v kept", got, theirs.Decision)
 	}
-	if slices.Contains(f.writes, "record edge/primary WaitReady") {
-		t.Errorf("decided again over another agent's record: %q", f.writes)
+	if slices.Contains(f.Writes, "record edge/primary WaitReady") {
+		t.Errorf("decided again over another agent's record: %q", f.Writes)
 	}
 }
 
@@ -285,22 +285,22 @@ func TestRefusedStepIsTakenOnceTheAPIIsBackWithoutAnotherInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeCluster()
-			f.autoReady = !tc.manual
+			f.AutoReady = !tc.manual
 			r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
 			r.send(signal.Healthy)
 			f.await(t, "record initialised", func() bool { return r.record("primary").Phase == PhaseIdle })
 			if tc.before != nil {
 				tc.before(r)
 			}
-			f.mu.Lock()
+			f.Lock()
 			standby := r.replicas("standby")
 			for _, op := range tc.refuse {
-				f.fail[op] = down
+				f.Fail[op] = down
 			}
-			f.mu.Unlock()
+			f.Unlock()
 			tc.step(r)
 			r.logs.wait(t, "record write refused", func(l map[string]any) bool { return l["msg"] == "switchover record not written" })
-			f.mu.Lock()
+			f.Lock()
 			if ph := r.record("primary").Phase; ph != tc.was {
 				t.Errorf("record %v while the API refuses it, want %v", ph, tc.was)
 			}
@@ -308,9 +308,9 @@ func TestRefusedStepIsTakenOnceTheAPIIsBackWithoutAnotherInput(t *testing.T) {
 				t.Errorf("standby scaled %d → %d before its record was written", standby, n)
 			}
 			for _, op := range tc.refuse {
-				delete(f.fail, op)
+				delete(f.Fail, op)
 			}
-			f.mu.Unlock()
+			f.Unlock()
 			what, _ := tc.outcome(r)
 			f.await(t, what+", with no input since", func() bool { _, ok := tc.outcome(r); return ok })
 		})
@@ -322,14 +322,14 @@ func TestInterruptedRetirementResumesOnTheStandbysSignal(t *testing.T) {
 	f.addPair(ns, "primary", "standby", fast)
 	// Stopped after the primary went to 0, before the role exchange: the
 	// primary has no pod left to signal; the standby serves.
-	f.mu.Lock()
+	f.Lock()
 	rec, _ := json.Marshal(Record{Phase: PhaseRetiring, Standby: "standby", Decision: time.Now().Add(-time.Minute)})
 	p := f.depLocked(ns, "primary")
 	p.Spec.Replicas, p.Status.ReadyReplicas, p.Status.Replicas = new(int32), 0, 0
 	p.Annotations[contract.AnnRecord] = string(rec)
 	sb := f.depLocked(ns, "standby")
 	*sb.Spec.Replicas, sb.Status.ReadyReplicas, sb.Status.Replicas = 1, 1, 1
-	f.mu.Unlock()
+	f.Unlock()
 	standbyPod := f.addPod(ns, "standby")
 	r := start(t, f, standbyPod, Config{})
 	r.send(signal.Healthy)
@@ -337,8 +337,8 @@ func TestInterruptedRetirementResumesOnTheStandbysSignal(t *testing.T) {
 		return r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" &&
 			r.f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby"
 	})
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	if n := r.replicas("standby"); n != 1 {
 		t.Errorf("new primary at %d replicas, want 1", n)
 	}
@@ -354,34 +354,34 @@ func TestDryRunDecidesAndWritesNothing(t *testing.T) {
 	r.logs.wait(t, "dry-run decision", func(l map[string]any) bool {
 		return l["msg"] == "decision" && l["action"] == string(ActScaleStandby) && l["dry_run"] == true
 	})
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.writes) > 0 {
-		t.Errorf("dry run wrote %q", f.writes)
+	f.Lock()
+	defer f.Unlock()
+	if len(f.Writes) > 0 {
+		t.Errorf("dry run wrote %q", f.Writes)
 	}
 }
 
 func TestSwitchoverSaysWhatDroveItInTheEventTheRecordAndTheDecisionLines(t *testing.T) {
 	const why = "memory_growth_rate +2.31, memory_percent +0.842"
 	f := newFakeCluster()
-	f.autoReady = true
+	f.AutoReady = true
 	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
 	r.send(signal.Healthy)
 	for range 3 {
 		r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: r.pod}, State: signal.Anomalous, Previous: signal.Healthy,
 			Source: signal.SourcePublish, Message: &signal.Message{State: signal.Anomalous, Explanation: why}, Received: time.Now()}
 	}
-	f.await(t, "SwitchoverDecided Event", func() bool { return slices.Contains(f.reasonsLocked(), "SwitchoverDecided") })
+	f.await(t, "SwitchoverDecided Event", func() bool { return slices.Contains(f.ReasonsLocked(), "SwitchoverDecided") })
 	if got := r.record("primary").Why; got != why {
 		t.Errorf("record's why %q, want %q", got, why)
 	}
-	f.mu.Lock()
-	for _, ev := range f.events {
+	f.Lock()
+	for _, ev := range f.Events {
 		if ev.Reason == "SwitchoverDecided" && !strings.Contains(ev.Note, "driven by "+why) {
 			t.Errorf("SwitchoverDecided note %q does not say %q", ev.Note, why)
 		}
 	}
-	f.mu.Unlock()
+	f.Unlock()
 	r.logs.wait(t, "scale-up decision with the explanation", func(l map[string]any) bool {
 		return l["msg"] == "decision" && l["action"] == string(ActScaleStandby) && l["explanation"] == why
 	})
@@ -389,12 +389,12 @@ func TestSwitchoverSaysWhatDroveItInTheEventTheRecordAndTheDecisionLines(t *test
 
 // addPod adds a pod of Deployment dep (through a ReplicaSet) and returns its name.
 func (f *fakeCluster) addPod(ns, dep string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	rs := dep + "-rs"
-	f.rss[podKey{ns, rs}] = f.rssOwnedBy(ns, rs, "Deployment", dep)
+	f.ReplicaSets[key(ns, rs)] = f.rssOwnedBy(ns, rs, "Deployment", dep)
 	pod := rs + "-0"
-	f.pods[podKey{ns, pod}] = f.podOwnedBy(ns, pod, rs)
+	f.Pods[key(ns, pod)] = f.podOwnedBy(ns, pod, rs)
 	return pod
 }
 

@@ -9,9 +9,11 @@
 //     the primary's health, the standby's readiness, or the passing of time) at
 //     an explicit instant and returns the actions to take. It does no I/O and
 //     reads no clock, so every transition is table-tested with a fake clock.
-//   - Actuator (actuator.go) drives one Gate per primary Deployment with
-//     client-go: it maps a pod to its Deployment (pod → ReplicaSet →
-//     Deployment ownerReferences, by lookups cached per pod; no informers, so
+//   - Actuator (actuator.go) drives one Gate per primary Deployment through
+//     Cluster, its part of the agent's one seam to the API server (package
+//     cluster: client-go in production, clusterfake in the tests): it maps
+//     a pod to its Deployment (pod → ReplicaSet → Deployment
+//     ownerReferences, by lookups cached per pod; no informers, so
 //     the agent neither lists every pod of the cluster into memory nor needs
 //     list/watch on pods), writes the Gate's record to an annotation on the
 //     primary with optimistic concurrency (write-ahead, so an agent

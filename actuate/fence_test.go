@@ -64,11 +64,11 @@ func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing
 			f := newFakeCluster()
 			pp, _ := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnStandbyNode: tc.standby})
 			if tc.nodeMode {
-				f.mu.Lock()
+				f.Lock()
 				d := f.depLocked(ns, "primary")
 				d.Annotations = maps.Clone(d.Annotations)
 				d.Annotations[contract.AnnMode] = string(contract.ModeNode)
-				f.mu.Unlock()
+				f.Unlock()
 			}
 			var cmds commands
 			g := &guardRig{}
@@ -76,9 +76,9 @@ func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing
 				g.mu.Lock()
 				g.guards = append(g.guards, gs)
 				g.mu.Unlock()
-				f.mu.Lock()
-				f.changeLocked(nil)
-				f.mu.Unlock()
+				f.Lock()
+				f.ChangedLocked(nil)
+				f.Unlock()
 			}}
 			g.rig = start(t, f, "", cfg)
 			g.act = g.rig.act
@@ -110,14 +110,14 @@ func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing
 			if fenced := len(got) == 1 && got[0].Fence && got[0].Pod == pp && got[0].Namespace == ns; fenced != tc.fenced || (!tc.fenced && len(got) > 0) {
 				t.Fatalf("after the fence, commands %+v; want a fence of %s: %v", got, pp, tc.fenced)
 			}
-			f.mu.Lock()
+			f.Lock()
 			if tc.meantime != nil {
 				tc.meantime(f)
 			}
 			if tc.apiDown {
-				f.fail["get"] = unreachable
+				f.Fail["get"] = unreachable
 			}
-			f.mu.Unlock()
+			f.Unlock()
 			if tc.apiDown {
 				if n := g.act.Lift(context.Background()); n != 1 {
 					t.Errorf("Lift with the API server unreachable: %d unsettled, want 1", n)
@@ -125,9 +125,9 @@ func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing
 				if got := cmds.all()[base:]; len(got) != 1 {
 					t.Errorf("commands while unreachable: %+v", got)
 				}
-				f.mu.Lock()
-				delete(f.fail, "get")
-				f.mu.Unlock()
+				f.Lock()
+				delete(f.Fail, "get")
+				f.Unlock()
 			}
 			if n := g.act.Lift(context.Background()); n != 0 {
 				t.Errorf("Lift: %d unsettled, want 0", n)

@@ -18,11 +18,6 @@ import (
 	"github.com/amf-edge/amf/signal"
 )
 
-const (
-	mergePatch   = types.MergePatchType
-	fieldManager = "amf-agent"
-)
-
 // ErrStandbyNotReady is returned when retiring the primary is refused because
 // the standby is not Ready right now (the invariant).
 var ErrStandbyNotReady = errors.New("standby not Ready: primary kept")

@@ -27,7 +27,7 @@ import (
 var errHalted = errors.New("the agent was stopped")
 
 // halting is fakeCluster as one agent sees it, stopped right after the write
-// logged as at (fakeCluster.writes): that write reaches the cluster, the
+// logged as at (clusterfake.Cluster.Writes): that write reaches the cluster, the
 // agent's Run is cancelled before it sees the answer, and every later call
 // of it fails without reaching the cluster, as a killed process's would.
 // The agent's writes are serialised, so none slips past the stop.
@@ -60,23 +60,23 @@ func (h *halting) write(do func() error) error {
 	if h.stopped() {
 		return errHalted
 	}
-	h.fakeCluster.mu.Lock()
-	n := len(h.fakeCluster.writes)
-	h.fakeCluster.mu.Unlock()
+	h.fakeCluster.Lock()
+	n := len(h.fakeCluster.Writes)
+	h.fakeCluster.Unlock()
 	if err := do(); err != nil {
 		return err
 	}
-	h.fakeCluster.mu.Lock()
-	hit := slices.Contains(h.fakeCluster.writes[n:], h.at)
-	h.fakeCluster.mu.Unlock()
+	h.fakeCluster.Lock()
+	hit := slices.Contains(h.fakeCluster.Writes[n:], h.at)
+	h.fakeCluster.Unlock()
 	if !hit {
 		return nil
 	}
 	close(h.halted)
 	h.halt()
-	h.fakeCluster.mu.Lock()
-	h.fakeCluster.changeLocked(nil) // wake await
-	h.fakeCluster.mu.Unlock()
+	h.fakeCluster.Lock()
+	h.fakeCluster.ChangedLocked(nil) // wake await
+	h.fakeCluster.Unlock()
 	return errHalted
 }
 
@@ -227,9 +227,9 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, p
 		return g1.record("primary").Phase == PhaseIdle && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b"
 	})
 	if stopAt == "" {
-		f.mu.Lock()
-		f.fail["record"] = errors.New("connection refused")
-		f.mu.Unlock()
+		f.Lock()
+		f.Fail["record"] = errors.New("connection refused")
+		f.Unlock()
 	}
 	g1.act.NodeLost(context.Background(), "node-a", g1.act.now())
 	if stopAt == "" {
@@ -238,16 +238,16 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, p
 		f.await(t, "stopped", h.stopped)
 	}
 	g1.stop()
-	f.mu.Lock()
-	delete(f.fail, "record")
-	f.mu.Unlock()
-	f.mu.Lock()
+	f.Lock()
+	delete(f.Fail, "record")
+	f.Unlock()
+	f.Lock()
 	if got := g1.record("primary").Phase; phase != "" && got != phase {
-		f.mu.Unlock()
-		t.Fatalf("stopped in phase %s, want %s; writes %q", got, phase, f.writes)
+		f.Unlock()
+		t.Fatalf("stopped in phase %s, want %s; writes %q", got, phase, f.Writes)
 	}
-	stoppedWrites := len(f.writes)
-	f.mu.Unlock()
+	stoppedWrites := len(f.Writes)
+	f.Unlock()
 
 	// The fresh agent of node-b: the standby's sidecar reconnects and
 	// signals; the standby becomes Ready if it was not.
@@ -258,11 +258,11 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, p
 	g2.send(signal.Healthy, sp)
 	if unreadyLater {
 		g2.act.NodeBack(context.Background(), "node-x", g2.act.now()) // a barrier: Run took the signal
-		f.mu.Lock()
+		f.Lock()
 		if n := *f.depLocked(ns, "primary").Spec.Replicas; n != 0 || f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby" {
 			t.Errorf("with the new primary not Ready: the old one at %d replicas, annotations %v; want it left retired, its exchange waiting", n, f.depLocked(ns, "primary").Annotations)
 		}
-		f.mu.Unlock()
+		f.Unlock()
 		f.setReady(ns, "standby", 1)
 	}
 	if fresh == lostAgain {
@@ -275,16 +275,16 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, p
 	f.await(t, "roles exchanged and the old primary back", func() bool {
 		s, p := f.depLocked(ns, "standby").Annotations, f.depLocked(ns, "primary").Annotations
 		return s[contract.AnnRole] == "primary" && s[contract.AnnStandby] == "primary" && p[contract.AnnRole] == "standby" &&
-			p[contract.AnnPrimary] == "standby" && slices.Contains(f.writes, "scale edge/primary 1") && !g2.record("standby").Restore
+			p[contract.AnnPrimary] == "standby" && slices.Contains(f.Writes, "scale edge/primary 1") && !g2.record("standby").Restore
 	})
 	// The old primary's new pod signals: it is the standby now.
 	g2.send(signal.Healthy, pp)
 	g2.act.NodeBack(context.Background(), "node-x", g2.act.now()) // a barrier: Run took the signal
 	g2.stop()
 
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	w := f.writes
+	f.Lock()
+	defer f.Unlock()
+	w := f.Writes
 	count := func(what string) int {
 		n := 0
 		for _, x := range w {
@@ -333,7 +333,7 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, p
 	if rec.Phase != PhaseIdle || rec.LastSwitch.IsZero() || rec.Restore {
 		t.Errorf("the new primary's record %+v, want Idle, the switch's time, restored", rec)
 	}
-	if n := slices.Index(f.reasonsLocked(), "RolesExchanged"); n >= 0 && slices.Contains(f.reasonsLocked()[n+1:], "RolesExchanged") {
-		t.Errorf("RolesExchanged twice: %q", f.reasonsLocked())
+	if n := slices.Index(f.ReasonsLocked(), "RolesExchanged"); n >= 0 && slices.Contains(f.ReasonsLocked()[n+1:], "RolesExchanged") {
+		t.Errorf("RolesExchanged twice: %q", f.ReasonsLocked())
 	}
 }

@@ -29,18 +29,18 @@ var hotFast = map[string]string{contract.AnnRedundancy: string(contract.Hot), co
 // primary; standbyAnn are more annotations of the standby.
 func (f *fakeCluster) addHotPair(ns, primary, standby string, standbyAnn map[string]string) (primaryPod, standbyPod string) {
 	primaryPod = f.addPair(ns, primary, standby, hotFast)
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	ann := maps.Clone(standbyAnn)
 	if ann == nil {
 		ann = map[string]string{}
 	}
 	ann[contract.AnnPrimary] = primary
-	f.deps[podKey{ns, standby}] = deployment(ns, standby, 1, ann)
+	f.Deps[key(ns, standby)] = deployment(ns, standby, 1, ann)
 	rs := standby + "-rs"
-	f.rss[podKey{ns, rs}] = f.rssOwnedBy(ns, rs, "Deployment", standby)
+	f.ReplicaSets[key(ns, rs)] = f.rssOwnedBy(ns, rs, "Deployment", standby)
 	standbyPod = rs + "-0"
-	f.pods[podKey{ns, standbyPod}] = f.podOwnedBy(ns, standbyPod, rs)
+	f.Pods[key(ns, standbyPod)] = f.podOwnedBy(ns, standbyPod, rs)
 	return primaryPod, standbyPod
 }
 
@@ -67,9 +67,9 @@ func startGuardOn(t *testing.T, f *fakeCluster, self string, cluster Cluster, re
 		g.mu.Lock()
 		g.guards = append(g.guards, gs)
 		g.mu.Unlock()
-		f.mu.Lock()
-		f.changeLocked(nil) // wake await
-		f.mu.Unlock()
+		f.Lock()
+		f.ChangedLocked(nil) // wake await
+		f.Unlock()
 	}}
 	g.rig = start(t, f, "", cfg)
 	g.act = g.rig.act
@@ -113,8 +113,8 @@ func TestPairNodesAreRecordedOnTheStandbyAndEachAgentLearnsWhomItGuards(t *testi
 			g.send(signal.Healthy, pod)
 			f.await(t, "own node recorded on the standby", func() bool { return f.depLocked(ns, "standby").Annotations[tc.wantAnn] == tc.self })
 			f.await(t, "guards reported", func() bool { return g.latest().equal(tc.want) })
-			f.mu.Lock()
-			defer f.mu.Unlock()
+			f.Lock()
+			defer f.Unlock()
 			if n := *f.depLocked(ns, "primary").Spec.Replicas; n != 1 {
 				t.Errorf("primary scaled to %d without any loss", n)
 			}
@@ -198,18 +198,18 @@ func TestTheStandbysAgentWaitsForBothWritesOfAnotherAgentsRoleExchange(t *testin
 		t.Fatal(err)
 	}
 	newPrimary, oldPrimary := exchangeWrites()
-	f.mu.Lock()
-	before := len(f.writes)
-	f.mu.Unlock()
+	f.Lock()
+	before := len(f.Writes)
+	f.Unlock()
 	if err := f.PatchAnnotations(ctx, ns, "standby", newPrimary); err != nil {
 		t.Fatal(err)
 	}
 	// The agent's wait for the second write is a watch of the old primary
 	// (the first it holds on it).
-	f.await(t, "the old primary watched", func() bool { return len(f.watchers[podKey{ns, "primary"}]) > 0 })
-	f.mu.Lock()
-	between := slices.Clone(f.writes[before:])
-	f.mu.Unlock()
+	f.await(t, "the old primary watched", func() bool { return f.WatchingLocked(ns, "primary") > 0 })
+	f.Lock()
+	between := slices.Clone(f.Writes[before:])
+	f.Unlock()
 	if len(between) != 1 {
 		t.Errorf("writes between the exchange's two: %q, want only the test's own", between)
 	}
@@ -262,10 +262,10 @@ func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {
 			f := newFakeCluster()
 			_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
 			if tc.retired {
-				f.mu.Lock()
+				f.Lock()
 				d := f.depLocked(ns, "primary")
 				*d.Spec.Replicas, d.Status.ReadyReplicas, d.Status.Replicas = 0, 0, 0
-				f.mu.Unlock()
+				f.Unlock()
 			}
 			g := startGuard(t, f, "node-b")
 			g.send(signal.Healthy, sp)
@@ -274,20 +274,20 @@ func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {
 				return g.record("primary").Phase == PhaseIdle && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b"
 			})
 			if tc.apiDown {
-				f.mu.Lock()
-				f.fail["get"] = unreachable
-				f.mu.Unlock()
+				f.Lock()
+				f.Fail["get"] = unreachable
+				f.Unlock()
 			}
 			g.act.NodeLost(context.Background(), tc.lost, g.act.now())
 			if tc.apiDown {
 				// Nothing happens while the read fails: the record stays
 				// Idle and the primary at 1 (a full retry period of it).
 				g.act.NodeBack(context.Background(), "node-x", g.act.now()) // a barrier: Run took NodeLost
-				f.mu.Lock()
-				writes := slices.Clone(f.writes)
+				f.Lock()
+				writes := slices.Clone(f.Writes)
 				ph, n := g.record("primary").Phase, *f.depLocked(ns, "primary").Spec.Replicas
-				delete(f.fail, "get")
-				f.mu.Unlock()
+				delete(f.Fail, "get")
+				f.Unlock()
 				if ph != PhaseIdle || n != 1 {
 					t.Fatalf("acted while the API server was unreachable: phase %s, primary at %d; writes %q", ph, n, writes)
 				}
@@ -297,14 +297,14 @@ func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {
 				// here (the fake has no pod to wait for): its scale to 0 is
 				// read from the writes.
 				f.await(t, "primary retired, roles exchanged", func() bool {
-					return slices.Contains(f.writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" &&
+					return slices.Contains(f.Writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" &&
 						f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby"
 				})
-				f.await(t, "Failover Event", func() bool { return slices.Contains(f.reasonsLocked(), "Failover") })
-				f.mu.Lock()
-				defer f.mu.Unlock()
-				if !before(f.writes, "record edge/primary Failover", "scale edge/primary 0") && !before(f.writes, "record edge/primary Retiring", "scale edge/primary 0") {
-					t.Errorf("primary scaled to 0 before its record: %q", f.writes)
+				f.await(t, "Failover Event", func() bool { return slices.Contains(f.ReasonsLocked(), "Failover") })
+				f.Lock()
+				defer f.Unlock()
+				if !before(f.Writes, "record edge/primary Failover", "scale edge/primary 0") && !before(f.Writes, "record edge/primary Retiring", "scale edge/primary 0") {
+					t.Errorf("primary scaled to 0 before its record: %q", f.Writes)
 				}
 				if n := *f.depLocked(ns, "standby").Spec.Replicas; n != 1 {
 					t.Errorf("the hot standby, now primary, at %d replicas", n)
@@ -317,11 +317,11 @@ func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {
 				return
 			}
 			g.act.NodeBack(context.Background(), "node-x", g.act.now()) // a barrier: Run took NodeLost
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			for _, w := range f.writes {
+			f.Lock()
+			defer f.Unlock()
+			for _, w := range f.Writes {
 				if w == "scale edge/primary 0" || w == "record edge/primary Failover" {
-					t.Errorf("acted: %q", f.writes)
+					t.Errorf("acted: %q", f.Writes)
 				}
 			}
 		})

@@ -202,15 +202,15 @@ func (r *rig) sendMemory(st signal.State, pct, growthMi float64, limitMi int64) 
 // withBroker gives the pod an injected sidecar watching container
 // mosquitto, which has memory limit and request limitMi.
 func (f *fakeCluster) withBroker(pod string, limitMi int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	p := f.pods[podKey{ns, pod}]
+	f.Lock()
+	defer f.Unlock()
+	p := f.Pods[key(ns, pod)]
 	q := *resource.NewQuantity(limitMi*mi, resource.BinarySI)
 	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: q}, Requests: corev1.ResourceList{corev1.ResourceMemory: q}}
 	p.Spec.InitContainers = []corev1.Container{{Name: contract.SidecarName, Args: []string{"run", "--container=mosquitto"}}}
 	p.Spec.Containers = []corev1.Container{{Name: "exporter"}, {Name: "mosquitto", Resources: res}}
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "mosquitto", Resources: res.DeepCopy()}}
-	for _, d := range f.deps { // the pair's templates: the pod's spec as the ReplicaSet made it
+	for _, d := range f.Deps { // the pair's templates: the pod's spec as the ReplicaSet made it
 		d.Spec.Template.Spec = *p.Spec.DeepCopy()
 	}
 }
@@ -228,20 +228,20 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
 		}
 		f.await(t, "the broker container resized, its request by as much", func() bool {
-			return slices.Contains(f.writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi")
+			return slices.Contains(f.Writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi")
 		})
 		f.await(t, "the kubelet's status read", func() bool {
 			return r.record("primary").Resize.Kubelet
 		})
 		r.sendMemory(signal.Healthy, 31, 0.01, 256) // the sidecar reads the new limit
-		f.await(t, "Resized Event", func() bool { return slices.Contains(f.reasonsLocked(), "Resized") })
-		f.mu.Lock()
-		defer f.mu.Unlock()
+		f.await(t, "Resized Event", func() bool { return slices.Contains(f.ReasonsLocked(), "Resized") })
+		f.Lock()
+		defer f.Unlock()
 		if rec := r.record("primary"); rec.Phase != PhaseIdle || rec.LastResize.IsZero() {
 			t.Errorf("record %+v, want Idle with the resize's time", rec)
 		}
-		if n := r.replicas("standby"); n != 0 || slices.ContainsFunc(f.writes, func(w string) bool { return strings.HasPrefix(w, "scale ") }) {
-			t.Errorf("standby at %d; writes %q: a resize that took needs no standby", n, f.writes)
+		if n := r.replicas("standby"); n != 0 || slices.ContainsFunc(f.Writes, func(w string) bool { return strings.HasPrefix(w, "scale ") }) {
+			t.Errorf("standby at %d; writes %q: a resize that took needs no standby", n, f.Writes)
 		}
 		// The size survives: recorded on both, the template of the standby
 		// (at 0) given it, the running primary's left alone (it would roll).
@@ -250,13 +250,13 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 				t.Errorf("%s's %s = %q, want 256Mi in bytes", d, contract.AnnMemorySize, got)
 			}
 		}
-		if !slices.Contains(f.writes, "template edge/standby mosquitto 256Mi 256Mi") || slices.ContainsFunc(f.writes, func(w string) bool { return strings.HasPrefix(w, "template edge/primary ") }) {
-			t.Errorf("writes %q: want the standby's template sized and the primary's not", f.writes)
+		if !slices.Contains(f.Writes, "template edge/standby mosquitto 256Mi 256Mi") || slices.ContainsFunc(f.Writes, func(w string) bool { return strings.HasPrefix(w, "template edge/primary ") }) {
+			t.Errorf("writes %q: want the standby's template sized and the primary's not", f.Writes)
 		}
 	})
 	t.Run("deferred by the kubelet: the old size back, then the switchover", func(t *testing.T) {
 		f := newFakeCluster()
-		f.resize = corev1.PodReasonDeferred
+		f.Resize = corev1.PodReasonDeferred
 		pod := f.addPair(ns, "primary", "standby", policy)
 		f.withBroker(pod, 100)
 		r := start(t, f, pod, Config{Instance: "node-0"})
@@ -264,24 +264,24 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
 		}
 		f.await(t, "the old size back and the standby scaled up", func() bool {
-			return r.replicas("standby") == 1 && slices.Contains(f.writes, "resize edge/"+pod+" mosquitto 100Mi 100Mi")
+			return r.replicas("standby") == 1 && slices.Contains(f.Writes, "resize edge/"+pod+" mosquitto 100Mi 100Mi")
 		})
-		f.mu.Lock()
-		defer f.mu.Unlock()
+		f.Lock()
+		defer f.Unlock()
 		// The scale-up goes out with the switchover's record (early), the
 		// undoing after it: their order does not matter, both follow the try.
-		if !before(f.writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi", "resize edge/"+pod+" mosquitto 100Mi 100Mi") ||
-			!before(f.writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi", "scale edge/standby 1") {
-			t.Errorf("writes %q: want the resize, then its undoing and the standby", f.writes)
+		if !before(f.Writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi", "resize edge/"+pod+" mosquitto 100Mi 100Mi") ||
+			!before(f.Writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi", "scale edge/standby 1") {
+			t.Errorf("writes %q: want the resize, then its undoing and the standby", f.Writes)
 		}
 	})
 	t.Run("a pod whose broker has no memory limit: refused, switchover", func(t *testing.T) {
 		f := newFakeCluster()
 		pod := f.addPair(ns, "primary", "standby", policy)
 		f.withBroker(pod, 100)
-		f.mu.Lock()
-		delete(f.pods[podKey{ns, pod}].Spec.Containers[1].Resources.Limits, corev1.ResourceMemory)
-		f.mu.Unlock()
+		f.Lock()
+		delete(f.Pods[key(ns, pod)].Spec.Containers[1].Resources.Limits, corev1.ResourceMemory)
+		f.Unlock()
 		r := start(t, f, pod, Config{Instance: "node-0"})
 		for range 3 {
 			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
@@ -306,30 +306,30 @@ func TestTheSizeTheBrokerNeededSurvives(t *testing.T) {
 		for range 3 {
 			r.sendMemory(signal.Healthy, 10, 0, 100)
 		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
+		f.Lock()
+		defer f.Unlock()
 		n := 0
-		for _, w := range f.writes {
+		for _, w := range f.Writes {
 			if strings.HasPrefix(w, "resize ") {
 				n++
 			}
 		}
 		if n != 1 {
-			t.Errorf("writes %q: want one resize for one pod and size", f.writes)
+			t.Errorf("writes %q: want one resize for one pod and size", f.Writes)
 		}
 	})
 	t.Run("the retired primary's template takes the size, once it runs no pod", func(t *testing.T) {
 		f := newFakeCluster()
 		pod := f.addPair(ns, "primary", "standby", sized)
 		f.withBroker(pod, 150) // resized already: nothing to do in place
-		f.mu.Lock()
-		for _, d := range f.deps {
+		f.Lock()
+		for _, d := range f.Deps {
 			d.Spec.Template.Spec.Containers[1].Resources = corev1.ResourceRequirements{
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(100*mi, resource.BinarySI)},
 				Requests: corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(50*mi, resource.BinarySI)},
 			}
 		}
-		f.mu.Unlock()
+		f.Unlock()
 		r := start(t, f, pod, Config{Instance: "node-0"})
 		r.send(signal.Healthy)
 		for range 3 {
@@ -338,12 +338,12 @@ func TestTheSizeTheBrokerNeededSurvives(t *testing.T) {
 		f.await(t, "standby Ready seen", func() bool { return r.record("primary").Phase == PhaseConfirm })
 		r.send(signal.Anomalous)
 		f.await(t, "the retired primary's template sized", func() bool {
-			return slices.Contains(f.writes, "template edge/primary mosquitto 150Mi 100Mi")
+			return slices.Contains(f.Writes, "template edge/primary mosquitto 150Mi 100Mi")
 		})
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if !before(f.writes, "scale edge/primary 0", "template edge/primary mosquitto 150Mi 100Mi") {
-			t.Errorf("writes %q: the template is written only once the primary runs no pod", f.writes)
+		f.Lock()
+		defer f.Unlock()
+		if !before(f.Writes, "scale edge/primary 0", "template edge/primary mosquitto 150Mi 100Mi") {
+			t.Errorf("writes %q: the template is written only once the primary runs no pod", f.Writes)
 		}
 	})
 }

@@ -54,17 +54,17 @@ func statefulPair(f *fakeCluster, ann map[string]string) (primaryPod, standbyPod
 	ann[contract.AnnRedundancy] = string(contract.Hot)
 	primaryPod = f.addPair(ns, "primary", "standby", ann)
 	standbyPod = f.addPod(ns, "standby")
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	for _, d := range []string{"primary", "standby"} {
-		f.deps[podKey{ns, d}].Spec.Template.Annotations = map[string]string{contract.AnnStateDir: "/mosquitto/data"}
+		f.Deps[key(ns, d)].Spec.Template.Annotations = map[string]string{contract.AnnStateDir: "/mosquitto/data"}
 	}
-	sb := f.deps[podKey{ns, "standby"}]
+	sb := f.Deps[key(ns, "standby")]
 	sb.Spec.Replicas = new(int32)
 	*sb.Spec.Replicas = 1
 	sb.Status.Replicas, sb.Status.ReadyReplicas = 1, 0
 	for _, p := range []string{primaryPod, standbyPod} {
-		f.pods[podKey{ns, p}].Annotations = map[string]string{contract.AnnStateDir: "/mosquitto/data"}
+		f.Pods[key(ns, p)].Annotations = map[string]string{contract.AnnStateDir: "/mosquitto/data"}
 	}
 	return primaryPod, standbyPod
 }
@@ -92,7 +92,7 @@ func (r *rig) sendMsg(pod string, m signal.Message) {
 // gate is the pod's amf.io/healthy condition (status and reason), called
 // with f.mu held.
 func (f *fakeCluster) gateLocked(pod string) (corev1.ConditionStatus, string) {
-	for _, c := range f.pods[podKey{ns, pod}].Status.Conditions {
+	for _, c := range f.Pods[key(ns, pod)].Status.Conditions {
 		if c.Type == contract.ConditionHealthy {
 			return c.Status, c.Reason
 		}
@@ -154,17 +154,17 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 	f, pp, sp := r.f, r.pp, r.sp
 	r.switchOver()
 	f.await(t, "roles exchanged", func() bool {
-		return slices.Contains(f.writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
+		return slices.Contains(f.Writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
 	})
-	f.await(t, "StateHandover Event", func() bool { return slices.Contains(f.reasonsLocked(), "StateHandover") })
-	f.mu.Lock()
+	f.await(t, "StateHandover Event", func() bool { return slices.Contains(f.ReasonsLocked(), "StateHandover") })
+	f.Lock()
 	if st, _ := f.gateLocked(sp); st != corev1.ConditionFalse {
 		t.Errorf("the new primary's pod serves (%s) before it holds the state", st)
 	}
 	if _, ok := f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady]; ok {
 		t.Errorf("the new primary still carries %s", contract.AnnStandbyReady)
 	}
-	f.mu.Unlock()
+	f.Unlock()
 
 	// The retired broker's sidecar hands its final state in.
 	id, err := r.client(pp).HandIn(t.Context(), statehub.Final, finalState())
@@ -182,15 +182,15 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 	r.sendMsg(sp, signal.Message{State: signal.Starting, Handover: id})
 	r.sendMsg(sp, signal.Message{State: signal.Healthy})
 	r.sendMsg(sp, signal.Message{State: signal.Starting, Handover: id}) // taken: the one before is done
-	f.mu.Lock()
+	f.Lock()
 	if st, _ := f.gateLocked(sp); st == corev1.ConditionTrue {
 		t.Errorf("the new primary's pod serves on a healthy signal that names no state")
 	}
-	f.mu.Unlock()
+	f.Unlock()
 	r.sendMsg(sp, signal.Message{State: signal.Healthy, Handover: id})
 	f.await(t, "the new primary serves on the state", func() bool {
 		st, _ := f.gateLocked(sp)
-		return st == corev1.ConditionTrue && slices.Contains(f.reasonsLocked(), "StateCarried")
+		return st == corev1.ConditionTrue && slices.Contains(f.ReasonsLocked(), "StateCarried")
 	})
 	if _, ok, _ := r.client(sp).Fetch(t.Context(), ""); ok {
 		t.Error("the state is still there to fetch after the pod runs on it")
@@ -220,7 +220,7 @@ func TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome(t *testing.T) {
 			}
 			f.await(t, "the new primary serves, and a Warning says why without its state", func() bool {
 				st, _ := f.gateLocked(sp)
-				warned := slices.ContainsFunc(f.events, func(ev *eventsv1.Event) bool {
+				warned := slices.ContainsFunc(f.Events, func(ev *eventsv1.Event) bool {
 					return ev.Reason == "StateNotCarried" && ev.Type == corev1.EventTypeWarning && strings.Contains(ev.Note, tc.why)
 				})
 				return st == corev1.ConditionTrue && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" && warned
@@ -244,7 +244,7 @@ func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testi
 	f.await(t, "failed over, the standby held for the snapshot", func() bool {
 		st, _ := f.gateLocked(sp)
 		return f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" && st == corev1.ConditionFalse &&
-			slices.Contains(f.reasonsLocked(), "StateFromSnapshot")
+			slices.Contains(f.ReasonsLocked(), "StateFromSnapshot")
 	})
 	fetched, ok, err := r.client(sp).Fetch(t.Context(), "")
 	if err != nil || !ok || fetched.ID != id || fetched.Kind != statehub.Snapshot {
@@ -254,7 +254,7 @@ func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testi
 	r.sendMsg(sp, signal.Message{State: signal.Healthy, Handover: id})
 	f.await(t, "the new primary serves on the snapshot, its age said", func() bool {
 		st, _ := f.gateLocked(sp)
-		return st == corev1.ConditionTrue && slices.ContainsFunc(f.events, func(ev *eventsv1.Event) bool {
+		return st == corev1.ConditionTrue && slices.ContainsFunc(f.Events, func(ev *eventsv1.Event) bool {
 			return ev.Reason == "StateCarried" && strings.Contains(ev.Note, "the last snapshot") && strings.Contains(ev.Note, "lost")
 		})
 	})
@@ -376,22 +376,22 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 			if err != nil || got.Kind != tc.kind || got.From.Pod != n.pp {
 				t.Fatalf("the standby's pod fetched %q, %s from %s (%v); want a %s of %s", got.ID, got.Kind, got.From, err, tc.kind, n.pp)
 			}
-			n.f.mu.Lock()
+			n.f.Lock()
 			if st, _ := n.f.gateLocked(n.sp); st == corev1.ConditionTrue {
 				t.Errorf("the new primary's pod serves before it runs on the state")
 			}
-			n.f.mu.Unlock()
+			n.f.Unlock()
 			n.b.sendMsg(n.sp, signal.Message{State: signal.Starting, Handover: got.ID})
 			n.b.sendMsg(n.sp, signal.Message{State: signal.Healthy, Handover: got.ID})
 			n.f.await(t, "the new primary serves on the state, the handover cleared", func() bool {
 				st, _ := n.f.gateLocked(n.sp)
 				_, named := n.f.depLocked(ns, "standby").Annotations[contract.AnnHandover]
-				return st == corev1.ConditionTrue && !named && slices.Contains(n.f.reasonsLocked(), "StateCarried")
+				return st == corev1.ConditionTrue && !named && slices.Contains(n.f.ReasonsLocked(), "StateCarried")
 			})
-			n.f.mu.Lock()
-			defer n.f.mu.Unlock()
-			if slices.Contains(n.f.reasonsLocked(), "StateNotCarried") {
-				t.Errorf("a StateNotCarried Event beside the state carried: %v", n.f.reasonsLocked())
+			n.f.Lock()
+			defer n.f.Unlock()
+			if slices.Contains(n.f.ReasonsLocked(), "StateNotCarried") {
+				t.Errorf("a StateNotCarried Event beside the state carried: %v", n.f.ReasonsLocked())
 			}
 		})
 	}
@@ -412,5 +412,5 @@ func TestAStatefulPairIsRetiredWithoutTheHold(t *testing.T) {
 	r.sendMsg(sp, signal.Message{State: signal.Healthy})
 	f.await(t, "the standby named ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
 	r.switchOver()
-	f.await(t, "retired at once, not after the default hold of 15 s", func() bool { return slices.Contains(f.writes, "scale edge/primary 0") })
+	f.await(t, "retired at once, not after the default hold of 15 s", func() bool { return slices.Contains(f.Writes, "scale edge/primary 0") })
 }

@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
 	"github.com/amf-edge/amf/contract"
 )
@@ -25,14 +23,14 @@ import (
 // another node's hub. Each relay is reviewed (a few a minute per pair), so
 // there is no cache.
 type PeerAuthenticator struct {
-	reviews authnv1client.TokenReviewInterface
+	reviews TokenReviewer
 	account string // system:serviceaccount:<namespace>:<name>
 }
 
 // NewPeerAuthenticator returns a PeerAuthenticator that accepts the tokens
 // of account ("system:serviceaccount:<namespace>:<name>", AccountOf the
 // agent's own peer token).
-func NewPeerAuthenticator(reviews authnv1client.TokenReviewInterface, account string) (*PeerAuthenticator, error) {
+func NewPeerAuthenticator(reviews TokenReviewer, account string) (*PeerAuthenticator, error) {
 	if rest, ok := strings.CutPrefix(account, serviceAccountPrefix); !ok || strings.Count(rest, ":") != 1 {
 		return nil, fmt.Errorf("agent: peer account %q is not a ServiceAccount's username (system:serviceaccount:<namespace>:<name>)", account)
 	}
@@ -45,7 +43,7 @@ func (p *PeerAuthenticator) AuthenticatePeer(ctx context.Context, token string) 
 	if token == "" || len(token) > maxTokenBytes {
 		return "", fmt.Errorf("%w: a token of %d bytes", ErrUnauthenticated, len(token))
 	}
-	res, err := p.reviews.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{contract.StatePeerAudience}}}, metav1.CreateOptions{})
+	res, err := p.reviews.ReviewToken(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{contract.StatePeerAudience}}})
 	if err != nil {
 		return "", fmt.Errorf("%w: TokenReview: %w", ErrAuthUnavailable, err)
 	}

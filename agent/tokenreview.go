@@ -12,9 +12,8 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
@@ -31,6 +30,16 @@ const serviceAccountPrefix = "system:serviceaccount:"
 // maxTokenBytes bounds a token before it is sent anywhere; a projected token is
 // about 1 KiB.
 const maxTokenBytes = 8 << 10
+
+// TokenReviewer creates TokenReviews: the agent's part of the agent's one
+// seam to the API server (package cluster). cluster.NewKube is the real
+// one, clusterfake.Cluster (its Review) the tests'.
+type TokenReviewer interface {
+	// ReviewToken creates tr and returns the API server's answer.
+	ReviewToken(ctx context.Context, tr *authnv1.TokenReview) (*authnv1.TokenReview, error)
+}
+
+var _ TokenReviewer = (*cluster.Kube)(nil)
 
 // TokenReviewOptions tunes a TokenReviewAuthenticator; zero values take defaults.
 type TokenReviewOptions struct {
@@ -63,7 +72,7 @@ type TokenReviewOptions struct {
 // Successful reviews are cached for a short time keyed by the SHA-256 of the
 // token, so the token itself is never kept.
 type TokenReviewAuthenticator struct {
-	reviews  authnv1client.TokenReviewInterface
+	reviews  TokenReviewer
 	audience string
 	node     string
 	ttl      time.Duration
@@ -80,10 +89,10 @@ type cachedIdentity struct {
 }
 
 // NewTokenReviewAuthenticator returns an authenticator that creates
-// TokenReviews with reviews, e.g. clientset.AuthenticationV1().TokenReviews().
+// TokenReviews with reviews, e.g. cluster.NewKube(clientset).
 // The agent's ServiceAccount needs "create" on tokenreviews
 // (system:auth-delegator grants it).
-func NewTokenReviewAuthenticator(reviews authnv1client.TokenReviewInterface, opts TokenReviewOptions) *TokenReviewAuthenticator {
+func NewTokenReviewAuthenticator(reviews TokenReviewer, opts TokenReviewOptions) *TokenReviewAuthenticator {
 	a := &TokenReviewAuthenticator{
 		reviews:  reviews,
 		audience: opts.Audience,
@@ -121,7 +130,7 @@ func (a *TokenReviewAuthenticator) Authenticate(ctx context.Context, token strin
 		return id, nil
 	}
 	review := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}}}
-	res, err := a.reviews.Create(ctx, review, metav1.CreateOptions{})
+	res, err := a.reviews.ReviewToken(ctx, review)
 	if err != nil {
 		return Identity{}, fmt.Errorf("%w: TokenReview: %w", ErrAuthUnavailable, err)
 	}

@@ -14,9 +14,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/signal"
@@ -58,12 +59,13 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reviews, err := authnv1client.NewForConfig(agentCfg)
+	agentCS, err := kubernetes.NewForConfig(agentCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	reviews := cluster.NewKube(agentCS)
 	newAuth := func() *TokenReviewAuthenticator {
-		return NewTokenReviewAuthenticator(reviews.TokenReviews(), TokenReviewOptions{CacheTTL: -1})
+		return NewTokenReviewAuthenticator(reviews, TokenReviewOptions{CacheTTL: -1})
 	}
 
 	// A broker pod with its sidecar's ServiceAccount.
@@ -108,11 +110,11 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 	if id, err := newAuth().Authenticate(ctx, bound); err != nil || id != want {
 		t.Fatalf("pod-bound token: %v, %v; want %v", id, err, want)
 	}
-	onNode := NewTokenReviewAuthenticator(reviews.TokenReviews(), TokenReviewOptions{CacheTTL: -1, NodeName: pod.Spec.NodeName})
+	onNode := NewTokenReviewAuthenticator(reviews, TokenReviewOptions{CacheTTL: -1, NodeName: pod.Spec.NodeName})
 	if id, err := onNode.Authenticate(ctx, bound); err != nil || id != want {
 		t.Errorf("agent of node %s: %v, %v; want %v", pod.Spec.NodeName, id, err, want)
 	}
-	otherNode := NewTokenReviewAuthenticator(reviews.TokenReviews(), TokenReviewOptions{CacheTTL: -1, NodeName: "another-node"})
+	otherNode := NewTokenReviewAuthenticator(reviews, TokenReviewOptions{CacheTTL: -1, NodeName: "another-node"})
 	if _, err := otherNode.Authenticate(ctx, bound); !errors.Is(err, ErrUnauthenticated) {
 		t.Errorf("agent of another node: error = %v, want ErrUnauthenticated", err)
 	}
@@ -161,7 +163,7 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 	if err != nil || account != "system:serviceaccount:"+agentNS+":"+agentSA {
 		t.Fatalf("AccountOf the agent's token = %q, %v", account, err)
 	}
-	peers, err := NewPeerAuthenticator(reviews.TokenReviews(), account)
+	peers, err := NewPeerAuthenticator(reviews, account)
 	if err != nil {
 		t.Fatal(err)
 	}

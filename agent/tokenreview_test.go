@@ -11,34 +11,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amf-edge/amf/contract"
 	authnv1 "k8s.io/api/authentication/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/amf-edge/amf/cluster/clusterfake"
+	"github.com/amf-edge/amf/contract"
 )
 
-// fakeReviews answers TokenReviews from a fake clientset with status(token),
-// checking that each request asks for the agent's audience.
-func fakeReviews(t *testing.T, status func(token string) (authnv1.TokenReviewStatus, error)) (*fake.Clientset, *atomic.Int32) {
+// fakeReviews answers TokenReviews from the fake cluster with
+// status(token), checking that each request asks for the agent's audience.
+func fakeReviews(t *testing.T, status func(token string) (authnv1.TokenReviewStatus, error)) (*clusterfake.Cluster, *atomic.Int32) {
 	t.Helper()
-	cs := fake.NewClientset()
+	c := clusterfake.New()
 	var calls atomic.Int32
-	cs.PrependReactor("create", "tokenreviews", func(action k8stesting.Action) (bool, runtime.Object, error) {
+	c.Review = func(tr *authnv1.TokenReview) (authnv1.TokenReviewStatus, error) {
 		calls.Add(1)
-		tr := action.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
 		if !slices.Equal(tr.Spec.Audiences, []string{contract.Audience}) {
 			t.Errorf("review asks for audiences %q, want [%q]", tr.Spec.Audiences, contract.Audience)
 		}
-		st, err := status(tr.Spec.Token)
-		if err != nil {
-			return true, nil, err
-		}
-		out := tr.DeepCopy()
-		out.Status = st
-		return true, out, nil
-	})
-	return cs, &calls
+		return status(tr.Spec.Token)
+	}
+	return c, &calls
 }
 
 // podBound is the status the API server gives a projected token of pod ns/pod.
@@ -124,7 +116,7 @@ func TestTokenReviewMapsTheReviewToAnIdentity(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cs, _ := fakeReviews(t, func(string) (authnv1.TokenReviewStatus, error) { return tt.status(), nil })
-			a := NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), TokenReviewOptions{NodeName: tt.node})
+			a := NewTokenReviewAuthenticator(cs, TokenReviewOptions{NodeName: tt.node})
 			const token = "the-token-itself"
 			id, err := a.Authenticate(context.Background(), token)
 			if tt.err == nil {
@@ -147,7 +139,7 @@ func TestTokenReviewAPIFailureIsUnavailable(t *testing.T) {
 	cs, _ := fakeReviews(t, func(string) (authnv1.TokenReviewStatus, error) {
 		return authnv1.TokenReviewStatus{}, errors.New("connection refused")
 	})
-	a := NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), TokenReviewOptions{})
+	a := NewTokenReviewAuthenticator(cs, TokenReviewOptions{})
 	_, err := a.Authenticate(context.Background(), "tok")
 	if !errors.Is(err, ErrAuthUnavailable) || refuseReason(err) != refuseAuthError {
 		t.Fatalf("error = %v, want ErrAuthUnavailable", err)
@@ -169,7 +161,7 @@ func TestTokenReviewCacheIsShortAndBoundedByExpiry(t *testing.T) {
 		}
 		return podBound("tod", "broker", "b-1"), nil
 	})
-	a := NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), TokenReviewOptions{CacheTTL: 30 * time.Second, Now: clock})
+	a := NewTokenReviewAuthenticator(cs, TokenReviewOptions{CacheTTL: 30 * time.Second, Now: clock})
 	ctx := context.Background()
 	auth := func(tok string) {
 		t.Helper()
@@ -208,7 +200,7 @@ func TestTokenReviewCacheIsShortAndBoundedByExpiry(t *testing.T) {
 	}
 
 	// A full cache of live entries starts over instead of growing.
-	small := NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), TokenReviewOptions{CacheSize: 2, Now: clock})
+	small := NewTokenReviewAuthenticator(cs, TokenReviewOptions{CacheSize: 2, Now: clock})
 	for i := range 5 {
 		if _, err := small.Authenticate(ctx, jwt(now.Add(time.Hour), fmt.Sprint(i))); err != nil {
 			t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Failover is what an agent does about the nodes it guards and about its
@@ -30,7 +29,7 @@ type Failover interface {
 // AgentConfig configures an Agent. All fields but Logger and Registerer are
 // required.
 type AgentConfig struct {
-	Client    kubernetes.Interface
+	Cluster   Cluster
 	Namespace string // of the Leases
 	Node      string // this agent's node
 	// Listen is where peers' probes are answered; Advertise the host:port
@@ -48,7 +47,7 @@ type AgentConfig struct {
 // guards it come from the actuator (SetGuards); a lost node goes to
 // Failover.
 type Agent struct {
-	client    kubernetes.Interface
+	cluster   Cluster
 	namespace string
 	node      string
 	advertise string
@@ -68,8 +67,8 @@ func Listen(cfg AgentConfig) (*Agent, error) {
 	if err := cfg.Timing.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Client == nil || cfg.Namespace == "" || cfg.Node == "" || cfg.Advertise == "" {
-		return nil, errors.New("liveness: an agent needs a client, the Leases' namespace, its node and the address it advertises")
+	if cfg.Cluster == nil || cfg.Namespace == "" || cfg.Node == "" || cfg.Advertise == "" {
+		return nil, errors.New("liveness: an agent needs a cluster, the Leases' namespace, its node and the address it advertises")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -86,7 +85,7 @@ func Listen(cfg AgentConfig) (*Agent, error) {
 		}
 		return c
 	}
-	return &Agent{client: cfg.Client, namespace: cfg.Namespace, node: cfg.Node, advertise: cfg.Advertise, timing: cfg.Timing,
+	return &Agent{cluster: cfg.Cluster, namespace: cfg.Namespace, node: cfg.Node, advertise: cfg.Advertise, timing: cfg.Timing,
 		log: cfg.Logger, ln: ln, guards: make(chan guards, 1),
 		lost:        counter("amf_liveness_nodes_lost_total", "Guarded nodes declared lost."),
 		back:        counter("amf_liveness_nodes_back_total", "Lost nodes that heartbeat again."),

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes/fake"
+	"github.com/amf-edge/amf/cluster/clusterfake"
 )
 
 func TestListenRefusesWhatCannotWork(t *testing.T) {
@@ -15,14 +15,14 @@ func TestListenRefusesWhatCannotWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	ok := AgentConfig{Client: fake.NewClientset(), Namespace: "amf-system", Node: "n0", Listen: "127.0.0.1:0", Advertise: "10.0.0.5:1885", Timing: DefaultTiming}
+	ok := AgentConfig{Cluster: clusterfake.New(), Namespace: "amf-system", Node: "n0", Listen: "127.0.0.1:0", Advertise: "10.0.0.5:1885", Timing: DefaultTiming}
 	for _, tc := range []struct {
 		name string
 		edit func(*AgentConfig)
 		want string
 	}{
 		{"a guard that could act before the fence", func(c *AgentConfig) { c.Timing.Lost = c.Timing.Fence }, "at least fence"},
-		{"no node", func(c *AgentConfig) { c.Node = "" }, "needs a client, the Leases' namespace, its node"},
+		{"no node", func(c *AgentConfig) { c.Node = "" }, "needs a cluster, the Leases' namespace, its node"},
 		{"no advertised address", func(c *AgentConfig) { c.Advertise = "" }, "the address it advertises"},
 		{"the probe port taken", func(c *AgentConfig) { c.Listen = taken.Addr().String() }, "answer probes at " + taken.Addr().String()},
 	} {

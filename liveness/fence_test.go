@@ -3,13 +3,12 @@ package liveness
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
+	"github.com/amf-edge/amf/cluster/clusterfake"
 )
 
 // fenceRecorder is a Failover that reports fences and lifts; Lift says
@@ -38,24 +37,21 @@ func (f *fenceRecorder) Lift(context.Context) int {
 // guard never answers (no probe address known) and whose Lease renewals
 // fail fences once; when the renewals succeed again it lifts, once.
 func TestCutOffAgentFencesItsPrimariesAndLiftsOnceItRenewsAgain(t *testing.T) {
-	client := fake.NewClientset()
-	var cut atomic.Bool
+	c := clusterfake.New()
+	var cut atomic.Bool // the Lease calls fail while set (Fail["lease"])
 	unreachable := errors.New("dial tcp 10.0.0.1:6443: i/o timeout")
-	renewals := make(chan struct{}, 64) // Lease writes that went through
-	client.PrependReactor("*", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
-		if cut.Load() {
-			return true, nil, unreachable
+	setCut := func(on bool) {
+		c.Lock()
+		defer c.Unlock()
+		cut.Store(on)
+		if on {
+			c.Fail["lease"] = unreachable
+		} else {
+			delete(c.Fail, "lease")
 		}
-		if act.GetVerb() == "update" {
-			select {
-			case renewals <- struct{}{}:
-			default:
-			}
-		}
-		return false, nil, nil
-	})
+	}
 	tm := Timing{Period: 100 * time.Millisecond, Fence: time.Second, Lost: 1200 * time.Millisecond} // a second of margin: no second fence on a busy machine
-	a, err := Listen(AgentConfig{Client: client, Namespace: "amf-system", Node: "n1", Listen: "127.0.0.1:0", Advertise: "127.0.0.1:1", Timing: tm})
+	a, err := Listen(AgentConfig{Cluster: c, Namespace: "amf-system", Node: "n1", Listen: "127.0.0.1:0", Advertise: "127.0.0.1:1", Timing: tm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +66,7 @@ func TestCutOffAgentFencesItsPrimariesAndLiftsOnceItRenewsAgain(t *testing.T) {
 		}
 	})
 	a.SetGuards(nil, []string{"n2"}) // n2 has no Lease: its address is never known, so never reached
-	cut.Store(true)
+	setCut(true)
 	wait := func(c chan struct{}, what string) {
 		t.Helper()
 		select {
@@ -80,16 +76,28 @@ func TestCutOffAgentFencesItsPrimariesAndLiftsOnceItRenewsAgain(t *testing.T) {
 		}
 	}
 	wait(rec.fences, "fence while cut off")
-	cut.Store(false)
+	setCut(false)
 	wait(rec.lifts, "lift once renewed")
 	// Renewing on, nothing more: one fence, one lift.
-	for len(renewals) > 0 {
-		<-renewals
-	}
-	for range 3 {
-		wait(renewals, "renewal")
+	c.Lock()
+	seen := len(c.Writes)
+	c.Unlock()
+	n := 0
+	if !c.Await(10*time.Second, func() bool { n += countUpdates(c.Writes[seen:]); seen = len(c.Writes); return n >= 3 }) {
+		t.Fatalf("%d renewals within 10 s, want 3", n)
 	}
 	if len(rec.fences) != 0 || len(rec.lifts) != 0 {
 		t.Errorf("%d more fences and %d more lifts after the lift", len(rec.fences), len(rec.lifts))
 	}
+}
+
+// countUpdates counts the Lease updates among writes.
+func countUpdates(writes []string) int {
+	n := 0
+	for _, w := range writes {
+		if strings.HasPrefix(w, "lease update ") {
+			n++
+		}
+	}
+	return n
 }

@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
@@ -25,6 +24,20 @@ import (
 // Leases they watch by it.
 const LabelNode = "amf.io/node"
 
+// Cluster is what liveness reads and writes in Kubernetes, the Leases: its
+// part of the agent's one seam to the API server (package cluster).
+// cluster.NewKube is the real one, clusterfake.Cluster the tests'.
+type Cluster interface {
+	Lease(ctx context.Context, ns, name string) (*coordinationv1.Lease, error)
+	// CreateLease: AlreadyExists if the name is taken.
+	CreateLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
+	// UpdateLease: Conflict if l's resourceVersion is not the Lease's.
+	UpdateLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error)
+	// LeaseListWatch lists and watches the Leases of ns that match the
+	// label selector (the guard's watch).
+	LeaseListWatch(ns, selector string) cache.ListerWatcher
+}
+
 // LeaseName is the name of the Lease of node's agent.
 func LeaseName(node string) string { return "amf-agent-" + node }
 
@@ -32,7 +45,7 @@ func LeaseName(node string) string { return "amf-agent-" + node }
 // write per period (an update of the object it last wrote; a get only after
 // a conflict), each bounded by one period.
 type Heartbeat struct {
-	Client    kubernetes.Interface
+	Cluster   Cluster
 	Namespace string
 	Node      string
 	Timing    Timing
@@ -83,13 +96,12 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 }
 
 func (h *Heartbeat) renew(ctx context.Context, last *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
-	leases := h.Client.CoordinationV1().Leases(h.Namespace)
 	if last == nil {
-		l, err := leases.Get(ctx, LeaseName(h.Node), metav1.GetOptions{})
+		l, err := h.Cluster.Lease(ctx, h.Namespace, LeaseName(h.Node))
 		if apierrors.IsNotFound(err) {
 			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(h.Node), Namespace: h.Namespace}}
 			h.fill(l, now)
-			return leases.Create(ctx, l, metav1.CreateOptions{})
+			return h.Cluster.CreateLease(ctx, l)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("liveness: get Lease %s: %w", LeaseName(h.Node), err)
@@ -98,7 +110,7 @@ func (h *Heartbeat) renew(ctx context.Context, last *coordinationv1.Lease, now t
 	}
 	l := last.DeepCopy()
 	h.fill(l, now)
-	l, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+	l, err := h.Cluster.UpdateLease(ctx, l)
 	if err != nil {
 		return nil, fmt.Errorf("liveness: renew Lease %s: %w", LeaseName(h.Node), err)
 	}
@@ -123,7 +135,7 @@ func (h *Heartbeat) fill(l *coordinationv1.Lease, now time.Time) {
 
 // GuardConfig configures RunGuard.
 type GuardConfig struct {
-	Client    kubernetes.Interface
+	Cluster   Cluster
 	Namespace string
 	// Self is the guard's own node; Nodes the nodes whose primaries it guards.
 	Self   string
@@ -231,10 +243,7 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 	nodes := append([]string{cfg.Self}, cfg.Nodes...)
 	sort.Strings(nodes)
 	sel := LabelNode + " in (" + strings.Join(nodes, ",") + ")"
-	lw := cache.NewFilteredListWatchFromClient(cfg.Client.CoordinationV1().RESTClient(), "leases", cfg.Namespace, func(o *metav1.ListOptions) {
-		o.LabelSelector = sel
-	})
-	_, err = watchtools.UntilWithSync(ctx, lw, &coordinationv1.Lease{}, nil, func(ev watch.Event) (bool, error) {
+	_, err = watchtools.UntilWithSync(ctx, cfg.Cluster.LeaseListWatch(cfg.Namespace, sel), &coordinationv1.Lease{}, nil, func(ev watch.Event) (bool, error) {
 		l, ok := ev.Object.(*coordinationv1.Lease)
 		if !ok || ev.Type == watch.Deleted || l.Spec.RenewTime == nil {
 			return false, nil
@@ -266,8 +275,8 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 
 // ProbeAddrOf returns the probe address node's agent advertises on its
 // Lease (AnnProbe), read once; "" if it advertises none.
-func ProbeAddrOf(ctx context.Context, c kubernetes.Interface, namespace, node string) (string, error) {
-	l, err := c.CoordinationV1().Leases(namespace).Get(ctx, LeaseName(node), metav1.GetOptions{})
+func ProbeAddrOf(ctx context.Context, c Cluster, namespace, node string) (string, error) {
+	l, err := c.Lease(ctx, namespace, LeaseName(node))
 	if err != nil {
 		return "", fmt.Errorf("liveness: get Lease %s: %w", LeaseName(node), err)
 	}

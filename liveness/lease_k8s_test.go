@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/liveness"
 )
@@ -115,7 +116,7 @@ func heartbeat(t *testing.T, c kubernetes.Interface, node string, onRenew func(t
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &agent{node: node, cancel: cancel, done: make(chan struct{})}
-	h := &liveness.Heartbeat{Client: c, Namespace: testNS, Node: node, Timing: liveness.DefaultTiming, OnRenew: func(sent time.Time) {
+	h := &liveness.Heartbeat{Cluster: cluster.NewKube(c), Namespace: testNS, Node: node, Timing: liveness.DefaultTiming, OnRenew: func(sent time.Time) {
 		a.mu.Lock()
 		a.sent = sent
 		a.mu.Unlock()
@@ -168,7 +169,7 @@ func TestGuardOnARealAPIServerSeesAStoppedAgentAndNothingWhileTheServerIsAway(t 
 	var cAnswers atomic.Bool
 	go func() {
 		guardDone <- liveness.RunGuard(ctx, liveness.GuardConfig{
-			Client: c, Namespace: testNS, Self: "b", Nodes: []string{"a", "c"}, Timing: tm,
+			Cluster: cluster.NewKube(c), Namespace: testNS, Self: "b", Nodes: []string{"a", "c"}, Timing: tm,
 			Probe: func(_ context.Context, node string) bool {
 				if node == "c" && cAnswers.Load() {
 					fmu.Lock()
@@ -273,7 +274,7 @@ func TestHeartbeatCostGrowsWithTheNodes(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					_ = liveness.RunGuard(ctx, liveness.GuardConfig{
-						Client: c, Namespace: testNS, Self: self, Nodes: []string{guarded}, Timing: tm,
+						Cluster: cluster.NewKube(c), Namespace: testNS, Self: self, Nodes: []string{guarded}, Timing: tm,
 						OnEvent: func(node string) {
 							events.Add(1)
 							if node != self && node != guarded {

@@ -24,8 +24,10 @@
 //
 // Times compared are always on one machine's clock: a guard compares the
 // arrivals of events at itself, a fencer the send times of its own requests.
-// Package liveness does not import client-go's informers: Heartbeat and Watch
-// are a Lease update and a label-selected watch.
+// Package liveness does not import client-go's clientset or informers:
+// Heartbeat and RunGuard are a Lease update and a label-selected
+// list+watch, made through Cluster, its part of the agent's one seam to the
+// API server (package cluster), whose fake (clusterfake) its tests use.
 package liveness
 
 import (

@@ -86,7 +86,7 @@ func (r *run) vouches(node string) bool { return r.sights.Vouches(node, time.Now
 // heartbeat is this node's Lease renewal; each renewal tells the fencer,
 // and makes a lift due after an unsettled fence.
 func (r *run) heartbeat() *Heartbeat {
-	return &Heartbeat{Client: r.client, Namespace: r.namespace, Node: r.node, Timing: r.t, ProbeAddr: r.advertise,
+	return &Heartbeat{Cluster: r.cluster, Namespace: r.namespace, Node: r.node, Timing: r.t, ProbeAddr: r.advertise,
 		OnRenew: func(sent time.Time) {
 			r.mu.Lock()
 			if r.fencer != nil {
@@ -230,7 +230,7 @@ func (r *run) guard(ctx context.Context, nodes []string) {
 		defer close(done)
 		for gctx.Err() == nil {
 			err := RunGuard(gctx, GuardConfig{
-				Client: r.client, Namespace: r.namespace, Self: r.node, Nodes: nodes, Timing: r.t,
+				Cluster: r.cluster, Namespace: r.namespace, Self: r.node, Nodes: nodes, Timing: r.t,
 				ProbeAt: func(ctx context.Context, addr string) bool { return Probe(ctx, addr, r.node) }, Sights: r.sights,
 				OnLost: func(node string, at time.Time) {
 					r.lost.Inc()
@@ -289,7 +289,7 @@ func (r *run) readAddrs(ctx context.Context) {
 			continue
 		}
 		rctx, rcancel := context.WithTimeout(ctx, r.t.Period)
-		a, err := ProbeAddrOf(rctx, r.client, r.namespace, n)
+		a, err := ProbeAddrOf(rctx, r.cluster, r.namespace, n)
 		rcancel()
 		if err != nil || a == "" {
 			r.log.Warn("probe address of a guard not known yet", slog.String("guard", n), slog.String("error", fmt.Sprint(err)))

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/liveness"
 )
@@ -77,11 +78,11 @@ func startRing(b *testing.B, c kubernetes.Interface, n int, tm liveness.Timing) 
 	r := &ring{cancel: cancel}
 	name := func(i int) string { return fmt.Sprintf("r%d-%d", n, i%n) }
 	for i := range n {
-		h := &liveness.Heartbeat{Client: c, Namespace: testNS, Node: name(i), Timing: tm, OnRenew: func(time.Time) { r.writes.Add(1) }}
+		h := &liveness.Heartbeat{Cluster: cluster.NewKube(c), Namespace: testNS, Node: name(i), Timing: tm, OnRenew: func(time.Time) { r.writes.Add(1) }}
 		r.wg.Go(func() { _ = h.Run(ctx) })
 		r.wg.Go(func() {
 			_ = liveness.RunGuard(ctx, liveness.GuardConfig{
-				Client: c, Namespace: testNS, Self: name(i), Nodes: []string{name(i + 1)}, Timing: tm,
+				Cluster: cluster.NewKube(c), Namespace: testNS, Self: name(i), Nodes: []string{name(i + 1)}, Timing: tm,
 				OnEvent: func(string) { r.events.Add(1) },
 				OnLost:  func(string, time.Time) { r.lost.Add(1) },
 			})

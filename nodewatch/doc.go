@@ -28,6 +28,12 @@
 //     (amf.io/model, default contract.DefaultModel) is embedded in the
 //     agent; otherwise a Warning Event says what is wrong.
 //
+// The two informers are client-go's, on Config.Client and Config.Metadata
+// (fed client-go's fakes in the tests); the calls nodewatch makes itself,
+// the ReplicaSet GET and the Events, go through Cluster, its part of the
+// agent's one seam to the API server (package cluster), whose fake
+// (clusterfake) the tests share with the actuator's.
+//
 // A pipeline starts when the informer delivers the pod (or the Deployment)
 // change that makes it watched, and stops when one makes it not: the
 // pipeline's last message is then stopping (as a sidecar's on SIGTERM),

@@ -25,6 +25,7 @@ import (
 
 	"github.com/amf-edge/amf/brokerpod"
 	"github.com/amf-edge/amf/cgroup"
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
@@ -49,12 +50,29 @@ const (
 // (actuate.Controller, restated so this package does not link the actuator).
 const ReportingController = "amf.io/agent"
 
+// Cluster is what nodewatch asks of the API server itself, beside its
+// informers: its part of the agent's one seam to the API server (package
+// cluster). cluster.NewKube is the real one, clusterfake.Cluster the
+// tests'.
+type Cluster interface {
+	// ReplicaSet gets a pod's ReplicaSet, for its Deployment.
+	ReplicaSet(ctx context.Context, ns, name string) (*appsv1.ReplicaSet, error)
+	// CreateEvent creates a Warning Event about a pod not watched.
+	CreateEvent(ctx context.Context, ev *eventsv1.Event) (string, error)
+}
+
+var _ Cluster = (*cluster.Kube)(nil)
+
 // Config wires a Watcher. Client, Metadata, NodeName and Begin are
 // required.
 type Config struct {
 	// Client lists and watches the node's pods (field selector
-	// spec.nodeName), gets ReplicaSets and creates Events.
+	// spec.nodeName) for the pod informer, which stays on client-go (see
+	// package cluster).
 	Client kubernetes.Interface
+	// Cluster gets ReplicaSets and creates Events; default
+	// cluster.NewKube(Client).
+	Cluster Cluster
 	// Metadata watches the Deployments' metadata.
 	Metadata metadata.Interface
 	// NodeName is this agent's node: only its pods are watched.
@@ -136,6 +154,9 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, errors.New("nodewatch: the node name is required (amf-agent --node-name, from spec.nodeName)")
 	case cfg.Begin == nil:
 		return nil, errors.New("nodewatch: Begin (the tracker) is required")
+	}
+	if cfg.Cluster == nil {
+		cfg.Cluster = cluster.NewKube(cfg.Client)
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -408,7 +429,7 @@ func (w *Watcher) deployment(ctx context.Context, pod *corev1.Pod) (metav1.Objec
 	}
 	name, ok := w.owners[ref.UID]
 	if !ok {
-		rs, err := w.cfg.Client.AppsV1().ReplicaSets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		rs, err := w.cfg.Cluster.ReplicaSet(ctx, pod.Namespace, ref.Name)
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, nil // deleted: the pod goes too
@@ -467,7 +488,7 @@ func (w *Watcher) warn(ctx context.Context, pod *corev1.Pod, reason, note string
 		Note: truncateNote(note),
 		Type: corev1.EventTypeWarning,
 	}
-	if _, err := w.cfg.Client.EventsV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	if _, err := w.cfg.Cluster.CreateEvent(ctx, ev); err != nil {
 		w.log.Warn("event not created", slog.String("reason", reason), slog.String("error", err.Error()))
 		delete(w.warned, key) // the next reconciliation tries again
 	}

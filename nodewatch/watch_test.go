@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/amf-edge/amf/cluster/clusterfake"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/signal"
 )
@@ -57,12 +58,13 @@ func (h *harness) started() *fakeRun    { h.t.Helper(); return recv(h.t, h.start
 func (h *harness) noStart(after string) { h.t.Helper(); h.settle(after); h.assertNoStart() }
 
 type harness struct {
-	t      *testing.T
-	client *fake.Clientset
-	md     *metadatafake.FakeMetadataClient
-	starts chan *fakeRun
-	events chan *eventsv1.Event
-	ctx    context.Context
+	t       *testing.T
+	client  *fake.Clientset // the pod informer's
+	md      *metadatafake.FakeMetadataClient
+	cluster *clusterfake.Cluster // ReplicaSets and Events
+	starts  chan *fakeRun
+	events  int // of cluster.Events, those seen
+	ctx     context.Context
 }
 
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
@@ -92,7 +94,7 @@ func start(t *testing.T, deployments map[string]map[string]string) *harness {
 		objs = append(objs, deploymentMeta(name, ann))
 	}
 	h := &harness{t: t, client: fake.NewClientset(), md: metadatafake.NewSimpleMetadataClient(scheme, objs...),
-		starts: make(chan *fakeRun, 16), events: make(chan *eventsv1.Event, 16)}
+		cluster: clusterfake.New(), starts: make(chan *fakeRun, 16)}
 	// The fakes drop what changes between an informer's list and its
 	// watch: wait until both watch.
 	var watching sync.WaitGroup
@@ -101,12 +103,7 @@ func start(t *testing.T, deployments map[string]map[string]string) *harness {
 		once := sync.OnceFunc(watching.Done)
 		f.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) { once(); return false, nil, nil })
 	}
-	h.client.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		ev := a.(k8stesting.CreateAction).GetObject().(*eventsv1.Event)
-		h.events <- ev
-		return true, ev, nil // created (the fake tracker would not generate a name)
-	})
-	w, err := New(Config{Client: h.client, Metadata: h.md, NodeName: thisNode,
+	w, err := New(Config{Client: h.client, Metadata: h.md, Cluster: h.cluster, NodeName: thisNode,
 		Begin: func(signal.PodID) Session { panic("the fake runs open no session") }})
 	if err != nil {
 		t.Fatal(err)
@@ -142,11 +139,35 @@ func (h *harness) replicaSet(name, dep string) *appsv1.ReplicaSet {
 	if dep != "" {
 		rs.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: dep, UID: types.UID("dep-" + dep), Controller: ptr.To(true)}}
 	}
-	rs, err := h.client.AppsV1().ReplicaSets(ns).Create(context.Background(), rs, metav1.CreateOptions{})
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	h.cluster.Add(rs)
 	return rs
+}
+
+// event is the next Event created, or fails the test.
+func (h *harness) event() *eventsv1.Event {
+	h.t.Helper()
+	var ev *eventsv1.Event
+	if !h.cluster.Await(waitFor, func() bool {
+		if len(h.cluster.Events) > h.events {
+			ev = h.cluster.Events[h.events]
+			h.events++
+		}
+		return ev != nil
+	}) {
+		h.t.Fatalf("no Event within %v", waitFor)
+	}
+	return ev
+}
+
+// noEvent fails the test if an Event was created since the last one seen.
+func (h *harness) noEvent() {
+	h.t.Helper()
+	h.cluster.Lock()
+	defer h.cluster.Unlock()
+	if len(h.cluster.Events) > h.events {
+		ev := h.cluster.Events[h.events]
+		h.t.Errorf("a second Event: %s %q", ev.Reason, ev.Note)
+	}
 }
 
 type podOpt func(*corev1.Pod)
@@ -343,7 +364,7 @@ func TestPodsNotWatched(t *testing.T) {
 			}
 			p := h.pod("broker-5d4f-x", rs, tt.opts...)
 			if tt.wantEvent != "" {
-				ev := recv(t, h.events, "a Warning Event")
+				ev := h.event()
 				if ev.Reason != tt.wantEvent || ev.Type != corev1.EventTypeWarning || ev.Regarding.UID != p.UID ||
 					ev.ReportingController != ReportingController || !strings.Contains(ev.Note, tt.wantNote) {
 					t.Errorf("event %s %s about %s by %s: %q; want %s about the pod saying %q",
@@ -353,11 +374,7 @@ func TestPodsNotWatched(t *testing.T) {
 			// A later change of the pod neither starts it nor repeats the Event.
 			h.updatePod(p, func(p *corev1.Pod) { p.Labels = map[string]string{"touched": "1"} })
 			h.noStart("after")
-			select {
-			case ev := <-h.events:
-				t.Errorf("a second Event: %s %q", ev.Reason, ev.Note)
-			default:
-			}
+			h.noEvent()
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/amf-edge/amf/actuate"
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/liveness"
 	"github.com/amf-edge/amf/signal"
 )
@@ -78,7 +79,7 @@ type nodeLiveness struct {
 // listenLiveness binds the probe address, so a taken port stops the agent at
 // start with the address in the error.
 func listenLiveness(f *livenessFlags, client kubernetes.Interface, node string, log *slog.Logger, reg prometheus.Registerer) (*nodeLiveness, error) {
-	a, err := liveness.Listen(liveness.AgentConfig{Client: client, Namespace: f.namespace, Node: node, Listen: f.listen, Advertise: f.advertise,
+	a, err := liveness.Listen(liveness.AgentConfig{Cluster: cluster.NewKube(client), Namespace: f.namespace, Node: node, Listen: f.listen, Advertise: f.advertise,
 		Timing: f.timing, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("--liveness: %w", err)

@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -35,6 +34,7 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
 	"github.com/amf-edge/amf/cgroup"
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/connkill"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
@@ -115,11 +115,11 @@ func run(args []string, stderr io.Writer) error {
 		// Many sidecars reconnect at once when the agent restarts; client-go's
 		// default of 5 requests/s would admit 110 of them in 22 s.
 		cfg.QPS, cfg.Burst = 50, 100
-		client, err := authnv1client.NewForConfig(cfg)
+		client, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return fmt.Errorf("TokenReview client: %w", err)
 		}
-		auth = agent.NewTokenReviewAuthenticator(client.TokenReviews(), agent.TokenReviewOptions{Audience: o.audience, NodeName: o.nodeName})
+		auth = agent.NewTokenReviewAuthenticator(cluster.NewKube(client), agent.TokenReviewOptions{Audience: o.audience, NodeName: o.nodeName})
 		log.Info("authenticating with TokenReview", slog.String("api_server", cfg.Host), slog.String("audience", o.audience), slog.String("node", o.nodeName))
 		kubeCfg = cfg
 	}
@@ -179,9 +179,11 @@ func run(args []string, stderr io.Writer) error {
 	if o.stateListen != "" {
 		peers := stateHubPeers{advertise: o.stateAdvertise, tokenFile: o.statePeerToken}
 		if o.statePeerToken != "" {
-			if peers.reviews, err = authnv1client.NewForConfig(kubeCfg); err != nil {
+			reviews, err := kubernetes.NewForConfig(kubeCfg)
+			if err != nil {
 				return fmt.Errorf("TokenReview client: %w", err)
 			}
+			peers.reviews = cluster.NewKube(reviews)
 		}
 		if acfg.States, waitState, err = serveStateHub(ctx, o.stateListen, auth, peers, &acfg, a.MetricsRegisterer(), log.With("component", "statehub")); err != nil {
 			return err

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/agent"
@@ -21,7 +20,7 @@ import (
 // of other nodes and to relay its own; zero: neither.
 type stateHubPeers struct {
 	advertise, tokenFile string
-	reviews              *authnv1client.AuthenticationV1Client
+	reviews              agent.TokenReviewer
 }
 
 // serveStateHub binds the state hub at addr and serves it until ctx ends,
@@ -34,7 +33,7 @@ func serveStateHub(ctx context.Context, addr string, auth agent.Authenticator, p
 		if err != nil {
 			return nil, nil, fmt.Errorf("--state-peer-token: %w", err)
 		}
-		if cfg.Peers, err = agent.NewPeerAuthenticator(peers.reviews.TokenReviews(), account); err != nil {
+		if cfg.Peers, err = agent.NewPeerAuthenticator(peers.reviews, account); err != nil {
 			return nil, nil, err
 		}
 		log.Info("state hub takes relays from the agents of other nodes", slog.String("account", account), slog.String("advertise", peers.advertise))

@@ -21,7 +21,7 @@ var rooms = map[string][]string{
 	// wire contract, the readers and the detector.
 	"shared":  {"contract", "signal", "cgroup", "pause", "netns", "mosquittodb", "statehub", "detect", "infer", "infer/", "healthcheck", "internal/"},
 	"sidecar": {"sidecar", "sidecar/"},
-	"agent":   {"agent", "actuate", "brokerpod", "liveness", "nodewatch", "inject", "connkill"},
+	"agent":   {"agent", "actuate", "brokerpod", "cluster", "cluster/", "liveness", "nodewatch", "inject", "connkill"},
 	"images":  {"arm64", "arm64/"},
 	"lab":     {"lab", "lab/", "tools/"},
 	"cmd":     {"cmd/"},

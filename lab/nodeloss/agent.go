@@ -18,6 +18,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/liveness"
 )
 
@@ -103,7 +104,7 @@ func RunAgent(ctx context.Context, cfg Config) error {
 	}
 	var fmu sync.Mutex
 	var up, failing bool
-	hb := &liveness.Heartbeat{Client: cfg.Client, Namespace: cfg.Namespace, Node: cfg.Node, Timing: cfg.Timing,
+	hb := &liveness.Heartbeat{Cluster: cluster.NewKube(cfg.Client), Namespace: cfg.Namespace, Node: cfg.Node, Timing: cfg.Timing,
 		OnRenew: func(sent time.Time) {
 			fmu.Lock()
 			fencer.Renewed(sent)
@@ -180,7 +181,7 @@ func RunAgent(ctx context.Context, cfg Config) error {
 		go func() {
 			defer wg.Done()
 			errs <- liveness.RunGuard(ctx, liveness.GuardConfig{
-				Client: cfg.Client, Namespace: cfg.Namespace, Self: cfg.Node, Nodes: nodes, Timing: cfg.Timing,
+				Cluster: cluster.NewKube(cfg.Client), Namespace: cfg.Namespace, Self: cfg.Node, Nodes: nodes, Timing: cfg.Timing,
 				Probe:  func(ctx context.Context, node string) bool { return probe(ctx, cfg.Guard[node]) },
 				OnLost: func(node string, at time.Time) { say(Line{Event: "lost", Node: node, At: at}) },
 				OnBack: func(node string, at time.Time) { say(Line{Event: "back", Node: node, At: at}) },

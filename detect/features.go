@@ -1,7 +1,9 @@
 package detect
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/amf-edge/amf/contract"
@@ -32,6 +34,52 @@ func FeatureConfig(m *model.Model, interval time.Duration) (infer.Config, error)
 	fc.PredictWindow, fc.PredictHorizon = m.Projection() // zero for tree models
 	if err := fc.Validate(); err != nil {
 		return infer.Config{}, fmt.Errorf("model %s: %w: %w", m.Source(), model.ErrFeatureSpec, err)
+	}
+	return fc, nil
+}
+
+// ErrWindowGiven is a feature window the user gave that differs from the
+// model's manifest.
+var ErrWindowGiven = errors.New("window flag differs from the model's feature windows")
+
+// Window names one of the feature windows a manifest sets.
+type Window int
+
+// The windows of a manifest (model.Windows), as a user may give them.
+const (
+	RateWindow Window = iota
+	DerivWindow
+	SubqueryStep
+	Lookback
+)
+
+// GivenWindow is a feature window the user gave: Name is how it was given
+// (a flag, "--rate-window"), for the refusal to say.
+type GivenWindow struct {
+	Name   string
+	Window Window
+	Value  time.Duration
+}
+
+// FeatureConfigGiven is FeatureConfig, refusing (errors.Is ErrWindowGiven)
+// any given window that differs from the model's: its manifest sets them,
+// so a window the user gives can only agree with it, and one that does not
+// is said rather than ignored or obeyed.
+func FeatureConfigGiven(m *model.Model, interval time.Duration, given []GivenWindow) (infer.Config, error) {
+	fc, err := FeatureConfig(m, interval)
+	if err != nil {
+		return infer.Config{}, err
+	}
+	var diffs []string
+	for _, g := range given {
+		want := map[Window]time.Duration{RateWindow: fc.RateWindow, DerivWindow: fc.DerivWindow, SubqueryStep: fc.Step, Lookback: fc.Lookback}[g.Window]
+		if g.Value != want {
+			diffs = append(diffs, fmt.Sprintf("%s %s, the model's is %s", g.Name, model.FormatDuration(g.Value), model.FormatDuration(want)))
+		}
+	}
+	if len(diffs) > 0 {
+		return infer.Config{}, fmt.Errorf("%w: %s. Model %s was trained with %v, and its manifest sets the windows; drop the window flags, or give a model trained with the windows you want (--model)",
+			ErrWindowGiven, strings.Join(diffs, "; "), m.Source(), m.Windows())
 	}
 	return fc, nil
 }

@@ -144,9 +144,6 @@ type windowFlags struct {
 	fs  *flag.FlagSet
 }
 
-// errWindowFlag is a window flag that contradicts the model's manifest.
-var errWindowFlag = errors.New("window flag differs from the model's feature windows")
-
 func registerWindowFlags(fs *flag.FlagSet) *windowFlags {
 	w := &windowFlags{cfg: infer.DefaultConfig(), fs: fs}
 	// The embedded model cannot fail to load in a tested build; if it did, the
@@ -164,40 +161,26 @@ func registerWindowFlags(fs *flag.FlagSet) *windowFlags {
 }
 
 // forModel returns the feature pipeline m needs when sampling every interval
-// (detect.FeatureConfig; 0 = the model's own sample interval, for commands
-// that do not sample), refusing window flags that differ from m's manifest.
+// (0 = the model's own sample interval, for commands that do not sample):
+// detect.FeatureConfigGiven with the window flags given on the command line.
 func (w *windowFlags) forModel(m *model.Model, interval time.Duration) (infer.Config, error) {
 	if interval == 0 {
 		interval = m.Windows().SampleInterval
 	}
-	fc, err := detect.FeatureConfig(m, interval)
-	if err != nil {
-		return infer.Config{}, err
-	}
-	var diffs []string
+	var given []detect.GivenWindow
 	w.fs.Visit(func(f *flag.Flag) {
-		var given, want time.Duration
 		switch f.Name {
 		case "rate-window":
-			given, want = w.cfg.RateWindow, fc.RateWindow
+			given = append(given, detect.GivenWindow{Name: "--" + f.Name, Window: detect.RateWindow, Value: w.cfg.RateWindow})
 		case "deriv-window":
-			given, want = w.cfg.DerivWindow, fc.DerivWindow
+			given = append(given, detect.GivenWindow{Name: "--" + f.Name, Window: detect.DerivWindow, Value: w.cfg.DerivWindow})
 		case "step":
-			given, want = w.cfg.Step, fc.Step
+			given = append(given, detect.GivenWindow{Name: "--" + f.Name, Window: detect.SubqueryStep, Value: w.cfg.Step})
 		case "lookback":
-			given, want = w.cfg.Lookback, fc.Lookback
-		default:
-			return
-		}
-		if given != want {
-			diffs = append(diffs, fmt.Sprintf("--%s %s, the model's is %s", f.Name, model.FormatDuration(given), model.FormatDuration(want)))
+			given = append(given, detect.GivenWindow{Name: "--" + f.Name, Window: detect.Lookback, Value: w.cfg.Lookback})
 		}
 	})
-	if len(diffs) > 0 {
-		return infer.Config{}, fmt.Errorf("%w: %s. Model %s was trained with %v, and its manifest sets the windows; drop the window flags, or give a model trained with the windows you want (--model)",
-			errWindowFlag, strings.Join(diffs, "; "), m.Source(), m.Windows())
-	}
-	return fc, nil
+	return detect.FeatureConfigGiven(m, interval, given)
 }
 
 // loadGivenModel loads the model a tool (score, replay, sample) was given, an
@@ -243,7 +226,7 @@ func runReplay(_ context.Context, args []string, io stdio) int {
 			cfg, err = windows.forModel(m, 0)
 		}
 		if err == nil && (*predictWindow != 0 || *predictHorizon != 0) && (*predictWindow != cfg.PredictWindow || *predictHorizon != cfg.PredictHorizon) {
-			err = fmt.Errorf("%w: --predict-window %s --predict-horizon %s, model %s projects with %s and %s", errWindowFlag,
+			err = fmt.Errorf("%w: --predict-window %s --predict-horizon %s, model %s projects with %s and %s", detect.ErrWindowGiven,
 				model.FormatDuration(*predictWindow), model.FormatDuration(*predictHorizon), m.Source(), model.FormatDuration(cfg.PredictWindow), model.FormatDuration(cfg.PredictHorizon))
 		}
 		if err != nil {

@@ -144,7 +144,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 	}
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
-		if errors.Is(err, model.ErrFeatureSpec) || errors.Is(err, errWindowFlag) {
+		if errors.Is(err, model.ErrFeatureSpec) || errors.Is(err, detect.ErrWindowGiven) {
 			return exitUsage
 		}
 		return exitFail

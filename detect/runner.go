@@ -26,9 +26,14 @@ type Target struct {
 	// (node mode: the runtime's container ID).
 	ID     string
 	Source Source
-	// Ends delivers the ends pushed for it as they happen (an OOM kill, an
-	// exit); nil or closed when none come.
-	Ends <-chan End
+	// Exit, when set, is told when its process exits: a final end (the
+	// runtime may keep its cgroup a moment, but this process is gone), said
+	// with ExitReason (nil: "its process exited").
+	Exit       <-chan time.Time
+	ExitReason func() string
+	// OOM, when set, is told each OOM kill in its memory cgroup: an end
+	// that is not final (see End).
+	OOM <-chan cgroup.OOMEvent
 	// Running, when set, says whether its processes still run; nil where
 	// they cannot be seen (another PID namespace).
 	Running func() bool
@@ -37,7 +42,8 @@ type Target struct {
 	Close func()
 }
 
-// End is an end of a target pushed by its watches.
+// End is an end of a target: pushed by its watches (Target.Exit and OOM),
+// or told by its finder's caller (Runner.End).
 type End struct {
 	Reason string
 	// Final: its process exited, it is not read again and the Runner
@@ -154,9 +160,10 @@ func (r *Runner) Run(ctx context.Context) {
 	defer tick.Stop()
 	r.Sample(ctx)
 	for {
-		var ends <-chan End
+		var exit <-chan time.Time
+		var oom <-chan cgroup.OOMEvent
 		if r.cur != nil {
-			ends = r.cur.Ends
+			exit, oom = r.cur.Exit, r.cur.OOM
 		}
 		select {
 		case <-ctx.Done():
@@ -165,12 +172,22 @@ func (r *Runner) Run(ctx context.Context) {
 			f()
 		case <-tick.C:
 			r.Sample(ctx)
-		case e, ok := <-ends:
+		case _, ok := <-exit:
 			if !ok {
-				r.cur.Ends = nil
+				r.cur.Exit = nil
 				continue
 			}
-			r.End(ctx, e)
+			reason := "its process exited"
+			if r.cur.ExitReason != nil {
+				reason = r.cur.ExitReason()
+			}
+			r.End(ctx, End{Reason: reason, Final: true})
+		case ev, ok := <-oom:
+			if !ok {
+				r.cur.OOM = nil
+				continue
+			}
+			r.End(ctx, End{Reason: fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)})
 		}
 	}
 }

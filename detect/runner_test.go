@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/healthcheck"
 )
 
@@ -134,11 +135,18 @@ func (h *runnerHarness) start(t *testing.T) {
 // sample asks for a sample now.
 func (h *runnerHarness) sample() { h.r.Do(h.ctx, func() { h.r.Sample(h.ctx) }) }
 
-func (h *runnerHarness) target(id string, src Source) (*Target, chan End, chan struct{}) {
-	ends, closed := make(chan End), make(chan struct{})
-	t := &Target{ID: id, Source: src, Ends: ends, Close: func() { close(closed) }}
+// pushes are a target's watches, as the test drives them.
+type pushes struct {
+	exit   chan time.Time
+	oom    chan cgroup.OOMEvent
+	closed chan struct{}
+}
+
+func (h *runnerHarness) target(id string, src Source) (*Target, pushes) {
+	p := pushes{exit: make(chan time.Time), oom: make(chan cgroup.OOMEvent), closed: make(chan struct{})}
+	t := &Target{ID: id, Source: src, Exit: p.exit, OOM: p.oom, Close: func() { close(p.closed) }}
 	h.finder.add(t)
-	return t, ends, closed
+	return t, p
 }
 
 func isClosed(c chan struct{}) bool {
@@ -164,37 +172,42 @@ func TestRunnerLooksForItsTargetAtEachSampleUntilFound(t *testing.T) {
 func TestRunnerPushedEnds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		end  End
+		// exit: the target's process exits; else its cgroup has an OOM kill.
+		exit bool
 		// running: the target's processes, as Target.Running says (nil:
 		// cannot be seen).
 		running func() bool
-		// then: what the next sample does; dropped: the target was closed
-		// and the next one looked for.
-		then    string
-		dropped bool
+		// said: the reason of Gone; then: what the next sample does;
+		// dropped: the target was closed and the next one looked for.
+		said, then string
+		dropped    bool
 	}{
 		{name: "an OOM kill whose processes cannot be seen holds the next reading back for an interval",
-			end: End{Reason: "OOM kill"}, then: "sampled held"},
+			said: "OOM kill in the broker container (1 so far)", then: "sampled held"},
 		{name: "an OOM kill whose process runs again is read at the next sample",
-			end: End{Reason: "OOM kill"}, running: func() bool { return true }, then: "sampled read"},
+			running: func() bool { return true }, said: "OOM kill in the broker container (1 so far)", then: "sampled read"},
 		{name: "an OOM kill that ended the processes drops the target",
-			end: End{Reason: "OOM kill"}, running: func() bool { return false }, then: "sampled held", dropped: true},
+			running: func() bool { return false }, said: "OOM kill in the broker container (1 so far)", then: "sampled held", dropped: true},
 		{name: "an exit drops the target at once",
-			end: End{Reason: "its process exited", Final: true}, dropped: true, then: "sampled held"},
+			exit: true, said: "its process exited", dropped: true, then: "sampled held"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newRunner(t, RunnerConfig{})
-			tg, ends, closed := h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
+			tg, p := h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
 			tg.Running = tc.running
 			h.start(t)
 			h.sink.await(t, "target c1")
 			h.sink.await(t, "sampled read")
-			ends <- tc.end
-			h.sink.await(t, "emit unhealthy: "+tc.end.Reason)
+			if tc.exit {
+				p.exit <- time.Now()
+			} else {
+				p.oom <- cgroup.OOMEvent{Time: time.Now(), Kills: 1}
+			}
+			h.sink.await(t, "emit unhealthy: "+tc.said)
 			h.sample()
 			h.sink.await(t, tc.then)
-			if isClosed(closed) != tc.dropped {
-				t.Errorf("target closed %t, want %t", isClosed(closed), tc.dropped)
+			if isClosed(p.closed) != tc.dropped {
+				t.Errorf("target closed %t, want %t", isClosed(p.closed), tc.dropped)
 			}
 			h.finder.mu.Lock()
 			calls := h.finder.calls
@@ -206,10 +219,20 @@ func TestRunnerPushedEnds(t *testing.T) {
 	}
 }
 
+func TestRunnerSaysAnExitWithItsTargetsReason(t *testing.T) {
+	h := newRunner(t, RunnerConfig{})
+	tg, p := h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
+	tg.ExitReason = func() string { return "OOM kill in the broker container (3 so far): its process exited" }
+	h.start(t)
+	h.sink.await(t, "sampled read")
+	p.exit <- time.Now()
+	h.sink.await(t, "emit unhealthy: OOM kill in the broker container (3 so far): its process exited")
+}
+
 func TestRunnerDropsAVanishedTargetAndTakesTheNext(t *testing.T) {
 	h := newRunner(t, RunnerConfig{})
 	gone := &synthSource{memory: 10 << 20, t0: time.Now()}
-	_, _, closed := h.target("c1", gone)
+	_, p := h.target("c1", gone)
 	h.start(t)
 	h.sink.await(t, "sampled read")
 	h.r.Do(h.ctx, func() { gone.gone = true })
@@ -217,7 +240,7 @@ func TestRunnerDropsAVanishedTargetAndTakesTheNext(t *testing.T) {
 	h.sample()
 	h.sink.await(t, "emit unhealthy: broker container gone")
 	h.sink.await(t, "target c2")
-	if !isClosed(closed) {
+	if !isClosed(p.closed) {
 		t.Error("the vanished target's watches were not ended")
 	}
 	h.sample()

@@ -267,12 +267,7 @@ func (r *podRun) open(ctx context.Context, id string, dead []string) (*detect.Ta
 		}
 		return "broker container " + short(id) + ": its process exited"
 	}
-	t := &detect.Target{ID: id, Source: src, Close: cancel}
-	if exit != nil || oom != nil {
-		ends := make(chan detect.End)
-		t.Ends = ends
-		go pushEnds(wctx, ends, exit, oom, exitReason)
-	}
+	t := &detect.Target{ID: id, Source: src, Close: cancel, Exit: exit, ExitReason: exitReason, OOM: oom}
 	if len(pids) > 0 && watched {
 		// Its processes were visible when it was opened (the host's PID
 		// namespace), so none in cgroup.procs means it ended.
@@ -283,36 +278,6 @@ func (r *podRun) open(ctx context.Context, id string, dead []string) (*detect.Ta
 	}
 	r.log.Info("node pipeline target", slog.String("target", fmt.Sprint(src)), slog.Bool("exit_watch", exit != nil), slog.Bool("oom_watch", oom != nil))
 	return t, nil
-}
-
-// pushEnds turns a target's exit and OOM notifications into the runner's
-// ends until ctx ends; closing ends once both are done.
-func pushEnds(ctx context.Context, ends chan<- detect.End, exit <-chan time.Time, oom <-chan cgroup.OOMEvent, exitReason func() string) {
-	defer close(ends)
-	for exit != nil || oom != nil {
-		var e detect.End
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-exit:
-			if !ok {
-				exit = nil
-				continue
-			}
-			e = detect.End{Reason: exitReason(), Final: true}
-		case ev, ok := <-oom:
-			if !ok {
-				oom = nil
-				continue
-			}
-			e = detect.End{Reason: fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)}
-		}
-		select {
-		case ends <- e:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // bareID strips the runtime's prefix from a pod status container ID

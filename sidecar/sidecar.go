@@ -343,18 +343,18 @@ func (l loop) Find(ctx context.Context) (*detect.Target, error) {
 	}
 	s.found = true
 	t := &detect.Target{ID: fmt.Sprint(src), Source: src}
-	t.Ends, t.Close = l.watchOOM(ctx, src)
+	t.OOM, t.Close = l.watchOOM(ctx, src)
 	return t, nil
 }
 
-// watchOOM pushes src's OOM kills as ends that are not final: each makes
-// the pod unhealthy at once (the pipeline's Gone) without waiting for the
-// next sample, and the broker is back at the first sample at least one
-// interval later that reads the target. Without a memory cgroup of its own
-// (process mode), or where the kernel refuses the watch (cgroup v1's
-// cgroup.event_control on a read-only mount), the kill is seen at the next
-// sample, and the reason is logged once.
-func (l loop) watchOOM(ctx context.Context, src detect.Source) (<-chan detect.End, func()) {
+// watchOOM watches src's OOM kills, which the runner takes as ends that
+// are not final: each makes the pod unhealthy at once (the pipeline's
+// Gone) without waiting for the next sample, and the broker is back at the
+// first sample at least one interval later that reads the target. Without
+// a memory cgroup of its own (process mode), or where the kernel refuses
+// the watch (cgroup v1's cgroup.event_control on a read-only mount), the
+// kill is seen at the next sample, and the reason is logged once.
+func (l loop) watchOOM(ctx context.Context, src detect.Source) (<-chan cgroup.OOMEvent, func()) {
 	w, ok := src.(cgroup.Watched)
 	if !ok || w.MemoryDir() == "" {
 		return nil, nil
@@ -369,18 +369,7 @@ func (l loop) watchOOM(ctx context.Context, src detect.Source) (<-chan detect.En
 		}
 		return nil, nil
 	}
-	ends := make(chan detect.End)
-	go func() {
-		defer close(ends)
-		for ev := range events {
-			select {
-			case ends <- detect.End{Reason: fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)}:
-			case <-wctx.Done():
-				return
-			}
-		}
-	}()
-	return ends, cancel
+	return events, cancel
 }
 
 // Emit records an emission in the status and publishes its message.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -128,9 +129,15 @@ func Start(ctx context.Context, tb TB, opts Options) (*ControlPlane, error) {
 }
 
 // binDirOrSkip is the binaries' folder; when they are missing it skips tb,
-// or fails it with AMF_REQUIRE_K8S=1.
+// or fails it with AMF_REQUIRE_K8S=1. Under -short it skips tb.
 func binDirOrSkip(tb TB) string {
 	tb.Helper()
+	// -short is for the quick tests, and a control plane takes seconds to
+	// start, its tests minutes. Read from the flag rather than package
+	// testing, which the lab's binaries must not link.
+	if f := flag.Lookup("test.short"); f != nil && f.Value.String() == "true" {
+		tb.Skipf("starts a Kubernetes control plane: not with -short")
+	}
 	bin, err := BinDir()
 	if err == nil {
 		err = checkBinDir(bin)

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"runtime"
 	"strings"
@@ -24,6 +25,16 @@ func (r *recordTB) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
+// setShort sets -short for the rest of t (package testing reads the flag
+// at each testing.Short, Start reads it at each call).
+func setShort(t *testing.T, on bool) {
+	was := flag.Lookup("test.short").Value.String()
+	if err := flag.Set("test.short", fmt.Sprint(on)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = flag.Set("test.short", was) })
+}
+
 func startWithout(t *testing.T) *recordTB {
 	t.Setenv(EnvBin, t.TempDir()) // an empty folder
 	r := &recordTB{TB: t}
@@ -38,6 +49,7 @@ func startWithout(t *testing.T) *recordTB {
 }
 
 func TestMissingBinariesSkip(t *testing.T) {
+	setShort(t, false)
 	t.Setenv(EnvRequire, "")
 	r := startWithout(t)
 	if r.failed != "" || !strings.Contains(r.skipped, "run make k8s") || strings.Contains(r.skipped, "\n") {
@@ -46,10 +58,22 @@ func TestMissingBinariesSkip(t *testing.T) {
 }
 
 func TestMissingBinariesFailWhenRequired(t *testing.T) {
+	setShort(t, false)
 	t.Setenv(EnvRequire, "1")
 	r := startWithout(t)
 	if r.skipped != "" || !strings.Contains(r.failed, "run make k8s") {
 		t.Errorf("skipped %q failed %q, want a failure saying run make k8s", r.skipped, r.failed)
+	}
+}
+
+// -short skips a test that would start a control plane, also where the
+// binaries are required (they are, but the quick tests do not start it).
+func TestShortSkipsAControlPlane(t *testing.T) {
+	setShort(t, true)
+	t.Setenv(EnvRequire, "1")
+	r := startWithout(t)
+	if r.failed != "" || !strings.Contains(r.skipped, "not with -short") {
+		t.Errorf("skipped %q failed %q, want a skip saying not with -short", r.skipped, r.failed)
 	}
 }
 

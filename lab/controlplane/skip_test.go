@@ -48,32 +48,35 @@ func startWithout(t *testing.T) *recordTB {
 	return r
 }
 
-func TestMissingBinariesSkip(t *testing.T) {
-	setShort(t, false)
-	t.Setenv(EnvRequire, "")
-	r := startWithout(t)
-	if r.failed != "" || !strings.Contains(r.skipped, "run make k8s") || strings.Contains(r.skipped, "\n") {
-		t.Errorf("skipped %q failed %q, want one skip line saying run make k8s", r.skipped, r.failed)
-	}
-}
-
-func TestMissingBinariesFailWhenRequired(t *testing.T) {
-	setShort(t, false)
-	t.Setenv(EnvRequire, "1")
-	r := startWithout(t)
-	if r.skipped != "" || !strings.Contains(r.failed, "run make k8s") {
-		t.Errorf("skipped %q failed %q, want a failure saying run make k8s", r.skipped, r.failed)
-	}
-}
-
-// -short skips a test that would start a control plane, also where the
-// binaries are required (they are, but the quick tests do not start it).
-func TestShortSkipsAControlPlane(t *testing.T) {
-	setShort(t, true)
-	t.Setenv(EnvRequire, "1")
-	r := startWithout(t)
-	if r.failed != "" || !strings.Contains(r.skipped, "not with -short") {
-		t.Errorf("skipped %q failed %q, want a skip saying not with -short", r.skipped, r.failed)
+// A test that would start a control plane without its binaries skips, or
+// fails where they are required; under -short it skips before looking
+// (the quick tests do not start one, required or not).
+func TestStartWithoutTheBinaries(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		short   bool
+		require string
+		skipped string // in the skip; "" for a failure
+		failed  string // in the failure
+		oneLine bool
+	}{
+		{name: "missing binaries skip", require: "", skipped: "run make k8s", oneLine: true},
+		{name: "missing binaries fail when required", require: "1", failed: "run make k8s"},
+		{name: "-short skips, also where required", short: true, require: "1", skipped: "not with -short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setShort(t, tc.short)
+			t.Setenv(EnvRequire, tc.require)
+			r := startWithout(t)
+			switch {
+			case tc.skipped != "" && (r.failed != "" || !strings.Contains(r.skipped, tc.skipped)):
+				t.Errorf("skipped %q failed %q, want a skip saying %s", r.skipped, r.failed, tc.skipped)
+			case tc.failed != "" && (r.skipped != "" || !strings.Contains(r.failed, tc.failed)):
+				t.Errorf("skipped %q failed %q, want a failure saying %s", r.skipped, r.failed, tc.failed)
+			case tc.oneLine && strings.Contains(r.skipped, "\n"):
+				t.Errorf("skip %q is more than one line", r.skipped)
+			}
+		})
 	}
 }
 

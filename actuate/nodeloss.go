@@ -282,16 +282,6 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 		if a.nl.onGuards != nil {
 			a.nl.onGuards(g)
 		}
-		// A primary this agent guards from now on, on a node already lost
-		// (the pair's nodes learnt after the loss: a watch behind it, or
-		// this agent started since), is failed over now, not never: the
-		// loss itself came once.
-		for _, n := range g.Guard {
-			if _, lost := a.nl.lost[n]; lost {
-				a.failLostNodes(ctx)
-				break
-			}
-		}
 	}
 }
 

@@ -328,34 +328,6 @@ func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {
 	}
 }
 
-// A node lost before this agent learnt that the primary it would guard runs
-// there (the primary's agent writes amf.io/primary-node; the watch that
-// carries it may come after the loss, or this agent starts after it) is
-// failed over once it learns it: the loss came once and is not said again.
-func TestANodeLostBeforeItsPrimaryWasKnownThereIsFailedOverOnceItIs(t *testing.T) {
-	f := newFakeCluster()
-	_, sp := f.addHotPair(ns, "primary", "standby", nil)
-	g := startGuard(t, f, "node-b")
-	g.send(signal.Healthy, sp)
-	f.await(t, "standby node recorded", func() bool {
-		return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b"
-	})
-	g.act.NodeLost(context.Background(), "node-a", g.act.now())
-	g.act.NodeBack(context.Background(), "node-x", g.act.now()) // a barrier: Run took NodeLost
-	f.Lock()
-	acted := slices.Contains(f.Writes, "scale edge/primary 0")
-	d := f.depLocked(ns, "standby")
-	d.Annotations[contract.AnnPrimaryNode] = "node-a" // the primary's agent, late
-	f.ChangedLocked(d)
-	f.Unlock()
-	if acted {
-		t.Fatal("failed over before the primary's node was known")
-	}
-	f.await(t, "primary retired, roles exchanged", func() bool {
-		return slices.Contains(f.Writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
-	})
-}
-
 // TestAnOldPodsLastSignalsKeepTheNewPodOfItsDeploymentHere: after a power
 // cut and its restore, a Deployment's old pod (thawed, about to be deleted)
 // and its replacement signal to the same agent. The lab's node-loss test

@@ -74,7 +74,7 @@ images: ## multi-arch (linux/amd64+arm64) OCI image layout of amf-sidecar and am
 
 # Packages that need no control plane, proven on arm64 under qemu-user. Tests that
 # re-execute their binary go through AMF_TEST_EXEC_WRAPPER (no binfmt_misc here).
-ARM64_TEST_PKGS := contract infer infer/model signal detect sidecar cgroup pause sidecar/handover mosquittodb healthcheck agent
+ARM64_TEST_PKGS := contract infer infer/model podsignal detect sidecar cgroup pause sidecar/handover mosquittodb healthcheck agent
 
 # Size budgets of the arm64 binaries (bytes): the sidecar runs in every broker pod.
 SIDECAR_ARM64_BUDGET := 15728640

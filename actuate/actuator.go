@@ -19,7 +19,7 @@ import (
 
 	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 	"github.com/amf-edge/amf/statehub"
 )
 
@@ -65,7 +65,7 @@ type Config struct {
 	OnGuards func(Guards)
 	// Command sends a command to one pod's sidecar (agent.Agent.Command):
 	// the fence's lever (fence.go). Nil: a fence is only reported.
-	Command func(signal.Command) error
+	Command func(podsignal.Command) error
 	// States is the agent's state hub: a stateful pair's final state goes
 	// through it at a planned switchover (state.go). Nil: no state is
 	// carried, and stateful pairs are told so in an Event.
@@ -115,7 +115,7 @@ type Actuator struct {
 	nl        nodeLoss
 	fc        fencing
 	// sendCommand is Config.Command.
-	sendCommand func(signal.Command) error
+	sendCommand func(podsignal.Command) error
 	// Broker state (state.go): the hub, the pods whose readiness is held,
 	// the handovers under way by new primary, the standby readiness last
 	// written by standby Deployment.
@@ -249,7 +249,7 @@ const unmanagedTTL = 30 * time.Second
 
 // Run consumes signals until ctx ends or in is closed. API errors are logged
 // and the step is retried on the next input; they never stop Run.
-func (a *Actuator) Run(ctx context.Context, in <-chan signal.Observation) error {
+func (a *Actuator) Run(ctx context.Context, in <-chan podsignal.Observation) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	ectx, stopEvents := context.WithCancel(ctx)
@@ -441,7 +441,7 @@ func (a *Actuator) resetTimer(t *time.Timer) {
 	t.Reset(wait)
 }
 
-func (a *Actuator) handleSignal(ctx context.Context, s signal.Observation) {
+func (a *Actuator) handleSignal(ctx context.Context, s podsignal.Observation) {
 	pk := podKey{s.Namespace, s.Pod}
 	var pod *corev1.Pod
 	if s.Transition {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Fast tests of the actuator's own logic (Run, step, do, load, retire,
@@ -32,9 +32,9 @@ type rig struct {
 	t    *testing.T
 	act  *Actuator
 	f    *fakeCluster
-	in   chan signal.Observation
+	in   chan podsignal.Observation
 	pod  string
-	last map[string]signal.State
+	last map[string]podsignal.State
 	logs *lineSink
 	// cancel ends Run's context (from anywhere, also inside a Cluster call
 	// of the actuator); stop does and waits for Run to return. Both may be
@@ -47,7 +47,7 @@ type rig struct {
 // test ends or r.stop; pod is the primary's.
 func start(t *testing.T, f *fakeCluster, pod string, cfg Config) *rig {
 	t.Helper()
-	r := &rig{t: t, f: f, in: make(chan signal.Observation), pod: pod, last: map[string]signal.State{}, logs: newLineSink()}
+	r := &rig{t: t, f: f, in: make(chan podsignal.Observation), pod: pod, last: map[string]podsignal.State{}, logs: newLineSink()}
 	if cfg.Cluster == nil {
 		cfg.Cluster = f
 	}
@@ -79,15 +79,15 @@ func start(t *testing.T, f *fakeCluster, pod string, cfg Config) *rig {
 }
 
 // send delivers one observation of pod (the primary's unless given).
-func (r *rig) send(st signal.State, pod ...string) {
+func (r *rig) send(st podsignal.State, pod ...string) {
 	p := r.pod
 	if len(pod) > 0 {
 		p = pod[0]
 	}
 	prev := r.last[p]
 	r.last[p] = st
-	r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: p}, State: st, Previous: prev, Transition: st != prev,
-		Source: signal.SourcePublish, Message: &signal.Message{State: st}, Received: time.Now()}
+	r.in <- podsignal.Observation{PodID: podsignal.PodID{Namespace: ns, Pod: p}, State: st, Previous: prev, Transition: st != prev,
+		Source: podsignal.SourcePublish, Message: &podsignal.Message{State: st}, Received: time.Now()}
 }
 
 func (r *rig) record(name string) Record {
@@ -120,9 +120,9 @@ func TestConfirmedAnomalyRetiresThePrimaryOnlyOnceTheStandbyIsReady(t *testing.T
 			f := newFakeCluster()
 			f.AutoReady = tc.autoReady
 			r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{Instance: "node-0"})
-			r.send(signal.Healthy)
+			r.send(podsignal.Healthy)
 			for range 3 {
-				r.send(signal.Anomalous)
+				r.send(podsignal.Anomalous)
 			}
 			f.await(t, "standby scaled up, decision recorded", func() bool {
 				ph := r.record("primary").Phase
@@ -131,7 +131,7 @@ func TestConfirmedAnomalyRetiresThePrimaryOnlyOnceTheStandbyIsReady(t *testing.T
 			if !tc.autoReady {
 				// Anomalous samples go on; the standby is not Ready.
 				for range 5 {
-					r.send(signal.Anomalous)
+					r.send(podsignal.Anomalous)
 				}
 				f.await(t, "samples taken", func() bool { return r.record("primary").Phase == PhaseWaitReady })
 				f.Lock()
@@ -142,7 +142,7 @@ func TestConfirmedAnomalyRetiresThePrimaryOnlyOnceTheStandbyIsReady(t *testing.T
 				f.setReady(ns, "standby", 1)
 			}
 			f.await(t, "standby Ready seen", func() bool { return r.record("primary").Phase == PhaseConfirm })
-			r.send(signal.Anomalous) // the reconfirmation
+			r.send(podsignal.Anomalous) // the reconfirmation
 			f.await(t, "roles exchanged", func() bool {
 				return r.replicas("primary") == 0 && r.f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby" &&
 					r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
@@ -175,8 +175,8 @@ func TestCrashFailsOverWithoutReconfirming(t *testing.T) {
 	f := newFakeCluster()
 	ann := map[string]string{contract.AnnRedundancy: string(contract.Cold), contract.AnnReconfirm: "1000", contract.AnnHold: "1h"}
 	r := start(t, f, f.addPair(ns, "primary", "standby", ann), Config{})
-	r.send(signal.Healthy)
-	r.send(signal.Gone)
+	r.send(podsignal.Healthy)
+	r.send(podsignal.Gone)
 	f.await(t, "failed over", func() bool {
 		return r.replicas("primary") == 0 && r.replicas("standby") == 1 && r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
 	})
@@ -194,13 +194,13 @@ func TestClearedAnomalyScalesAColdStandbyBackOnlyWhilePrimaryIsReady(t *testing.
 	f := newFakeCluster()
 	f.AutoReady = false
 	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
-	r.send(signal.Healthy)
+	r.send(podsignal.Healthy)
 	for range 3 {
-		r.send(signal.Anomalous)
+		r.send(podsignal.Anomalous)
 	}
 	f.await(t, "standby scaled up", func() bool { return r.replicas("standby") == 1 })
 	f.setReady(ns, "primary", 0) // the primary is not Ready now: its standby must stay
-	r.send(signal.Healthy)       // aborted; with no abort delay, the scale-back is due at once
+	r.send(podsignal.Healthy)    // aborted; with no abort delay, the scale-back is due at once
 	r.logs.wait(t, "scale-back refused", func(l map[string]any) bool {
 		return l["msg"] == "decision" && l["action"] == string(ActScaleStandby) && strings.Contains(str(l["error"]), ErrPrimaryNotReady.Error())
 	})
@@ -216,14 +216,14 @@ func TestClearedAnomalyScalesAColdStandbyBackOnlyWhilePrimaryIsReady(t *testing.
 func TestRecordMovedByAnotherAgentIsFollowedNotOverwritten(t *testing.T) {
 	f := newFakeCluster()
 	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
-	r.send(signal.Healthy)
+	r.send(podsignal.Healthy)
 	f.await(t, "record initialised", func() bool { return r.record("primary").Phase == PhaseIdle })
 	// Another agent decided meanwhile and scaled the standby up.
 	theirs := Record{Phase: PhaseWaitReady, Standby: "standby", Decision: time.Now().Add(-time.Second).UTC().Truncate(time.Second)}
 	b, _ := json.Marshal(theirs)
 	f.setRecord(ns, "primary", string(b))
 	for range 3 {
-		r.send(signal.Anomalous)
+		r.send(podsignal.Anomalous)
 	}
 	f.await(t, "the other agent's switchover continued", func() bool { return r.record("primary").Phase == PhaseConfirm })
 	f.Lock()
@@ -256,7 +256,7 @@ func TestRefusedStepIsTakenOnceTheAPIIsBackWithoutAnotherInput(t *testing.T) {
 		{name: "the decision (record and scale-up refused)", refuse: []string{"record", "scale"},
 			step: func(r *rig) {
 				for range 3 {
-					r.send(signal.Anomalous)
+					r.send(podsignal.Anomalous)
 				}
 			},
 			was: PhaseIdle,
@@ -266,7 +266,7 @@ func TestRefusedStepIsTakenOnceTheAPIIsBackWithoutAnotherInput(t *testing.T) {
 		{name: "the standby's readiness (record refused)", manual: true, refuse: []string{"record"},
 			before: func(r *rig) {
 				for range 3 {
-					r.send(signal.Anomalous)
+					r.send(podsignal.Anomalous)
 				}
 				r.f.await(r.t, "standby scaled up", func() bool { return r.replicas("standby") == 1 && r.record("primary").Phase == PhaseWaitReady })
 			},
@@ -276,7 +276,7 @@ func TestRefusedStepIsTakenOnceTheAPIIsBackWithoutAnotherInput(t *testing.T) {
 				return "record Confirm", r.record("primary").Phase == PhaseConfirm
 			}},
 		{name: "a crash (record and scale-up refused)", refuse: []string{"record", "scale"},
-			step: func(r *rig) { r.send(signal.Gone) },
+			step: func(r *rig) { r.send(podsignal.Gone) },
 			was:  PhaseIdle,
 			outcome: func(r *rig) (string, bool) {
 				return "failed over", r.replicas("primary") == 0 && r.replicas("standby") == 1 &&
@@ -287,7 +287,7 @@ func TestRefusedStepIsTakenOnceTheAPIIsBackWithoutAnotherInput(t *testing.T) {
 			f := newFakeCluster()
 			f.AutoReady = !tc.manual
 			r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
-			r.send(signal.Healthy)
+			r.send(podsignal.Healthy)
 			f.await(t, "record initialised", func() bool { return r.record("primary").Phase == PhaseIdle })
 			if tc.before != nil {
 				tc.before(r)
@@ -332,7 +332,7 @@ func TestInterruptedRetirementResumesOnTheStandbysSignal(t *testing.T) {
 	f.Unlock()
 	standbyPod := f.addPod(ns, "standby")
 	r := start(t, f, standbyPod, Config{})
-	r.send(signal.Healthy)
+	r.send(podsignal.Healthy)
 	f.await(t, "roles exchanged", func() bool {
 		return r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" &&
 			r.f.depLocked(ns, "primary").Annotations[contract.AnnRole] == "standby"
@@ -347,9 +347,9 @@ func TestInterruptedRetirementResumesOnTheStandbysSignal(t *testing.T) {
 func TestDryRunDecidesAndWritesNothing(t *testing.T) {
 	f := newFakeCluster()
 	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{DryRun: true})
-	r.send(signal.Healthy)
+	r.send(podsignal.Healthy)
 	for range 3 {
-		r.send(signal.Anomalous)
+		r.send(podsignal.Anomalous)
 	}
 	r.logs.wait(t, "dry-run decision", func(l map[string]any) bool {
 		return l["msg"] == "decision" && l["action"] == string(ActScaleStandby) && l["dry_run"] == true
@@ -366,10 +366,10 @@ func TestSwitchoverSaysWhatDroveItInTheEventTheRecordAndTheDecisionLines(t *test
 	f := newFakeCluster()
 	f.AutoReady = true
 	r := start(t, f, f.addPair(ns, "primary", "standby", fast), Config{})
-	r.send(signal.Healthy)
+	r.send(podsignal.Healthy)
 	for range 3 {
-		r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: r.pod}, State: signal.Anomalous, Previous: signal.Healthy,
-			Source: signal.SourcePublish, Message: &signal.Message{State: signal.Anomalous, Explanation: why}, Received: time.Now()}
+		r.in <- podsignal.Observation{PodID: podsignal.PodID{Namespace: ns, Pod: r.pod}, State: podsignal.Anomalous, Previous: podsignal.Healthy,
+			Source: podsignal.SourcePublish, Message: &podsignal.Message{State: podsignal.Anomalous, Explanation: why}, Received: time.Now()}
 	}
 	f.await(t, "SwitchoverDecided Event", func() bool { return slices.Contains(f.ReasonsLocked(), "SwitchoverDecided") })
 	if got := r.record("primary").Why; got != why {

@@ -15,7 +15,7 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // The benchmarks of the targets. Each starts one control plane (and
@@ -42,7 +42,7 @@ func BenchmarkDecisionToScaleOnWire(b *testing.B) {
 		recorded := rig.wire.expect(recordPhase(primary, string(actuate.PhaseWaitReady)), nil)
 		confirmed := rig.wire.expect(recordPhase(primary, string(actuate.PhaseConfirm)), nil)
 		t0 := time.Now()
-		rig.send(b, pod, signal.Anomalous)
+		rig.send(b, pod, podsignal.Anomalous)
 		r := rig.await(b, scaled, "standby scale request")
 		rec := rig.await(b, recorded, "record WaitReady")
 		lat = append(lat, r.sent.Sub(t0))
@@ -67,7 +67,7 @@ func BenchmarkStandbyReadyToNextStep(b *testing.B) {
 		primary, standby, pod := rig.pair(b, i, "15s")
 		ready := rig.wire.expect(readyOnWatch(standby), nil)
 		next := rig.wire.expect(recordPhase(primary, string(actuate.PhaseConfirm)), nil)
-		rig.send(b, pod, signal.Anomalous)
+		rig.send(b, pod, podsignal.Anomalous)
 		rd := rig.await(b, ready, "standby Ready on the agent's watch")
 		nx := rig.await(b, next, "record Confirm")
 		lat = append(lat, nx.sent.Sub(rd.sent))
@@ -91,11 +91,11 @@ func BenchmarkConfirmedAnomalyToPrimaryRetired(b *testing.B) {
 		confirm := rig.wire.expect(recordPhase(primary, string(actuate.PhaseConfirm)), nil)
 		retired := rig.wire.expect(scaleTo(primary, 0), nil)
 		t0 := time.Now()
-		rig.send(b, pod, signal.Anomalous)
+		rig.send(b, pod, podsignal.Anomalous)
 		c := rig.await(b, confirm, "record Confirm")
 		readyAfter = append(readyAfter, c.sent.Sub(t0))
 		for range 3 {
-			rig.send(b, pod, signal.Anomalous)
+			rig.send(b, pod, podsignal.Anomalous)
 		}
 		r := rig.await(b, retired, "primary scaled to 0")
 		excess = append(excess, r.done.Sub(t0)-hold)
@@ -110,7 +110,7 @@ type rig struct {
 	ctx     context.Context
 	admin   *kube
 	wire    *wire
-	signals chan signal.Observation
+	signals chan podsignal.Observation
 }
 
 func startRig(b *testing.B) *rig {
@@ -121,7 +121,7 @@ func startRig(b *testing.B) *rig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &rig{ctx: ctx, admin: &kube{Interface: cp.Client(), cp: cp, ns: "amf-actuate"}, wire: &wire{}, signals: make(chan signal.Observation)}
+	r := &rig{ctx: ctx, admin: &kube{Interface: cp.Client(), cp: cp, ns: "amf-actuate"}, wire: &wire{}, signals: make(chan podsignal.Observation)}
 	mustCreate(b, func() error {
 		_, err := r.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.admin.ns}}, metav1.CreateOptions{})
 		return err
@@ -161,13 +161,13 @@ func (r *rig) pair(b *testing.B, i int, hold string) (primary, standby, pod stri
 	// A primary that has been running, not one whose controllers are still
 	// writing its status: the decision is measured on a settled cluster.
 	waitDeployment(r.ctx, b, r.admin, primary, "available", func(d *appsv1.Deployment) bool { return d.Status.AvailableReplicas == 1 })
-	r.send(b, pod, signal.Anomalous)
-	r.send(b, pod, signal.Anomalous)
+	r.send(b, pod, podsignal.Anomalous)
+	r.send(b, pod, podsignal.Anomalous)
 	return primary, standby, pod
 }
 
 // send hands one sample to the Actuator; it returns once Run took it.
-func (r *rig) send(tb testing.TB, pod string, st signal.State) {
+func (r *rig) send(tb testing.TB, pod string, st podsignal.State) {
 	tb.Helper()
 	select {
 	case r.signals <- observation(r.admin.ns, pod, st, 0.93, false):

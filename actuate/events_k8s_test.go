@@ -10,7 +10,7 @@ import (
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // TestRepeatedWarningIsOneEventSeries: a Deployment with an invalid policy
@@ -29,7 +29,7 @@ func TestRepeatedWarningIsOneEventSeries(t *testing.T) {
 	defer done()
 	const n, more = 20, 5
 	for range n {
-		send(pod, signal.Anomalous)
+		send(pod, podsignal.Anomalous)
 	}
 	ev := waitEventWith(ctx, t, admin, "broker-c", "InvalidPolicy", "with a series", func(e *eventsv1.Event) bool {
 		return e.Type == "Warning" && e.Series != nil && e.Series.Count >= 2
@@ -40,13 +40,13 @@ func TestRepeatedWarningIsOneEventSeries(t *testing.T) {
 	t.Logf("series after %d signals: count %d, first %s, last observed %s", n, ev.Series.Count,
 		ev.EventTime.Format(time.RFC3339Nano), ev.Series.LastObservedTime.Format(time.RFC3339Nano))
 	for range more {
-		send(pod, signal.Anomalous)
+		send(pod, podsignal.Anomalous)
 	}
 	// Run takes a signal only once it has handled the one before, so this
 	// one, about a pod that does not exist, returns after the last repeat was
 	// queued for the recorder (a signal still being handled when the actuator
 	// stops may be dropped, which is not what this test is about).
-	send("no-such-pod", signal.Healthy)
+	send("no-such-pod", podsignal.Healthy)
 	done() // the count not written yet is written as the actuator stops
 	countInvalid := func() (int, int32) {
 		list, err := admin.EventsV1().Events(admin.ns).List(context.Background(), metav1.ListOptions{})

@@ -13,7 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // The fence (DESIGN.md, "Losing a whole node"): an agent cut off from the
@@ -178,7 +178,7 @@ func (a *Actuator) command(p fencedPod, fence bool, why string) {
 		a.log.Error("fence not carried out: no command channel to the sidecars", slog.String("pod", p.dep.ns+"/"+p.pod))
 		return
 	}
-	c := signal.Command{Namespace: p.dep.ns, Pod: p.pod, Fence: fence, Time: a.now(), Reason: signal.ShortReason(why)}
+	c := podsignal.Command{Namespace: p.dep.ns, Pod: p.pod, Fence: fence, Time: a.now(), Reason: podsignal.ShortReason(why)}
 	if a.dryRun {
 		a.log.Info("dry run: command not sent", slog.String("pod", p.dep.ns+"/"+p.pod), slog.Bool("fence", fence))
 		return

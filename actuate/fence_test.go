@@ -9,23 +9,23 @@ import (
 	"testing"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // commands records what an Actuator sends to the sidecars.
 type commands struct {
 	mu   sync.Mutex
-	sent []signal.Command
+	sent []podsignal.Command
 }
 
-func (c *commands) send(cmd signal.Command) error {
+func (c *commands) send(cmd podsignal.Command) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sent = append(c.sent, cmd)
 	return nil
 }
 
-func (c *commands) all() []signal.Command {
+func (c *commands) all() []podsignal.Command {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.sent)
@@ -82,7 +82,7 @@ func TestFencePausesTheGuardedPrimaryAndLiftsItOnlyWhileItStillServes(t *testing
 			}}
 			g.rig = start(t, f, "", cfg)
 			g.act = g.rig.act
-			g.send(signal.Healthy, pp)
+			g.send(podsignal.Healthy, pp)
 			f.await(t, "own node recorded on the standby", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnPrimaryNode] == "node-a" })
 			if tc.standby != "node-a" {
 				f.await(t, "guarded by the standby's node", func() bool { return slices.Equal(g.latest().GuardedBy, []string{tc.standby}) })

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Phase is where a primary is in a switchover.
@@ -118,7 +118,7 @@ type Input struct {
 	At   time.Time
 	// InSample: the pod's state and, for anomalous samples, the model's score
 	// (nil: counted as anomalous, the sidecar decided) and what drove it.
-	State       signal.State
+	State       podsignal.State
 	Probability *float64
 	Why         string
 	// InStandby: readyReplicas >= 1 at the standby's current generation.
@@ -149,13 +149,13 @@ type Input struct {
 }
 
 // Sample returns an InSample input.
-func Sample(at time.Time, st signal.State, prob *float64) Input {
+func Sample(at time.Time, st podsignal.State, prob *float64) Input {
 	return Input{Kind: InSample, At: at, State: st, Probability: prob}
 }
 
 // Observed returns the InSample input of a pod's observation, with the
 // explanation its message carries.
-func Observed(o signal.Observation) Input {
+func Observed(o podsignal.Observation) Input {
 	in := Sample(o.Received, o.State, o.Probability())
 	in.Why = o.Explanation()
 	in.Pod = o.Pod
@@ -254,14 +254,14 @@ const (
 
 func (g *Gate) classify(in Input) class {
 	switch in.State {
-	case signal.Healthy:
+	case podsignal.Healthy:
 		return classClear
-	case signal.Anomalous:
+	case podsignal.Anomalous:
 		if in.Probability != nil && *in.Probability < g.Policy.Gates.Threshold {
 			return classClear
 		}
 		return classAnomalous
-	case signal.Unhealthy, signal.Gone:
+	case podsignal.Unhealthy, podsignal.Gone:
 		return classCrash
 	}
 	return classIgnore

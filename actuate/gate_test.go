@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 	"k8s.io/utils/ptr"
 )
 
@@ -27,14 +27,14 @@ type step struct {
 	phase Phase // "" = do not check
 }
 
-func anom(at time.Time) Input    { return Sample(at, signal.Anomalous, ptr.To(0.9)) }
-func lowAnom(at time.Time) Input { return Sample(at, signal.Anomalous, ptr.To(0.2)) }
-func healthy(at time.Time) Input { return Sample(at, signal.Healthy, ptr.To(0.1)) }
-func gone(at time.Time) Input    { return Sample(at, signal.Gone, nil) }
+func anom(at time.Time) Input    { return Sample(at, podsignal.Anomalous, ptr.To(0.9)) }
+func lowAnom(at time.Time) Input { return Sample(at, podsignal.Anomalous, ptr.To(0.2)) }
+func healthy(at time.Time) Input { return Sample(at, podsignal.Healthy, ptr.To(0.1)) }
+func gone(at time.Time) Input    { return Sample(at, podsignal.Gone, nil) }
 func unhealthy(at time.Time) Input {
-	return Sample(at, signal.Unhealthy, nil)
+	return Sample(at, podsignal.Unhealthy, nil)
 }
-func stopping(at time.Time) Input { return Sample(at, signal.Stopping, nil) }
+func stopping(at time.Time) Input { return Sample(at, podsignal.Stopping, nil) }
 func ready(at time.Time) Input    { return StandbyReadiness(at, true) }
 func notReady(at time.Time) Input { return StandbyReadiness(at, false) }
 func tick(at time.Time) Input     { return Tick(at) }
@@ -319,7 +319,7 @@ func runSteps(t *testing.T, g *Gate, steps []step) {
 func TestGateRetireNeedsReadyStandby(t *testing.T) {
 	// With a memory ceiling, so that resizes in place (leak, applied,
 	// deferred) interleave with everything else.
-	leak := memSample(signal.Anomalous, 80, 0.05, 100)
+	leak := memSample(podsignal.Anomalous, 80, 0.05, 100)
 	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick, orphaned, nodeLost, leak, applied, deferred}
 	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates(), MemoryCeiling: 256 * mi}
 	p.Gates.Hold = 0

@@ -10,7 +10,7 @@ import (
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // TestHotStandbySwitchover runs a hot pair on the real control plane: both
@@ -49,7 +49,7 @@ func TestHotStandbySwitchover(t *testing.T) {
 	}, nil)
 
 	signals, runDone := startActuator(ctx, t, agentClient)
-	send := func(pod string, st signal.State) {
+	send := func(pod string, st podsignal.State) {
 		t.Helper()
 		select {
 		case signals <- observation(admin.ns, pod, st, 0.9, false):
@@ -58,13 +58,13 @@ func TestHotStandbySwitchover(t *testing.T) {
 		}
 	}
 	for range 3 {
-		send(podA, signal.Anomalous)
+		send(podA, podsignal.Anomalous)
 	}
 	decided := time.Now()
 	// Ready already: the decision goes straight to the re-confirmation.
 	waitDeployment(ctx, t, admin, "hot-a", "record Confirm", func(d *appsv1.Deployment) bool { return recordOf(d).Phase == actuate.PhaseConfirm })
 	for range 3 {
-		send(podA, signal.Anomalous)
+		send(podA, podsignal.Anomalous)
 	}
 	waitDeployment(ctx, t, admin, "hot-a", "retired (0 replicas, role standby)", func(d *appsv1.Deployment) bool {
 		return *d.Spec.Replicas == 0 && d.Annotations[contract.AnnRole] == "standby"
@@ -99,7 +99,7 @@ func TestHotStandbySwitchover(t *testing.T) {
 	waitEvent(ctx, t, admin, "hot-a", "RolesExchanged")
 
 	// A crash of the new primary: failover back at once, and hot-b returns.
-	send(podB, signal.Gone)
+	send(podB, podsignal.Gone)
 	waitDeployment(ctx, t, admin, "hot-a", "the primary again", func(d *appsv1.Deployment) bool {
 		return d.Annotations[contract.AnnRole] == "primary" && d.Annotations[contract.AnnStandby] == "hot-b"
 	})

@@ -32,7 +32,7 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // agentSA is the agent's ServiceAccount, in each test's namespace.
@@ -79,10 +79,10 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signals := make(chan signal.Observation)
+	signals := make(chan podsignal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
-	send := func(pod string, st signal.State, transition bool) {
+	send := func(pod string, st podsignal.State, transition bool) {
 		t.Helper()
 		select {
 		case signals <- observation(admin.ns, pod, st, 0.93, transition):
@@ -93,20 +93,20 @@ func TestSwitchoverAndFailover(t *testing.T) {
 
 	// Readiness gate: a healthy transition sets amf.io/healthy=True and
 	// leaves the kubelet's (kwok's) conditions alone.
-	send(podA, signal.Healthy, true)
+	send(podA, podsignal.Healthy, true)
 	waitPod(ctx, t, admin, podA, "amf.io/healthy=True next to Ready", func(p *corev1.Pod) bool {
 		return condition(p, contract.ConditionHealthy) == corev1.ConditionTrue && condition(p, corev1.PodReady) != ""
 	})
 
 	// Invalid policy: a Warning Event, nothing scaled.
-	send(onlyPod(ctx, t, admin, "broker-c"), signal.Anomalous, true)
+	send(onlyPod(ctx, t, admin, "broker-c"), podsignal.Anomalous, true)
 	waitEvent(ctx, t, admin, "broker-c", "InvalidPolicy")
 
 	// Switchover: 3 anomalous samples decide; the standby is scaled up.
-	send(podA, signal.Anomalous, true)
-	send(podA, signal.Anomalous, false)
+	send(podA, podsignal.Anomalous, true)
+	send(podA, podsignal.Anomalous, false)
 	decided := time.Now()
-	send(podA, signal.Anomalous, false)
+	send(podA, podsignal.Anomalous, false)
 	waitDeployment(ctx, t, admin, "broker-b", "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
 	toScale := time.Since(decided)
 	if rec := record(ctx, t, admin, "broker-a"); rec.Phase != actuate.PhaseWaitReady && rec.Phase != actuate.PhaseConfirm {
@@ -124,7 +124,7 @@ func TestSwitchoverAndFailover(t *testing.T) {
 		t.Fatalf("primary has %d replicas before the re-confirmation", a)
 	}
 	for range 3 {
-		send(podA, signal.Anomalous, false)
+		send(podA, podsignal.Anomalous, false)
 	}
 	waitDeployment(ctx, t, admin, "broker-a", "retired and standby", func(d *appsv1.Deployment) bool {
 		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[contract.AnnRole] == "standby"
@@ -146,7 +146,7 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	// (default 5 min) gives a Warning Event and no switchover.
 	podB := onlyPod(ctx, t, admin, "broker-b")
 	for range 3 {
-		send(podB, signal.Anomalous, false)
+		send(podB, podsignal.Anomalous, false)
 	}
 	waitEvent(ctx, t, admin, "broker-b", "FlapGuard")
 	if n := replicasOf(ctx, t, admin, "broker-a"); n != 0 {
@@ -156,7 +156,7 @@ func TestSwitchoverAndFailover(t *testing.T) {
 	// Failover: the new primary's sidecar is gone. The flap guard (5 min) does
 	// not hold a failover back; the old primary comes back and b is retired.
 	failed := time.Now()
-	send(podB, signal.Gone, true)
+	send(podB, podsignal.Gone, true)
 	waitDeployment(ctx, t, admin, "broker-b", "retired after failover", func(d *appsv1.Deployment) bool {
 		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[contract.AnnRole] == "standby"
 	})
@@ -257,7 +257,7 @@ func TestResumeAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	runDone := make(chan error, 1)
-	go func() { runDone <- act.Run(ctx, make(chan signal.Observation)) }()
+	go func() { runDone <- act.Run(ctx, make(chan podsignal.Observation)) }()
 
 	waitDeployment(ctx, t, admin, "broker-a", "retired on resume", func(d *appsv1.Deployment) bool {
 		return *d.Spec.Replicas == 0 && d.Status.ReadyReplicas == 0 && d.Annotations[contract.AnnRole] == "standby"
@@ -305,7 +305,7 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 	podA, podC := onlyPod(ctx, t, admin, "broker-a"), onlyPod(ctx, t, admin, "broker-c")
 
 	signals, runDone := startActuator(ctx, t, agentClient)
-	send := func(pod string, st signal.State) {
+	send := func(pod string, st podsignal.State) {
 		select {
 		case signals <- observation(admin.ns, pod, st, 0.9, false):
 		case <-ctx.Done():
@@ -315,10 +315,10 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 
 	// Abort: decided, then healthy before the standby was confirmed.
 	for range 3 {
-		send(podA, signal.Anomalous)
+		send(podA, podsignal.Anomalous)
 	}
 	waitDeployment(ctx, t, admin, "broker-b", "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
-	send(podA, signal.Healthy)
+	send(podA, podsignal.Healthy)
 	waitEvent(ctx, t, admin, "broker-a", "SwitchoverAborted")
 	waitDeployment(ctx, t, admin, "broker-b", "scaled back to 0 after the abort delay", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 0 })
 	if d := getDeployment(ctx, t, admin, "broker-a"); *d.Spec.Replicas != 1 || d.Status.ReadyReplicas != 1 {
@@ -327,11 +327,11 @@ func TestAbortAndStandbyNeverReady(t *testing.T) {
 
 	// Never Ready: the standby is scaled up, stays Pending, and is given up.
 	for range 3 {
-		send(podC, signal.Anomalous)
+		send(podC, podsignal.Anomalous)
 	}
 	waitDeployment(ctx, t, admin, "broker-never", "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
 	for range 3 {
-		send(podC, signal.Anomalous) // not counted: the standby is not Ready
+		send(podC, podsignal.Anomalous) // not counted: the standby is not Ready
 	}
 	waitEvent(ctx, t, admin, "broker-c", "StandbyNotReady")
 	waitDeployment(ctx, t, admin, "broker-never", "scaled back to 0", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 0 })
@@ -357,7 +357,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 	})
 	podA := onlyPod(ctx, t, admin, "broker-a")
 	signals, runDone := startActuator(ctx, t, agentClient)
-	send := func(st signal.State) {
+	send := func(st podsignal.State) {
 		select {
 		case signals <- observation(admin.ns, podA, st, 0.9, false):
 		case <-ctx.Done():
@@ -365,7 +365,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 		}
 	}
 	for range 3 {
-		send(signal.Anomalous)
+		send(podsignal.Anomalous)
 	}
 	waitDeployment(ctx, t, admin, "broker-b", "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
 	t0 := time.Now()
@@ -377,7 +377,7 @@ func TestAPIServerRestartDuringSwitchover(t *testing.T) {
 		return recordOf(d).Phase == actuate.PhaseConfirm
 	})
 	for range 3 {
-		send(signal.Anomalous)
+		send(podsignal.Anomalous)
 	}
 	waitDeployment(ctx, t, admin, "broker-a", "retired", func(d *appsv1.Deployment) bool {
 		return *d.Spec.Replicas == 0 && d.Annotations[contract.AnnRole] == "standby"
@@ -558,13 +558,13 @@ func clusterContext(t *testing.T, timeout time.Duration) (context.Context, conte
 
 // startActuator runs an actuator on client, logging to the test, until ctx ends;
 // it returns the channel to send signals on and Run's result.
-func startActuator(ctx context.Context, t *testing.T, client kubernetes.Interface) (chan signal.Observation, chan error) {
+func startActuator(ctx context.Context, t *testing.T, client kubernetes.Interface) (chan podsignal.Observation, chan error) {
 	t.Helper()
 	act, err := actuate.New(actuate.Config{Client: client, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	signals := make(chan signal.Observation)
+	signals := make(chan podsignal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
 	return signals, runDone
@@ -784,7 +784,7 @@ func (w *testWriter) Write(p []byte) (int, error) {
 
 // observation is what the agent's tracker hands the actuator for one signal
 // of pod in ns, received now.
-func observation(ns, pod string, st signal.State, p float64, transition bool) signal.Observation {
-	return signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: pod}, State: st, Transition: transition,
-		Source: signal.SourcePublish, Message: &signal.Message{State: st, Probability: &p}, Received: time.Now()}
+func observation(ns, pod string, st podsignal.State, p float64, transition bool) podsignal.Observation {
+	return podsignal.Observation{PodID: podsignal.PodID{Namespace: ns, Pod: pod}, State: st, Transition: transition,
+		Source: podsignal.SourcePublish, Message: &podsignal.Message{State: st, Probability: &p}, Received: time.Now()}
 }

@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // ErrStandbyNotReady is returned when retiring the primary is refused because
@@ -286,11 +286,11 @@ func (a *Actuator) emit(regarding corev1.ObjectReference, warning bool, reason, 
 // only primary out of its Services before the standby is Ready would be
 // break-before-make; the switchover handles it. Trouble that is here
 // (unhealthy, gone) or an orderly stop turns it False at once.
-func readinessValue(st signal.State) (corev1.ConditionStatus, bool) {
+func readinessValue(st podsignal.State) (corev1.ConditionStatus, bool) {
 	switch st {
-	case signal.Healthy, signal.Anomalous:
+	case podsignal.Healthy, podsignal.Anomalous:
 		return corev1.ConditionTrue, true
-	case signal.Unhealthy, signal.Gone, signal.Stopping, signal.Starting:
+	case podsignal.Unhealthy, podsignal.Gone, podsignal.Stopping, podsignal.Starting:
 		return corev1.ConditionFalse, true
 	}
 	return "", false
@@ -298,7 +298,7 @@ func readinessValue(st signal.State) (corev1.ConditionStatus, bool) {
 
 // patchReadinessGate sets the amf.io/healthy condition of a pod that declares
 // it as a readiness gate (only this condition: Cluster.SetPodCondition).
-func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s signal.Observation) {
+func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s podsignal.Observation) {
 	declared := false
 	for _, g := range pod.Spec.ReadinessGates {
 		declared = declared || g.ConditionType == contract.ConditionHealthy
@@ -322,7 +322,7 @@ func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s si
 	}
 }
 
-func reasonOf(st signal.State) string {
+func reasonOf(st podsignal.State) string {
 	if st == "" {
 		return "Unknown"
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // metrics are the actuator's Prometheus metrics, registered on the
@@ -49,8 +49,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Commands sent to the sidecars of this node's guarded primaries: fence (pause the broker, cut off from the API server and every guard) and lift (resume it, still the primary).",
 		}, []string{"command"}),
 	}
-	m.fence.WithLabelValues(signal.CommandFence)
-	m.fence.WithLabelValues(signal.CommandLift)
+	m.fence.WithLabelValues(podsignal.CommandFence)
+	m.fence.WithLabelValues(podsignal.CommandLift)
 	if reg != nil {
 		reg.MustRegister(m.actions, m.events, m.stepTime, m.steps, m.stages, m.fence)
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Node loss (DESIGN.md, "Losing a whole node"): the actuator's part. Package
@@ -85,14 +85,14 @@ func newNodeLoss(self string, onGuards func(Guards)) nodeLoss {
 // runs on its node; a pod that stops or is gone no longer counts. It returns
 // true for a pod new here: its Deployment may have changed roles meanwhile
 // (a pod replaced after a failover), so the caller reads it again.
-func (n *nodeLoss) signalled(dep podKey, pod string, st signal.State) bool {
+func (n *nodeLoss) signalled(dep podKey, pod string, st podsignal.State) bool {
 	if n.self == "" {
 		return false
 	}
 	pods := n.local[dep]
 	i := slices.Index(pods, pod)
 	switch st {
-	case signal.Gone, signal.Stopping:
+	case podsignal.Gone, podsignal.Stopping:
 		if i >= 0 {
 			if pods = slices.Delete(pods, i, i+1); len(pods) == 0 {
 				delete(n.local, dep)

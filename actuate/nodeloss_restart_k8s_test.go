@@ -16,7 +16,7 @@ import (
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep is
@@ -111,7 +111,7 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 				stopped = w.expect(tt.stopAt(pr), stop1)
 			}
 			g1 := runGuard(ctx1, t, agentClient, admin.ns, "node-b", false)
-			g1.send(podS, signal.Healthy)
+			g1.send(podS, podsignal.Healthy)
 			g1.awaitGuard(ctx, t, "node-a")
 			waitDeployment(ctx, t, admin, pr.s, "its node recorded by its agent", func(d *appsv1.Deployment) bool {
 				return d.Annotations[contract.AnnStandbyNode] == "node-b" && d.Status.ReadyReplicas == 1
@@ -128,7 +128,7 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 			// The fresh agent of node-b.
 			g2 := runGuard(ctx, t, agentClient, admin.ns, "node-b", tt.resume)
 			defer g2.done()
-			g2.send(podS, signal.Healthy)
+			g2.send(podS, podsignal.Healthy)
 			if tt.stopAt == nil {
 				g2.awaitGuard(ctx, t, "node-a")
 				g2.act.NodeLost(ctx, "node-a", time.Now())
@@ -152,7 +152,7 @@ func TestNodeLossFailoverOnTheAPIServerResumesAfterTheGuardStopsAtEachStep(t *te
 			if newP == podP {
 				t.Errorf("the hot standby is the retired pod %s, not a fresh one", newP)
 			}
-			g2.send(newP, signal.Healthy)
+			g2.send(newP, podsignal.Healthy)
 			g2.act.NodeBack(ctx, "node-x", time.Now()) // a barrier: Run took the signal
 			g2.done()
 
@@ -225,7 +225,7 @@ func rolePatch(name, role string) func(wireReq) bool {
 // ends or done.
 type guardAgent struct {
 	act  *actuate.Actuator
-	send func(pod string, st signal.State) bool
+	send func(pod string, st podsignal.State) bool
 	done func()
 	mu   sync.Mutex
 	last actuate.Guards
@@ -251,10 +251,10 @@ func runGuard(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, no
 	}
 	g.act = act
 	ctx, cancel := context.WithCancel(ctx)
-	signals := make(chan signal.Observation)
+	signals := make(chan podsignal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
-	g.send = func(pod string, st signal.State) bool {
+	g.send = func(pod string, st podsignal.State) bool {
 		select {
 		case signals <- observation(ns, pod, st, 0.1, true):
 			return true

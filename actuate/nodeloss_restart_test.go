@@ -13,7 +13,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Fast tests of an agent restarted in the middle of a node-loss failover, on
@@ -221,7 +221,7 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, p
 	h := newHalting(f, stopAt)
 	g1 := startGuardOn(t, f, "node-b", h, false)
 	h.halt = g1.cancel
-	g1.send(signal.Healthy, sp)
+	g1.send(podsignal.Healthy, sp)
 	f.await(t, "guarding node-a", func() bool { return slices.Equal(g1.latest().Guard, []string{"node-a"}) })
 	f.await(t, "the standby seen", func() bool {
 		return g1.record("primary").Phase == PhaseIdle && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b"
@@ -255,7 +255,7 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, p
 		f.setReady(ns, "standby", 0)
 	}
 	g2 := startGuardOn(t, f, "node-b", nil, fresh == resumeOnStart)
-	g2.send(signal.Healthy, sp)
+	g2.send(podsignal.Healthy, sp)
 	if unreadyLater {
 		g2.act.NodeBack(context.Background(), "node-x", g2.act.now()) // a barrier: Run took the signal
 		f.Lock()
@@ -278,7 +278,7 @@ func nodeLossRestart(t *testing.T, stopAt string, notReady, unreadyLater bool, p
 			p[contract.AnnPrimary] == "standby" && slices.Contains(f.Writes, "scale edge/primary 1") && !g2.record("standby").Restore
 	})
 	// The old primary's new pod signals: it is the standby now.
-	g2.send(signal.Healthy, pp)
+	g2.send(podsignal.Healthy, pp)
 	g2.act.NodeBack(context.Background(), "node-x", g2.act.now()) // a barrier: Run took the signal
 	g2.stop()
 

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Fast tests of the actuator's part of node loss on fakeCluster: who guards
@@ -110,7 +110,7 @@ func TestPairNodesAreRecordedOnTheStandbyAndEachAgentLearnsWhomItGuards(t *testi
 			if tc.signaller == "standby" {
 				pod = sp
 			}
-			g.send(signal.Healthy, pod)
+			g.send(podsignal.Healthy, pod)
 			f.await(t, "own node recorded on the standby", func() bool { return f.depLocked(ns, "standby").Annotations[tc.wantAnn] == tc.self })
 			f.await(t, "guards reported", func() bool { return g.latest().equal(tc.want) })
 			f.Lock()
@@ -130,7 +130,7 @@ func standbysAgent(t *testing.T) (*fakeCluster, *guardRig) {
 	f := newFakeCluster()
 	_, sp := f.addHotPair(ns, "primary", "standby", map[string]string{contract.AnnPrimaryNode: "node-a"})
 	g := startGuard(t, f, "node-b")
-	g.send(signal.Healthy, sp)
+	g.send(podsignal.Healthy, sp)
 	f.await(t, "the standby's node recorded", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b" })
 	return f, g
 }
@@ -268,7 +268,7 @@ func TestLostNodeFailsItsHotPrimaryOverOnlyOnFreshData(t *testing.T) {
 				f.Unlock()
 			}
 			g := startGuard(t, f, "node-b")
-			g.send(signal.Healthy, sp)
+			g.send(podsignal.Healthy, sp)
 			f.await(t, "guarding node-a", func() bool { return slices.Equal(g.latest().Guard, []string{"node-a"}) })
 			f.await(t, "standby Ready seen", func() bool {
 				return g.record("primary").Phase == PhaseIdle && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyNode] == "node-b"
@@ -341,27 +341,27 @@ func TestAnOldPodsLastSignalsKeepTheNewPodOfItsDeploymentHere(t *testing.T) {
 		name  string
 		steps []struct {
 			pod string
-			st  signal.State
+			st  podsignal.State
 		}
 		want    string // the current pod; "" none
 		newPods int    // signals that reported a pod new here
 	}{
 		{"old, new, the old's last signals, its stop", []struct {
 			pod string
-			st  signal.State
-		}{{"old", signal.Healthy}, {"new", signal.Starting}, {"old", signal.Healthy}, {"new", signal.Healthy}, {"old", signal.Stopping}, {"old", signal.Gone}}, "new", 2},
+			st  podsignal.State
+		}{{"old", podsignal.Healthy}, {"new", podsignal.Starting}, {"old", podsignal.Healthy}, {"new", podsignal.Healthy}, {"old", podsignal.Stopping}, {"old", podsignal.Gone}}, "new", 2},
 		{"the new pod's stop leaves the old one current", []struct {
 			pod string
-			st  signal.State
-		}{{"old", signal.Healthy}, {"new", signal.Healthy}, {"new", signal.Gone}}, "old", 2},
+			st  podsignal.State
+		}{{"old", podsignal.Healthy}, {"new", podsignal.Healthy}, {"new", podsignal.Gone}}, "old", 2},
 		{"both gone", []struct {
 			pod string
-			st  signal.State
-		}{{"old", signal.Healthy}, {"new", signal.Healthy}, {"new", signal.Gone}, {"old", signal.Stopping}}, "", 2},
+			st  podsignal.State
+		}{{"old", podsignal.Healthy}, {"new", podsignal.Healthy}, {"new", podsignal.Gone}, {"old", podsignal.Stopping}}, "", 2},
 		{"a stopped pod that signals again is new here", []struct {
 			pod string
-			st  signal.State
-		}{{"p", signal.Healthy}, {"p", signal.Stopping}, {"p", signal.Starting}}, "p", 2},
+			st  podsignal.State
+		}{{"p", podsignal.Healthy}, {"p", podsignal.Stopping}, {"p", podsignal.Starting}}, "p", 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			n := newNodeLoss("node-1", nil)

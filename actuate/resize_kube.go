@@ -15,7 +15,7 @@ import (
 
 	"github.com/amf-edge/amf/brokerpod"
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // resizePollEvery is how often a resize in progress reads its pod until the
@@ -243,7 +243,7 @@ func memorySize(w *workload) int64 {
 // keepPodSize resizes in place a pod of w that signals a memory limit below
 // the size recorded on w, once per pod and size, while no switchover or
 // resize of w is in progress.
-func (a *Actuator) keepPodSize(ctx context.Context, w *workload, s signal.Observation) {
+func (a *Actuator) keepPodSize(ctx context.Context, w *workload, s podsignal.Observation) {
 	size := memorySize(w)
 	if size == 0 || s.Message == nil || s.Message.MemoryLimitBytes == nil || *s.Message.MemoryLimitBytes >= float64(size) {
 		return

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 const mi = 1 << 20
@@ -21,14 +21,14 @@ const mi = 1 << 20
 // memSample is a sample of pod broker-0 whose message says its memory:
 // percent of a limit of limitMi, climbing growthMi MiB a second
 // (memory_growth_rate is in bytes per second).
-func memSample(state signal.State, pct, growthMi float64, limitMi int64) func(time.Time) Input {
+func memSample(state podsignal.State, pct, growthMi float64, limitMi int64) func(time.Time) Input {
 	return memSampleOf("broker-0", state, pct, growthMi, limitMi)
 }
 
-func memSampleOf(pod string, state signal.State, pct, growthMi float64, limitMi int64) func(time.Time) Input {
+func memSampleOf(pod string, state podsignal.State, pct, growthMi float64, limitMi int64) func(time.Time) Input {
 	return func(at time.Time) Input {
 		p := 0.9
-		if state == signal.Healthy {
+		if state == podsignal.Healthy {
 			p = 0.1
 		}
 		in := Sample(at, state, &p)
@@ -61,8 +61,8 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 	noCeiling := withCeiling(contract.Cold, 0)
 	// 80 % of 100 Mi, climbing 0.05 Mi/s: the 256 Mi ceiling is room for
 	// 3520 s, far beyond the 135 s a switchover may take.
-	leak := memSample(signal.Anomalous, 80, 0.05, 100)
-	after := memSample(signal.Healthy, 31.3, 0.01, 256) // the cgroup has the new limit
+	leak := memSample(podsignal.Anomalous, 80, 0.05, 100)
+	after := memSample(podsignal.Healthy, 31.3, 0.01, 256) // the cgroup has the new limit
 	debounced := func(last []string, phase Phase) []step {
 		return []step{{0, leak, nil, PhaseSuspect}, {sec, leak, nil, PhaseSuspect}, {sec, leak, last, phase}}
 	}
@@ -84,14 +84,14 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 		)},
 		{"another pod's limit is not this pod's", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, applied, nil, PhaseResizing},
-			step{sec, memSampleOf("broker-1", signal.Healthy, 10, 0, 256), nil, PhaseResizing},
+			step{sec, memSampleOf("broker-1", podsignal.Healthy, 10, 0, 256), nil, PhaseResizing},
 		)},
 		{"the anomaly back after a resize, within the cool-down: switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, applied, nil, PhaseResizing},
 			step{sec, after, []string{"keep:256Mi", "event:Resized"}, PhaseIdle},
-			step{time.Minute, memSample(signal.Anomalous, 90, 0.05, 256), nil, PhaseSuspect},
-			step{sec, memSample(signal.Anomalous, 90, 0.05, 256), nil, PhaseSuspect},
-			step{sec, memSample(signal.Anomalous, 90, 0.05, 256), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+			step{time.Minute, memSample(podsignal.Anomalous, 90, 0.05, 256), nil, PhaseSuspect},
+			step{sec, memSample(podsignal.Anomalous, 90, 0.05, 256), nil, PhaseSuspect},
+			step{sec, memSample(podsignal.Anomalous, 90, 0.05, 256), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
 		)},
 		{"deferred by the kubelet: the old size back and a switchover", cold, Record{}, append(debounced(decided, PhaseResizing),
 			step{sec, deferred, []string{"resize:broker-0:100Mi", "event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
@@ -112,26 +112,26 @@ func TestGateResizesInPlaceBeforeSwitchingOver(t *testing.T) {
 		{"at the ceiling: a switchover", withCeiling(contract.Cold, 100), Record{}, debounced([]string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady)},
 		{"a leak that would use the new room up before a switchover completes: a switchover", withCeiling(contract.Cold, 200), Record{}, []step{
 			// 90 % of 100 Mi climbing 2 Mi/s: 200 Mi lasts 55 s < 135 s.
-			{0, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 90, 2, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+			{0, memSample(podsignal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
+			{sec, memSample(podsignal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
+			{sec, memSample(podsignal.Anomalous, 90, 2, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
 		}},
 		{"a hot standby Ready: a switchover takes the hold only, so the same leak is resized", withCeiling(contract.Hot, 200), Record{}, []step{
 			// the 200 Mi ceiling lasts 55 s > the 15 s hold.
 			{0, ready, nil, PhaseIdle},
-			{sec, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 90, 2, 100), []string{"event:ResizeDecided", "resize:broker-0:200Mi"}, PhaseResizing},
+			{sec, memSample(podsignal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
+			{sec, memSample(podsignal.Anomalous, 90, 2, 100), nil, PhaseSuspect},
+			{sec, memSample(podsignal.Anomalous, 90, 2, 100), []string{"event:ResizeDecided", "resize:broker-0:200Mi"}, PhaseResizing},
 		}},
 		{"memory neither climbing nor above half the limit: a switchover", cold, Record{}, []step{
-			{0, memSample(signal.Anomalous, 30, -0.01, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 30, -0.01, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 30, -0.01, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
+			{0, memSample(podsignal.Anomalous, 30, -0.01, 100), nil, PhaseSuspect},
+			{sec, memSample(podsignal.Anomalous, 30, -0.01, 100), nil, PhaseSuspect},
+			{sec, memSample(podsignal.Anomalous, 30, -0.01, 100), []string{"event:SwitchoverDecided", "scale:1"}, PhaseWaitReady},
 		}},
 		{"a step that stopped above half the limit: resized, its room lasts", cold, Record{}, []step{
-			{0, memSample(signal.Anomalous, 60, 0, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 60, 0, 100), nil, PhaseSuspect},
-			{sec, memSample(signal.Anomalous, 60, 0, 100), decided, PhaseResizing},
+			{0, memSample(podsignal.Anomalous, 60, 0, 100), nil, PhaseSuspect},
+			{sec, memSample(podsignal.Anomalous, 60, 0, 100), nil, PhaseSuspect},
+			{sec, memSample(podsignal.Anomalous, 60, 0, 100), decided, PhaseResizing},
 		}},
 		{"a sample that says nothing of memory: a switchover", cold, Record{}, []step{
 			{0, anom, nil, PhaseSuspect}, {sec, anom, nil, PhaseSuspect},
@@ -152,13 +152,13 @@ func TestGateSaysWhyItSwitchesOverInsteadOfResizing(t *testing.T) {
 		in   func(time.Time) Input
 		want string
 	}{
-		{"at the ceiling", memSample(signal.Anomalous, 80, 0.05, 200), "the limit 200Mi is at the ceiling 200Mi"},
-		{"a fast leak", memSample(signal.Anomalous, 90, 2, 100), "would be used up in 55s, before a switchover could complete"},
-		{"not climbing, below half the limit", memSample(signal.Anomalous, 40, 0, 100), "memory is neither climbing (memory_growth_rate 0) nor above half its limit (40.0%)"},
+		{"at the ceiling", memSample(podsignal.Anomalous, 80, 0.05, 200), "the limit 200Mi is at the ceiling 200Mi"},
+		{"a fast leak", memSample(podsignal.Anomalous, 90, 2, 100), "would be used up in 55s, before a switchover could complete"},
+		{"not climbing, below half the limit", memSample(podsignal.Anomalous, 40, 0, 100), "memory is neither climbing (memory_growth_rate 0) nor above half its limit (40.0%)"},
 		// The current slope, when sent, judges: memory_growth_rate's ten
 		// minutes say 0.05 Mi/s, the last 30 s 2 Mi/s.
-		{"a leak that has just begun", withSlope(memSample(signal.Anomalous, 90, 0.05, 100), 2), "would be used up in 55s, before a switchover could complete"},
-		{"a small leak that has just stopped", withSlope(memSample(signal.Anomalous, 30, 0.05, 100), 0), "memory is neither climbing (memory_slope_bytes_per_second 0)"},
+		{"a leak that has just begun", withSlope(memSample(podsignal.Anomalous, 90, 0.05, 100), 2), "would be used up in 55s, before a switchover could complete"},
+		{"a small leak that has just stopped", withSlope(memSample(podsignal.Anomalous, 30, 0.05, 100), 0), "memory is neither climbing (memory_slope_bytes_per_second 0)"},
 		{"no memory in the sample", anom, "says nothing of the container's memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,14 +189,14 @@ func TestGateResumesAResizeInProgress(t *testing.T) {
 
 // sendMemory delivers an anomalous or healthy observation of the primary's
 // pod whose message says its memory, as a sidecar's does.
-func (r *rig) sendMemory(st signal.State, pct, growthMi float64, limitMi int64) {
+func (r *rig) sendMemory(st podsignal.State, pct, growthMi float64, limitMi int64) {
 	prev := r.last[r.pod]
 	r.last[r.pod] = st
 	limit := float64(limitMi * mi)
-	m := &signal.Message{State: st, MemoryLimitBytes: &limit,
-		Features: &signal.Features{MemoryPercent: ptr.To(pct), MemoryGrowthRate: ptr.To(growthMi * mi)}}
-	r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: r.pod}, State: st, Previous: prev, Transition: st != prev,
-		Source: signal.SourcePublish, Message: m, Received: time.Now()}
+	m := &podsignal.Message{State: st, MemoryLimitBytes: &limit,
+		Features: &podsignal.Features{MemoryPercent: ptr.To(pct), MemoryGrowthRate: ptr.To(growthMi * mi)}}
+	r.in <- podsignal.Observation{PodID: podsignal.PodID{Namespace: ns, Pod: r.pod}, State: st, Previous: prev, Transition: st != prev,
+		Source: podsignal.SourcePublish, Message: m, Received: time.Now()}
 }
 
 // withBroker gives the pod an injected sidecar watching container
@@ -225,7 +225,7 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 		f.withBroker(pod, 100)
 		r := start(t, f, pod, Config{Instance: "node-0"})
 		for range 3 {
-			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
+			r.sendMemory(podsignal.Anomalous, 80, 0.05, 100)
 		}
 		f.await(t, "the broker container resized, its request by as much", func() bool {
 			return slices.Contains(f.Writes, "resize edge/"+pod+" mosquitto 256Mi 256Mi")
@@ -233,7 +233,7 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 		f.await(t, "the kubelet's status read", func() bool {
 			return r.record("primary").Resize.Kubelet
 		})
-		r.sendMemory(signal.Healthy, 31, 0.01, 256) // the sidecar reads the new limit
+		r.sendMemory(podsignal.Healthy, 31, 0.01, 256) // the sidecar reads the new limit
 		f.await(t, "Resized Event", func() bool { return slices.Contains(f.ReasonsLocked(), "Resized") })
 		f.Lock()
 		defer f.Unlock()
@@ -261,7 +261,7 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 		f.withBroker(pod, 100)
 		r := start(t, f, pod, Config{Instance: "node-0"})
 		for range 3 {
-			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
+			r.sendMemory(podsignal.Anomalous, 80, 0.05, 100)
 		}
 		f.await(t, "the old size back and the standby scaled up", func() bool {
 			return r.replicas("standby") == 1 && slices.Contains(f.Writes, "resize edge/"+pod+" mosquitto 100Mi 100Mi")
@@ -284,7 +284,7 @@ func TestActuatorResizesTheBrokerInPlace(t *testing.T) {
 		f.Unlock()
 		r := start(t, f, pod, Config{Instance: "node-0"})
 		for range 3 {
-			r.sendMemory(signal.Anomalous, 80, 0.05, 100)
+			r.sendMemory(podsignal.Anomalous, 80, 0.05, 100)
 		}
 		f.await(t, "standby scaled up", func() bool { return r.replicas("standby") == 1 })
 		r.logs.wait(t, "the refusal logged", func(m map[string]any) bool {
@@ -304,7 +304,7 @@ func TestTheSizeTheBrokerNeededSurvives(t *testing.T) {
 		// Run takes one signal at a time: once the third is taken, the
 		// second has been handled.
 		for range 3 {
-			r.sendMemory(signal.Healthy, 10, 0, 100)
+			r.sendMemory(podsignal.Healthy, 10, 0, 100)
 		}
 		f.Lock()
 		defer f.Unlock()
@@ -331,12 +331,12 @@ func TestTheSizeTheBrokerNeededSurvives(t *testing.T) {
 		}
 		f.Unlock()
 		r := start(t, f, pod, Config{Instance: "node-0"})
-		r.send(signal.Healthy)
+		r.send(podsignal.Healthy)
 		for range 3 {
-			r.send(signal.Anomalous)
+			r.send(podsignal.Anomalous)
 		}
 		f.await(t, "standby Ready seen", func() bool { return r.record("primary").Phase == PhaseConfirm })
-		r.send(signal.Anomalous)
+		r.send(podsignal.Anomalous)
 		f.await(t, "the retired primary's template sized", func() bool {
 			return slices.Contains(f.Writes, "template edge/primary mosquitto 150Mi 100Mi")
 		})

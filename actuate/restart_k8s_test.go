@@ -15,7 +15,7 @@ import (
 
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // TestSwitchoverResumesAfterAgentStopsAtEachStep stops the agent at every
@@ -47,33 +47,33 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 	// once the record is past the standby's wait). The outcome is a completed
 	// switchover unless aborted.
 	type pair struct{ p, s, pod string }
-	type feed func(context.Context, *testing.T, pair, func(signal.State) bool)
-	confirmThenReconfirm := func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
+	type feed func(context.Context, *testing.T, pair, func(podsignal.State) bool)
+	confirmThenReconfirm := func(ctx context.Context, t *testing.T, pr pair, send func(podsignal.State) bool) {
 		for range 3 {
-			if !send(signal.Anomalous) {
+			if !send(podsignal.Anomalous) {
 				return
 			}
 		}
 		waitDeployment(ctx, t, admin, pr.p, "record Confirm", func(d *appsv1.Deployment) bool { return recordOf(d).Phase == actuate.PhaseConfirm })
 		for range 3 {
-			if !send(signal.Anomalous) {
+			if !send(podsignal.Anomalous) {
 				return
 			}
 		}
 	}
-	decide := func(_ context.Context, _ *testing.T, _ pair, send func(signal.State) bool) {
+	decide := func(_ context.Context, _ *testing.T, _ pair, send func(podsignal.State) bool) {
 		for range 3 {
-			if !send(signal.Anomalous) {
+			if !send(podsignal.Anomalous) {
 				return
 			}
 		}
 	}
-	crash := func(_ context.Context, _ *testing.T, _ pair, send func(signal.State) bool) { send(signal.Gone) }
+	crash := func(_ context.Context, _ *testing.T, _ pair, send func(podsignal.State) bool) { send(podsignal.Gone) }
 	// abort decides, waits for the standby's scale-up and clears the anomaly.
-	abort := func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
+	abort := func(ctx context.Context, t *testing.T, pr pair, send func(podsignal.State) bool) {
 		decide(ctx, t, pr, send)
 		waitDeployment(ctx, t, admin, pr.s, "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
-		send(signal.Healthy)
+		send(podsignal.Healthy)
 	}
 	waitAdopted := func(ctx context.Context, t *testing.T, pr pair) {
 		waitDeployment(ctx, t, admin, pr.p, "orphaned standby adopted (record Aborted)", func(d *appsv1.Deployment) bool {
@@ -104,7 +104,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			ann:    map[string]string{contract.AnnAbortDelay: longAbort},
 			drop:   func(pr pair) func(wireReq) bool { return recordWrite(pr.p, string(actuate.PhaseWaitReady)) },
 			stopAt: scaleUp, phase: actuate.PhaseIdle, drive: decide,
-			resume: func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
+			resume: func(ctx context.Context, t *testing.T, pr pair, send func(podsignal.State) bool) {
 				waitAdopted(ctx, t, pr)
 				confirmThenReconfirm(ctx, t, pr, send)
 			}},
@@ -127,9 +127,9 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			ann:    map[string]string{contract.AnnAbortDelay: longAbort},
 			drop:   func(pr pair) func(wireReq) bool { return recordWrite(pr.p, string(actuate.PhaseFailover)) },
 			stopAt: scaleUp, phase: actuate.PhaseIdle, drive: crash,
-			resume: func(ctx context.Context, t *testing.T, pr pair, send func(signal.State) bool) {
+			resume: func(ctx context.Context, t *testing.T, pr pair, send func(podsignal.State) bool) {
 				waitAdopted(ctx, t, pr)
-				send(signal.Gone)
+				send(podsignal.Gone)
 			}},
 		{name: "record Aborted written after the anomaly cleared",
 			stopAt: func(pr pair) func(wireReq) bool { return recordPhase(pr.p, string(actuate.PhaseAborted)) },
@@ -163,7 +163,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			ctx1, stop1 := context.WithCancel(ctx)
 			stopped := w.expect(tt.stopAt(pr), stop1)
 			send1, done1 := runActuator(ctx1, t, agentClient, admin.ns, false)
-			tt.drive(ctx1, t, pr, func(st signal.State) bool { return send1(pr.pod, st) })
+			tt.drive(ctx1, t, pr, func(st podsignal.State) bool { return send1(pr.pod, st) })
 			awaitWire(ctx, t, stopped, "the step the agent is stopped at")
 			done1()
 			undrop() // the fresh agent's writes of that phase reach the server
@@ -174,7 +174,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 			// A fresh agent resumes from the record and the replicas.
 			send2, done2 := runActuator(ctx, t, agentClient, admin.ns, true)
 			defer done2()
-			send := func(st signal.State) bool { return send2(pr.pod, st) }
+			send := func(st podsignal.State) bool { return send2(pr.pod, st) }
 			switch {
 			case tt.aborted:
 				waitDeployment(ctx, t, admin, pr.s, "scaled back to 0", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 0 })
@@ -192,7 +192,7 @@ func TestSwitchoverResumesAfterAgentStopsAtEachStep(t *testing.T) {
 					return ph != actuate.PhaseWaitReady && ph != actuate.PhaseFailover
 				})
 				for range 3 {
-					send(signal.Anomalous)
+					send(podsignal.Anomalous)
 				}
 			}
 			if !tt.aborted {
@@ -254,11 +254,11 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 	stopped := w.expect(scaleTo(p, 0), stop1)
 	send1, done1 := runActuator(ctx1, t, agentClient, admin.ns, false)
 	for range 3 {
-		send1(pod, signal.Anomalous)
+		send1(pod, podsignal.Anomalous)
 	}
 	waitDeployment(ctx, t, admin, p, "record Confirm", func(d *appsv1.Deployment) bool { return recordOf(d).Phase == actuate.PhaseConfirm })
 	for range 3 {
-		send1(pod, signal.Anomalous)
+		send1(pod, podsignal.Anomalous)
 	}
 	awaitWire(ctx, t, stopped, "the primary's scale to 0")
 	done1()
@@ -269,7 +269,7 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 
 	send2, done2 := runActuator(ctx, t, agentClient, admin.ns, false)
 	defer done2()
-	send2(onlyPod(ctx, t, admin, s), signal.Healthy)
+	send2(onlyPod(ctx, t, admin, s), podsignal.Healthy)
 	waitDeployment(ctx, t, admin, s, "the new primary", func(d *appsv1.Deployment) bool {
 		return d.Annotations[contract.AnnRole] == "primary" && d.Annotations[contract.AnnStandby] == p && !recordOf(d).LastSwitch.IsZero()
 	})
@@ -286,17 +286,17 @@ func TestSwitchoverStoppedAfterTheRetirementResumesFromTheStandbysSignal(t *test
 // runActuator runs an Actuator until ctx ends or done is called (which waits
 // for Run to return). send hands it a sample and reports false once it
 // stopped.
-func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, resume bool) (send func(pod string, st signal.State) bool, done func()) {
+func runActuator(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, resume bool) (send func(pod string, st podsignal.State) bool, done func()) {
 	t.Helper()
 	act, err := actuate.New(actuate.Config{Client: cs, ResumeOnStart: resume, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	signals := make(chan signal.Observation)
+	signals := make(chan podsignal.Observation)
 	runDone := make(chan error, 1)
 	go func() { runDone <- act.Run(ctx, signals) }()
-	send = func(pod string, st signal.State) bool {
+	send = func(pod string, st podsignal.State) bool {
 		select {
 		case signals <- observation(ns, pod, st, 0.93, false):
 			return true
@@ -338,7 +338,7 @@ func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
 	send, done := runActuator(ctx, t, agentClient, admin.ns, false)
 	defer done()
 
-	send(pod, signal.Anomalous) // loads broker-a: its Idle record is written
+	send(pod, podsignal.Anomalous) // loads broker-a: its Idle record is written
 	waitDeployment(ctx, t, admin, "broker-a", "record Idle", func(d *appsv1.Deployment) bool { return recordOf(d).Phase == actuate.PhaseIdle })
 	otherRec := actuate.Record{Phase: actuate.PhaseIdle, Standby: "broker-b", LastSwitch: time.Now()}
 	other, err := json.Marshal(otherRec)
@@ -352,14 +352,14 @@ func TestRecordChangedByAnotherAgentIsNotOverwritten(t *testing.T) {
 	if _, err := admin.AppsV1().Deployments(admin.ns).Patch(ctx, "broker-a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	send(pod, signal.Anomalous)
-	send(pod, signal.Anomalous) // the decision: its write is refused, the record reloaded
+	send(pod, podsignal.Anomalous)
+	send(pod, podsignal.Anomalous) // the decision: its write is refused, the record reloaded
 	waitEvent(ctx, t, admin, "broker-a", "OrphanedStandby")
 	if rec := record(ctx, t, admin, "broker-a"); rec.Phase != actuate.PhaseAborted || !rec.LastSwitch.Equal(otherRec.LastSwitch) {
 		t.Fatalf("record after the refused decision: %+v, want Aborted continuing %s", rec, other)
 	}
 	for range 3 {
-		send(pod, signal.Anomalous)
+		send(pod, podsignal.Anomalous)
 	}
 	waitEvent(ctx, t, admin, "broker-a", "FlapGuard")
 	waitDeployment(ctx, t, admin, "broker-b", "scaled back to 0 after the abort delay", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 0 })

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 	"github.com/amf-edge/amf/statehub"
 )
 
@@ -41,7 +41,7 @@ const defaultStateWait = 10 * time.Second
 // heldPod is a pod of a stateful pair whose readiness this agent holds.
 type heldPod struct {
 	dep   podKey // its Deployment
-	state signal.State
+	state podsignal.State
 	at    time.Time
 }
 
@@ -77,14 +77,14 @@ func isStandby(w *workload) bool {
 // gateStateful sets the readiness gate of a stateful pair's pod from its
 // signal s: held False while it is a standby or waits for a handed state,
 // as for any pod otherwise.
-func (a *Actuator) gateStateful(ctx context.Context, w *workload, pod *corev1.Pod, s signal.Observation) {
+func (a *Actuator) gateStateful(ctx context.Context, w *workload, pod *corev1.Pod, s podsignal.Observation) {
 	pk := podKey{pod.Namespace, pod.Name}
 	h := a.handovers[w.key]
-	if h == nil && s.State != signal.Stopping && s.State != signal.Gone {
+	if h == nil && s.State != podsignal.Stopping && s.State != podsignal.Gone {
 		h = a.beginHandover(ctx, w, pk)
 	}
 	switch {
-	case s.State == signal.Stopping || s.State == signal.Gone:
+	case s.State == podsignal.Stopping || s.State == podsignal.Gone:
 		delete(a.held, pk)
 		if isStandby(w) {
 			a.markStandbyReady(ctx, w, pk, false)
@@ -93,10 +93,10 @@ func (a *Actuator) gateStateful(ctx context.Context, w *workload, pod *corev1.Po
 	case isStandby(w):
 		a.held[pk] = heldPod{dep: w.key, state: s.State, at: s.Received}
 		a.hold(ctx, pod, s, "a standby of a stateful pair: out of its Services until it holds the primary's state")
-		a.markStandbyReady(ctx, w, pk, s.State == signal.Healthy || s.State == signal.Anomalous)
+		a.markStandbyReady(ctx, w, pk, s.State == podsignal.Healthy || s.State == podsignal.Anomalous)
 	case h != nil && h.to == pk:
 		a.held[pk] = heldPod{dep: w.key, state: s.State, at: s.Received}
-		if s.State == signal.Healthy && s.Message != nil && h.state.ID != "" && s.Message.Handover == h.state.ID {
+		if s.State == podsignal.Healthy && s.Message != nil && h.state.ID != "" && s.Message.Handover == h.state.ID {
 			a.handedOver(ctx, w, h, pod)
 			return
 		}
@@ -109,8 +109,8 @@ func (a *Actuator) gateStateful(ctx context.Context, w *workload, pod *corev1.Po
 
 // hold sets pod's amf.io/healthy False with the reason AwaitingState while
 // its broker is healthy (else as its state says).
-func (a *Actuator) hold(ctx context.Context, pod *corev1.Pod, s signal.Observation, why string) {
-	if s.State != signal.Healthy && s.State != signal.Anomalous {
+func (a *Actuator) hold(ctx context.Context, pod *corev1.Pod, s podsignal.Observation, why string) {
+	if s.State != podsignal.Healthy && s.State != podsignal.Anomalous {
 		a.patchReadinessGate(ctx, pod, s)
 		return
 	}
@@ -274,8 +274,8 @@ func (a *Actuator) beginHandover(ctx context.Context, w *workload, pk podKey) *h
 
 // handOn hands st (from pod from) on to h's pod; on failure the handover
 // is given up.
-func (a *Actuator) handOn(ctx context.Context, key podKey, h *handover, st statehub.State, from signal.PodID) bool {
-	handed, err := a.states.HandOn(st.ID, from, signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
+func (a *Actuator) handOn(ctx context.Context, key podKey, h *handover, st statehub.State, from podsignal.PodID) bool {
+	handed, err := a.states.HandOn(st.ID, from, podsignal.PodID{Namespace: h.to.ns, Pod: h.to.name})
 	if err != nil {
 		if w := a.workloads[key]; w != nil {
 			a.giveUp(ctx, w, h, fmt.Sprintf("the state %s could not be handed on (%v); %s serves from its own", st.ID, err, h.to.name))
@@ -293,7 +293,7 @@ func (a *Actuator) handOn(ctx context.Context, key podKey, h *handover, st state
 // giveUp ends a handover without its state: the pod serves from its own.
 func (a *Actuator) giveUp(ctx context.Context, w *workload, h *handover, note string) {
 	delete(a.handovers, w.key)
-	a.states.Done(signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
+	a.states.Done(podsignal.PodID{Namespace: h.to.ns, Pod: h.to.name})
 	a.clearHandover(ctx, w.key)
 	a.emitKey(w, true, "StateNotCarried", "Switchover", note)
 	a.log.Warn("decision", slog.String("deployment", w.key.String()), slog.String("action", "StateNotCarried"), slog.String("why", note))
@@ -314,14 +314,14 @@ func (a *Actuator) clearHandover(ctx context.Context, dep podKey) {
 // latestState is the newest state the hub holds from a pod of Deployment
 // dep: handed in here (its pods that signalled to this agent) or relayed
 // from another node.
-func (a *Actuator) latestState(dep podKey) (statehub.State, signal.PodID, bool) {
+func (a *Actuator) latestState(dep podKey) (statehub.State, podsignal.PodID, bool) {
 	best, ok := a.states.LatestOwned(dep.ns, dep.name)
 	from := best.From
 	for pk, d := range a.owners {
 		if pk.ns != dep.ns || d != dep.name {
 			continue
 		}
-		id := signal.PodID{Namespace: pk.ns, Pod: pk.name}
+		id := podsignal.PodID{Namespace: pk.ns, Pod: pk.name}
 		if s, held := a.states.Latest(id); held && s.Owner == "" && (!ok || s.At.After(best.At)) {
 			best, from, ok = s, id, true
 		}
@@ -407,7 +407,7 @@ func (a *Actuator) syncRelay(w *workload, pod string) {
 		return
 	}
 	a.relays[w.key] = r
-	if st, ok := a.states.Latest(signal.PodID{Namespace: w.key.ns, Pod: pod}); ok {
+	if st, ok := a.states.Latest(podsignal.PodID{Namespace: w.key.ns, Pod: pod}); ok {
 		a.relayOn(w.key, st)
 	}
 }
@@ -419,7 +419,7 @@ func (a *Actuator) handedOver(ctx context.Context, w *workload, h *handover, pod
 	took := a.now().Sub(h.since).Round(time.Millisecond)
 	delete(a.handovers, w.key)
 	delete(a.held, h.to)
-	a.states.Done(signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
+	a.states.Done(podsignal.PodID{Namespace: h.to.ns, Pod: h.to.name})
 	a.clearHandover(ctx, w.key)
 	a.setGate(ctx, pod, corev1.ConditionTrue, "Healthy", "runs on the retired primary's state "+h.state.ID, a.now())
 	what := "the final state"
@@ -458,7 +458,7 @@ func (a *Actuator) releaseHeld(ctx context.Context, dep podKey) {
 			continue
 		}
 		delete(a.held, pk)
-		if h.state != signal.Healthy && h.state != signal.Anomalous {
+		if h.state != podsignal.Healthy && h.state != podsignal.Anomalous {
 			continue
 		}
 		pod, err := a.cluster.Pod(ctx, pk.ns, pk.name)
@@ -477,7 +477,7 @@ func (a *Actuator) stateDeadlines(ctx context.Context, now time.Time) {
 			continue
 		}
 		delete(a.handovers, key)
-		a.states.Done(signal.PodID{Namespace: h.to.ns, Pod: h.to.name})
+		a.states.Done(podsignal.PodID{Namespace: h.to.ns, Pod: h.to.name})
 		a.clearHandover(ctx, key)
 		why := "no final state came from it"
 		if h.state.ID != "" {

@@ -17,18 +17,18 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 	"github.com/amf-edge/amf/statehub"
 )
 
 // podTokens is a fake of the agent's TokenReview: each pod's name is its token.
 type podTokens struct{}
 
-func (podTokens) Authenticate(_ context.Context, tok string) (signal.PodID, error) {
+func (podTokens) Authenticate(_ context.Context, tok string) (podsignal.PodID, error) {
 	if tok == "" {
-		return signal.PodID{}, errors.New("no token")
+		return podsignal.PodID{}, errors.New("no token")
 	}
-	return signal.PodID{Namespace: ns, Pod: tok}, nil
+	return podsignal.PodID{Namespace: ns, Pod: tok}, nil
 }
 
 // finalState is the smallest whole Mosquitto persistence file written as a
@@ -75,18 +75,18 @@ func statefulPair(f *fakeCluster, ann map[string]string) (primaryPod, standbyPod
 func (r *rig) switchOver() {
 	r.t.Helper()
 	for range 3 {
-		r.send(signal.Anomalous)
+		r.send(podsignal.Anomalous)
 	}
 	r.f.await(r.t, "the switchover decided with the standby ready", func() bool { return r.record("primary").Phase == PhaseConfirm })
-	r.send(signal.Anomalous)
+	r.send(podsignal.Anomalous)
 }
 
 // sendMsg delivers one observation of pod with message m (its state is m's).
-func (r *rig) sendMsg(pod string, m signal.Message) {
+func (r *rig) sendMsg(pod string, m podsignal.Message) {
 	prev := r.last[pod]
 	r.last[pod] = m.State
-	r.in <- signal.Observation{PodID: signal.PodID{Namespace: ns, Pod: pod}, State: m.State, Previous: prev, Transition: m.State != prev,
-		Source: signal.SourcePublish, Message: &m, Received: time.Now()}
+	r.in <- podsignal.Observation{PodID: podsignal.PodID{Namespace: ns, Pod: pod}, State: m.State, Previous: prev, Transition: m.State != prev,
+		Source: podsignal.SourcePublish, Message: &m, Received: time.Now()}
 }
 
 // gate is the pod's amf.io/healthy condition (status and reason), called
@@ -127,9 +127,9 @@ func startStateful(t *testing.T, wait time.Duration) *statefulRig {
 	pp, sp := statefulPair(f, fast)
 	hub, srv := newStateHub(t)
 	r := &statefulRig{rig: start(t, f, pp, Config{States: hub, StateWait: wait}), pp: pp, sp: sp, hub: hub, srv: srv}
-	r.send(signal.Healthy)
+	r.send(podsignal.Healthy)
 	f.await(t, "the primary's pod serves", func() bool { st, _ := f.gateLocked(pp); return st == corev1.ConditionTrue })
-	r.sendMsg(sp, signal.Message{State: signal.Healthy})
+	r.sendMsg(sp, podsignal.Message{State: podsignal.Healthy})
 	f.await(t, "the standby held out, and ready for the switchover", func() bool {
 		st, reason := f.gateLocked(sp)
 		return st == corev1.ConditionFalse && reason == "AwaitingState" && f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp
@@ -139,7 +139,7 @@ func startStateful(t *testing.T, wait time.Duration) *statefulRig {
 
 // client is pod's sidecar's side of the hub.
 func (r *statefulRig) client(pod string) *statehub.Client {
-	return &statehub.Client{URL: r.srv.URL, Pod: signal.PodID{Namespace: ns, Pod: pod}, Token: pod, HTTP: r.srv.Client()}
+	return &statehub.Client{URL: r.srv.URL, Pod: podsignal.PodID{Namespace: ns, Pod: pod}, Token: pod, HTTP: r.srv.Client()}
 }
 
 // TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes is
@@ -179,15 +179,15 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 		t.Fatalf("the standby's pod fetched %q (%v), want the state %s handed on to it", got.ID, err, id)
 	}
 	// Its sidecar restarts the broker on it: starting, then healthy on it.
-	r.sendMsg(sp, signal.Message{State: signal.Starting, Handover: id})
-	r.sendMsg(sp, signal.Message{State: signal.Healthy})
-	r.sendMsg(sp, signal.Message{State: signal.Starting, Handover: id}) // taken: the one before is done
+	r.sendMsg(sp, podsignal.Message{State: podsignal.Starting, Handover: id})
+	r.sendMsg(sp, podsignal.Message{State: podsignal.Healthy})
+	r.sendMsg(sp, podsignal.Message{State: podsignal.Starting, Handover: id}) // taken: the one before is done
 	f.Lock()
 	if st, _ := f.gateLocked(sp); st == corev1.ConditionTrue {
 		t.Errorf("the new primary's pod serves on a healthy signal that names no state")
 	}
 	f.Unlock()
-	r.sendMsg(sp, signal.Message{State: signal.Healthy, Handover: id})
+	r.sendMsg(sp, podsignal.Message{State: podsignal.Healthy, Handover: id})
 	f.await(t, "the new primary serves on the state", func() bool {
 		st, _ := f.gateLocked(sp)
 		return st == corev1.ConditionTrue && slices.Contains(f.ReasonsLocked(), "StateCarried")
@@ -204,16 +204,16 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 func TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		fault signal.State
+		fault podsignal.State
 		why   string
 	}{
-		{"a crash failover", signal.Gone, "wrote no final state"},
-		{"a switchover whose state never comes", signal.Anomalous, "no final state came"},
+		{"a crash failover", podsignal.Gone, "wrote no final state"},
+		{"a switchover whose state never comes", podsignal.Anomalous, "no final state came"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := startStateful(t, 300*time.Millisecond)
 			f, sp := r.f, r.sp
-			if tc.fault == signal.Anomalous {
+			if tc.fault == podsignal.Anomalous {
 				r.switchOver()
 			} else {
 				r.send(tc.fault)
@@ -240,7 +240,7 @@ func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.send(signal.Gone)
+	r.send(podsignal.Gone)
 	f.await(t, "failed over, the standby held for the snapshot", func() bool {
 		st, _ := f.gateLocked(sp)
 		return f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" && st == corev1.ConditionFalse &&
@@ -250,8 +250,8 @@ func TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot(t *testi
 	if err != nil || !ok || fetched.ID != id || fetched.Kind != statehub.Snapshot {
 		t.Fatalf("the standby's pod fetched %q %s (%v, %v), want the snapshot %s", fetched.ID, fetched.Kind, ok, err, id)
 	}
-	r.sendMsg(sp, signal.Message{State: signal.Starting, Handover: id})
-	r.sendMsg(sp, signal.Message{State: signal.Healthy, Handover: id})
+	r.sendMsg(sp, podsignal.Message{State: podsignal.Starting, Handover: id})
+	r.sendMsg(sp, podsignal.Message{State: podsignal.Healthy, Handover: id})
 	f.await(t, "the new primary serves on the snapshot, its age said", func() bool {
 		st, _ := f.gateLocked(sp)
 		return st == corev1.ConditionTrue && slices.ContainsFunc(f.Events, func(ev *eventsv1.Event) bool {
@@ -305,8 +305,8 @@ func startTwoNodes(t *testing.T) *twoNodes {
 	}
 	n.a = start(t, f, pp, cfg("node-a", n.hubA, n.srvA, n.relayA))
 	n.b = start(t, f, sp, cfg("node-b", n.hubB, n.srvB, n.relayB))
-	n.a.send(signal.Healthy)
-	n.b.sendMsg(sp, signal.Message{State: signal.Healthy})
+	n.a.send(podsignal.Healthy)
+	n.b.sendMsg(sp, podsignal.Message{State: podsignal.Healthy})
 	f.await(t, "the standby held out on node-b, its node, hub and readiness written for node-a's agent", func() bool {
 		st, reason := f.gateLocked(sp)
 		ann := f.depLocked(ns, "standby").Annotations
@@ -320,7 +320,7 @@ func startTwoNodes(t *testing.T) *twoNodes {
 // waits until node-a's agent has relayed it to node-b's hub.
 func (n *twoNodes) snapshotOnB(t *testing.T) {
 	t.Helper()
-	c := &statehub.Client{URL: n.srvA.URL, Pod: signal.PodID{Namespace: ns, Pod: n.pp}, Token: n.pp, HTTP: n.srvA.Client()}
+	c := &statehub.Client{URL: n.srvA.URL, Pod: podsignal.PodID{Namespace: ns, Pod: n.pp}, Token: n.pp, HTTP: n.srvA.Client()}
 	if _, err := c.HandIn(t.Context(), statehub.Snapshot, finalState()); err != nil {
 		t.Fatal(err)
 	}
@@ -349,14 +349,14 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 				return n.f.depLocked(ns, "standby").Annotations[contract.AnnHandover] != ""
 			})
 			// The retired broker's sidecar hands its final state in to its own node.
-			c := &statehub.Client{URL: n.srvA.URL, Pod: signal.PodID{Namespace: ns, Pod: n.pp}, Token: n.pp, HTTP: n.srvA.Client()}
+			c := &statehub.Client{URL: n.srvA.URL, Pod: podsignal.PodID{Namespace: ns, Pod: n.pp}, Token: n.pp, HTTP: n.srvA.Client()}
 			if _, err := c.HandIn(t.Context(), statehub.Final, finalState()); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"a crash failover", statehub.Snapshot, func(t *testing.T, n *twoNodes) {
 			n.snapshotOnB(t)
-			n.a.send(signal.Gone)
+			n.a.send(podsignal.Gone)
 		}},
 		{"the primary's node lost", statehub.Snapshot, func(t *testing.T, n *twoNodes) {
 			n.snapshotOnB(t)
@@ -366,7 +366,7 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := startTwoNodes(t)
 			tc.fault(t, n)
-			sc := &statehub.Client{URL: n.srvB.URL, Pod: signal.PodID{Namespace: ns, Pod: n.sp}, Token: n.sp, HTTP: n.srvB.Client()}
+			sc := &statehub.Client{URL: n.srvB.URL, Pod: podsignal.PodID{Namespace: ns, Pod: n.sp}, Token: n.sp, HTTP: n.srvB.Client()}
 			fctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			got, ok, err := sc.Fetch(fctx, "")
@@ -381,8 +381,8 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 				t.Errorf("the new primary's pod serves before it runs on the state")
 			}
 			n.f.Unlock()
-			n.b.sendMsg(n.sp, signal.Message{State: signal.Starting, Handover: got.ID})
-			n.b.sendMsg(n.sp, signal.Message{State: signal.Healthy, Handover: got.ID})
+			n.b.sendMsg(n.sp, podsignal.Message{State: podsignal.Starting, Handover: got.ID})
+			n.b.sendMsg(n.sp, podsignal.Message{State: podsignal.Healthy, Handover: got.ID})
 			n.f.await(t, "the new primary serves on the state, the handover cleared", func() bool {
 				st, _ := n.f.gateLocked(n.sp)
 				_, named := n.f.depLocked(ns, "standby").Annotations[contract.AnnHandover]
@@ -408,8 +408,8 @@ func TestAStatefulPairIsRetiredWithoutTheHold(t *testing.T) {
 	pp, sp := statefulPair(f, gates)
 	hub, _ := newStateHub(t)
 	r := start(t, f, pp, Config{States: hub, StateWait: time.Minute})
-	r.send(signal.Healthy)
-	r.sendMsg(sp, signal.Message{State: signal.Healthy})
+	r.send(podsignal.Healthy)
+	r.sendMsg(sp, podsignal.Message{State: podsignal.Healthy})
 	f.await(t, "the standby named ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
 	r.switchOver()
 	f.await(t, "retired at once, not after the default hold of 15 s", func() bool { return slices.Contains(f.Writes, "scale edge/primary 0") })

@@ -24,7 +24,7 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // TestActuationFromMQTTSignals wires the agent to the actuator end to end on
@@ -92,10 +92,10 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 	const token = "tok-primary-0123456789abcdef"
 	ta := startAgent(t, func(c *Config) { c.Authenticator = staticTokens(t, token+" "+id.String()) })
 	sidecar := mustDial(t, ta.MQTTAddr(), id, token, func(o *paho.ClientOptions) {
-		o.SetBinaryWill(id.Topic(), payload(t, id, signal.Gone, 0), 1, true)
+		o.SetBinaryWill(id.Topic(), payload(t, id, podsignal.Gone, 0), 1, true)
 	})
 	seq := uint64(0)
-	send := func(st signal.State) {
+	send := func(st podsignal.State) {
 		t.Helper()
 		seq++
 		publish(t, sidecar, id.Topic(), payload(t, id, st, seq))
@@ -123,9 +123,9 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 	// Observe-only: the decision is logged, nothing is written.
 	dryLogs := newLogSink()
 	stopDry := runActuation(true, dryLogs)
-	send(signal.Healthy)
+	send(podsignal.Healthy)
 	for range 3 {
-		send(signal.Anomalous)
+		send(podsignal.Anomalous)
 	}
 	dryLogs.wait(t, "dry-run scale decision", lineIs("decision", "action", "ScaleStandby", "dry_run", "true"))
 	stopDry()
@@ -140,9 +140,9 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 	logs := newLogSink()
 	stop := runActuation(false, logs)
 	defer stop()
-	send(signal.Healthy)
+	send(podsignal.Healthy)
 	for range 3 {
-		send(signal.Anomalous)
+		send(podsignal.Anomalous)
 	}
 	waitDep(ctx, t, admin, ns, "standby", "scaled to 1", func(d *appsv1.Deployment) bool { return *d.Spec.Replicas == 1 })
 	// A crash (connection cut: Last Will "gone") fails over at once; the

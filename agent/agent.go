@@ -15,7 +15,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Default addresses, for tests and for running outside Kubernetes. In a pod
@@ -34,7 +34,7 @@ const (
 // the connection (counted as malformed, reason packet_too_large); a payload
 // between signal.MaxMessageBytes and this limit is read and refused by the
 // decoder (reason too_large).
-const MaxPacketBytes = maxTokenBytes + signal.MaxMessageBytes + 1<<10
+const MaxPacketBytes = maxTokenBytes + podsignal.MaxMessageBytes + 1<<10
 
 // Config configures an Agent. Zero values take the defaults noted.
 type Config struct {
@@ -360,9 +360,9 @@ func (a *Agent) shutdown(cancel context.CancelFunc) {
 // sidecar has it now if connected, or at its next connect: the newest
 // command is what the sidecar is to do. It fails only for an invalid
 // command or an agent that is not serving.
-func (a *Agent) Command(c signal.Command) error {
-	c.Version = signal.Version
-	b, err := signal.EncodeCommand(&c)
+func (a *Agent) Command(c podsignal.Command) error {
+	c.Version = podsignal.Version
+	b, err := podsignal.EncodeCommand(&c)
 	if err != nil {
 		return err
 	}
@@ -374,7 +374,7 @@ func (a *Agent) Command(c signal.Command) error {
 	if a.phase.Load() == phaseStopping {
 		return errors.New("agent: command while stopping")
 	}
-	if err := a.server.Publish(signal.CommandTopic(c.Namespace, c.Pod), b, true, 1); err != nil {
+	if err := a.server.Publish(podsignal.CommandTopic(c.Namespace, c.Pod), b, true, 1); err != nil {
 		return fmt.Errorf("agent: publish the command to %s/%s: %w", c.Namespace, c.Pod, err)
 	}
 	a.m.commands.WithLabelValues(c.Name()).Inc()

@@ -13,32 +13,32 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 func TestAuthenticatedSignalIsRecordedAndLoggedOncePerTransition(t *testing.T) {
 	ta := startAgent(t, nil)
 	c := mustDial(t, ta.MQTTAddr(), podA, tokenA, nil)
 
-	publish(t, c, podA.Topic(), payload(t, podA, signal.Healthy, 1))
+	publish(t, c, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 	ev := ta.nextEvent(t, podA)
-	if !ev.Transition || ev.State != signal.Healthy || ev.Previous != "" || ev.Source != SourcePublish || ev.Message.Seq != 1 {
+	if !ev.Transition || ev.State != podsignal.Healthy || ev.Previous != "" || ev.Source != SourcePublish || ev.Message.Seq != 1 {
 		t.Fatalf("first event = %+v, want a transition to healthy from publish, seq 1", ev)
 	}
 	st, ok := ta.Tracker().Pod(podA)
-	if !ok || st.State != signal.Healthy || !st.Connected || st.Message == nil || st.Message.Seq != 1 || st.Received.IsZero() {
+	if !ok || st.State != podsignal.Healthy || !st.Connected || st.Message == nil || st.Message.Seq != 1 || st.Received.IsZero() {
 		t.Fatalf("pod state = %+v, want healthy, connected, seq 1", st)
 	}
 
 	// Same state again: an event for the debounce, not a transition.
-	publish(t, c, podA.Topic(), payload(t, podA, signal.Healthy, 2))
-	if ev := ta.nextEvent(t, podA); ev.Transition || ev.State != signal.Healthy || ev.Message.Seq != 2 {
+	publish(t, c, podA.Topic(), payload(t, podA, podsignal.Healthy, 2))
+	if ev := ta.nextEvent(t, podA); ev.Transition || ev.State != podsignal.Healthy || ev.Message.Seq != 2 {
 		t.Fatalf("repeat event = %+v, want healthy without transition, seq 2", ev)
 	}
 	// A duplicate seq (QoS 1 redelivery) is ignored: the next event is seq 3.
-	publish(t, c, podA.Topic(), payload(t, podA, signal.Anomalous, 2))
-	publish(t, c, podA.Topic(), payload(t, podA, signal.Anomalous, 3))
-	if ev := ta.nextEvent(t, podA); !ev.Transition || ev.State != signal.Anomalous || ev.Message.Seq != 3 {
+	publish(t, c, podA.Topic(), payload(t, podA, podsignal.Anomalous, 2))
+	publish(t, c, podA.Topic(), payload(t, podA, podsignal.Anomalous, 3))
+	if ev := ta.nextEvent(t, podA); !ev.Transition || ev.State != podsignal.Anomalous || ev.Message.Seq != 3 {
 		t.Fatalf("event after a duplicate = %+v, want the transition to anomalous of seq 3", ev)
 	}
 	if n := testutil.ToFloat64(ta.m.ignored.WithLabelValues(ignoredDuplicate)); n != 1 {
@@ -85,8 +85,8 @@ func TestConnectionsAreRefusedAndCounted(t *testing.T) {
 		{"client id sharing a prefix", podA, tokenA, func(o *paho.ClientOptions) { o.SetClientID(podA.String() + "x") }, refuseClientID},
 		{"no keepalive", podA, tokenA, func(o *paho.ClientOptions) { o.SetKeepAlive(0) }, refuseKeepalive},
 		{"keepalive above the maximum", podA, tokenA, func(o *paho.ClientOptions) { o.SetKeepAlive(61e9) }, refuseKeepalive},
-		{"will on another pod's topic", podA, tokenA, will(podB.Topic(), payload(t, podB, signal.Gone, 0)), refuseWill},
-		{"will that is not gone", podA, tokenA, will(podA.Topic(), payload(t, podA, signal.Healthy, 0)), refuseWill},
+		{"will on another pod's topic", podA, tokenA, will(podB.Topic(), payload(t, podB, podsignal.Gone, 0)), refuseWill},
+		{"will that is not gone", podA, tokenA, will(podA.Topic(), payload(t, podA, podsignal.Healthy, 0)), refuseWill},
 		{"will that is not a signal", podA, tokenA, will(podA.Topic(), []byte("bye")), refuseWill},
 	}
 	for _, tt := range tests {
@@ -132,11 +132,11 @@ func TestPublishingToAnotherPodsTopicIsRefused(t *testing.T) {
 
 	// QoS 0: dropped silently. The QoS 1 publish after it on the same
 	// connection is processed after it, so its event proves the first is done.
-	if tok := c.Publish(podB.Topic(), 0, true, payload(t, podB, signal.Unhealthy, 1)); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
+	if tok := c.Publish(podB.Topic(), 0, true, payload(t, podB, podsignal.Unhealthy, 1)); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
 		t.Fatalf("QoS 0 publish: %v", tok.Error())
 	}
-	publish(t, c, podA.Topic(), payload(t, podA, signal.Healthy, 1))
-	if ev := ta.nextEvent(t, podA); ev.State != signal.Healthy {
+	publish(t, c, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
+	if ev := ta.nextEvent(t, podA); ev.State != podsignal.Healthy {
 		t.Fatalf("event = %+v", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.aclDenied.WithLabelValues("publish")); got != 1 {
@@ -145,8 +145,8 @@ func TestPublishingToAnotherPodsTopicIsRefused(t *testing.T) {
 
 	// QoS 1: MQTT 3.1.1 has no negative PUBACK, so the broker disconnects the
 	// offender; its pod is then gone.
-	c.Publish(podB.Topic(), 1, true, payload(t, podB, signal.Unhealthy, 2))
-	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != signal.Gone {
+	c.Publish(podB.Topic(), 1, true, payload(t, podB, podsignal.Unhealthy, 2))
+	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != podsignal.Gone {
 		t.Fatalf("event = %+v, want podA gone by disconnect", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.aclDenied.WithLabelValues("publish")); got != 2 {
@@ -167,7 +167,7 @@ func TestPublishingToAnotherPodsTopicIsRefused(t *testing.T) {
 func TestSubscribingIsRefusedExceptToTheOwnTopic(t *testing.T) {
 	ta := startAgent(t, nil)
 	c := mustDial(t, ta.MQTTAddr(), podA, tokenA, nil)
-	publish(t, c, podA.Topic(), payload(t, podA, signal.Healthy, 1))
+	publish(t, c, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 	ta.nextEvent(t, podA)
 
 	for _, filter := range []string{"amf/#", "#", podB.Topic(), "amf/v1/tod/+/health", "$SYS/#"} {
@@ -194,7 +194,7 @@ func TestSubscribingIsRefusedExceptToTheOwnTopic(t *testing.T) {
 	}
 	select {
 	case b := <-got:
-		if m, err := signal.Decode(podA.Topic(), b); err != nil || m.State != signal.Healthy {
+		if m, err := podsignal.Decode(podA.Topic(), b); err != nil || m.State != podsignal.Healthy {
 			t.Errorf("retained message = %s (%v)", b, err)
 		}
 	case <-timeout():
@@ -205,15 +205,15 @@ func TestSubscribingIsRefusedExceptToTheOwnTopic(t *testing.T) {
 func TestMalformedPayloadsAreDroppedCountedAndNotRetained(t *testing.T) {
 	ta := startAgent(t, nil)
 	c := mustDial(t, ta.MQTTAddr(), podA, tokenA, nil)
-	valid := string(payload(t, podA, signal.Healthy, 1))
+	valid := string(payload(t, podA, podsignal.Healthy, 1))
 	bad := []struct {
 		body   string
 		reason string
 	}{
 		{"healthy", malformedInvalid},
 		{strings.Replace(valid, `"seq":1,`, ``, 1), malformedInvalid},
-		{`{"reason":"` + strings.Repeat("x", signal.MaxMessageBytes) + `"}`, malformedTooLarge},
-		{string(payload(t, podB, signal.Healthy, 1)), malformedIdentity},
+		{`{"reason":"` + strings.Repeat("x", podsignal.MaxMessageBytes) + `"}`, malformedTooLarge},
+		{string(payload(t, podB, podsignal.Healthy, 1)), malformedIdentity},
 	}
 	for _, b := range bad {
 		// Acknowledged (MQTT 3.1.1 has no negative PUBACK), so a client does
@@ -241,7 +241,7 @@ func TestMalformedPayloadsAreDroppedCountedAndNotRetained(t *testing.T) {
 
 	// The first event is the valid message that follows: nothing before it.
 	publish(t, c, podA.Topic(), []byte(valid))
-	if ev := ta.nextEvent(t, podA); ev.State != signal.Healthy || ev.Message.Seq != 1 {
+	if ev := ta.nextEvent(t, podA); ev.State != podsignal.Healthy || ev.Message.Seq != 1 {
 		t.Fatalf("first event = %+v, want the valid healthy message", ev)
 	}
 	if got := ta.server.Topics.Messages(podA.Topic()); len(got) != 1 || string(got[0].Payload) != valid {
@@ -250,7 +250,7 @@ func TestMalformedPayloadsAreDroppedCountedAndNotRetained(t *testing.T) {
 
 	// Above the broker's packet limit the connection is closed.
 	c.Publish(podA.Topic(), 1, true, make([]byte, MaxPacketBytes))
-	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != signal.Gone {
+	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != podsignal.Gone {
 		t.Fatalf("event = %+v, want gone by disconnect", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.malformed.WithLabelValues(malformedPacketTooLarge)); got != 1 {
@@ -264,28 +264,28 @@ func TestKilledSidecarIsGoneByWillAndByDisconnect(t *testing.T) {
 	// With a Last Will: the will says gone, then the end of the session
 	// confirms it (an event, not a second transition).
 	a := mustDial(t, ta.MQTTAddr(), podA, tokenA, func(o *paho.ClientOptions) {
-		o.SetBinaryWill(podA.Topic(), payload(t, podA, signal.Gone, 0), 1, true)
+		o.SetBinaryWill(podA.Topic(), payload(t, podA, podsignal.Gone, 0), 1, true)
 	})
-	publish(t, a, podA.Topic(), payload(t, podA, signal.Healthy, 1))
+	publish(t, a, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 	ta.nextEvent(t, podA)
 	a.kill(t)
-	if ev := ta.nextEvent(t, podA); ev.Source != SourceWill || ev.State != signal.Gone || !ev.Transition || ev.Previous != signal.Healthy {
+	if ev := ta.nextEvent(t, podA); ev.Source != SourceWill || ev.State != podsignal.Gone || !ev.Transition || ev.Previous != podsignal.Healthy {
 		t.Fatalf("event = %+v, want a transition to gone by the will", ev)
 	}
-	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != signal.Gone || ev.Transition {
+	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != podsignal.Gone || ev.Transition {
 		t.Fatalf("event = %+v, want the disconnect, already gone", ev)
 	}
-	if st, _ := ta.Tracker().Pod(podA); st.State != signal.Gone || st.Connected || st.Source != SourceDisconnect {
+	if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Gone || st.Connected || st.Source != SourceDisconnect {
 		t.Errorf("pod state = %+v", st)
 	}
 	ta.logs.wait(t, "transition to gone", lineIs("transition", "pod", "broker-a", "to", "gone", "source", "will"))
 
 	// Without a will, the broker's own view of the session suffices.
 	b := mustDial(t, ta.MQTTAddr(), podB, tokenB, nil)
-	publish(t, b, podB.Topic(), payload(t, podB, signal.Anomalous, 7))
+	publish(t, b, podB.Topic(), payload(t, podB, podsignal.Anomalous, 7))
 	ta.nextEvent(t, podB)
 	b.kill(t)
-	if ev := ta.nextEvent(t, podB); ev.Source != SourceDisconnect || ev.State != signal.Gone || !ev.Transition {
+	if ev := ta.nextEvent(t, podB); ev.Source != SourceDisconnect || ev.State != podsignal.Gone || !ev.Transition {
 		t.Fatalf("event = %+v, want a transition to gone by disconnect", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.disconnects.WithLabelValues("unclean")); got != 2 {
@@ -299,28 +299,28 @@ func TestKilledSidecarIsGoneByWillAndByDisconnect(t *testing.T) {
 func TestOrderlyStopStaysStopping(t *testing.T) {
 	ta := startAgent(t, nil)
 	withWill := func(id Identity) func(*paho.ClientOptions) {
-		return func(o *paho.ClientOptions) { o.SetBinaryWill(id.Topic(), payload(t, id, signal.Gone, 0), 1, true) }
+		return func(o *paho.ClientOptions) { o.SetBinaryWill(id.Topic(), payload(t, id, podsignal.Gone, 0), 1, true) }
 	}
 	a := mustDial(t, ta.MQTTAddr(), podA, tokenA, withWill(podA))
-	publish(t, a, podA.Topic(), payload(t, podA, signal.Healthy, 1))
-	publish(t, a, podA.Topic(), payload(t, podA, signal.Stopping, 2))
+	publish(t, a, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
+	publish(t, a, podA.Topic(), payload(t, podA, podsignal.Stopping, 2))
 	ta.nextEvent(t, podA)
 	ta.nextEvent(t, podA)
 	a.Disconnect(250)
 	ev := ta.nextEvent(t, podA)
-	if ev.Source != SourceDisconnect || ev.State != signal.Stopping || ev.Transition {
+	if ev.Source != SourceDisconnect || ev.State != podsignal.Stopping || ev.Transition {
 		t.Fatalf("event = %+v, want the disconnect keeping stopping", ev)
 	}
-	if st, _ := ta.Tracker().Pod(podA); st.State != signal.Stopping || st.Connected {
+	if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Stopping || st.Connected {
 		t.Errorf("pod state = %+v, want stopping, disconnected", st)
 	}
 	// A clean DISCONNECT without stopping first is still the end of the pod's
 	// signals: gone.
 	b := mustDial(t, ta.MQTTAddr(), podB, tokenB, withWill(podB))
-	publish(t, b, podB.Topic(), payload(t, podB, signal.Healthy, 1))
+	publish(t, b, podB.Topic(), payload(t, podB, podsignal.Healthy, 1))
 	ta.nextEvent(t, podB)
 	b.Disconnect(250)
-	if ev := ta.nextEvent(t, podB); ev.Source != SourceDisconnect || ev.State != signal.Gone {
+	if ev := ta.nextEvent(t, podB); ev.Source != SourceDisconnect || ev.State != podsignal.Gone {
 		t.Fatalf("event = %+v, want gone by disconnect", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.disconnects.WithLabelValues("clean")); got != 2 {
@@ -335,21 +335,21 @@ func TestANewSessionReplacesTheOldOne(t *testing.T) {
 	t.Run("same client id takes over", func(t *testing.T) {
 		ta := startAgent(t, nil)
 		withWill := func(o *paho.ClientOptions) {
-			o.SetBinaryWill(podA.Topic(), payload(t, podA, signal.Gone, 0), 1, true)
+			o.SetBinaryWill(podA.Topic(), payload(t, podA, podsignal.Gone, 0), 1, true)
 		}
 		old := mustDial(t, ta.MQTTAddr(), podA, tokenA, withWill)
-		publish(t, old, podA.Topic(), payload(t, podA, signal.Healthy, 10))
+		publish(t, old, podA.Topic(), payload(t, podA, podsignal.Healthy, 10))
 		first := ta.nextEvent(t, podA)
 
 		// The restarted sidecar counts from 1 again: a new run.
 		next := mustDial(t, ta.MQTTAddr(), podA, tokenA, withWill)
 		ta.logs.wait(t, "the old session's end", lineIs("session of a replaced connection ended", "session", "1"))
-		publish(t, next, podA.Topic(), payload(t, podA, signal.Healthy, 1))
+		publish(t, next, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 		ev := ta.nextEvent(t, podA)
 		if ev.Source != SourcePublish || ev.Message.Seq != 1 || ev.Session == first.Session {
 			t.Fatalf("event = %+v; the old session's will or disconnect got through, or seq 1 of a new run was refused", ev)
 		}
-		if st, _ := ta.Tracker().Pod(podA); st.State != signal.Healthy || !st.Connected {
+		if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Healthy || !st.Connected {
 			t.Errorf("pod state = %+v, want healthy and connected", st)
 		}
 		// Whether mochi publishes the old session's will on a takeover depends on
@@ -367,7 +367,7 @@ func TestANewSessionReplacesTheOldOne(t *testing.T) {
 		old := mustDial(t, ta.MQTTAddr(), podA, tokenA, func(o *paho.ClientOptions) {
 			o.SetConnectionLostHandler(func(_ paho.Client, err error) { lost <- err })
 		})
-		publish(t, old, podA.Topic(), payload(t, podA, signal.Unhealthy, 5))
+		publish(t, old, podA.Topic(), payload(t, podA, podsignal.Unhealthy, 5))
 		first := ta.nextEvent(t, podA)
 		next := mustDial(t, ta.MQTTAddr(), podA, tokenA, func(o *paho.ClientOptions) { o.SetClientID(podA.String() + "/run-2") })
 		select {
@@ -377,11 +377,11 @@ func TestANewSessionReplacesTheOldOne(t *testing.T) {
 		}
 		ta.logs.wait(t, "the replacement", lineIs("session replaced", "pod", podA.String(), "old_session", fmt.Sprint(first.Session)))
 		ta.logs.wait(t, "the old session's end", lineIs("session of a replaced connection ended"))
-		publish(t, next, podA.Topic(), payload(t, podA, signal.Healthy, 1))
-		if ev := ta.nextEvent(t, podA); ev.State != signal.Healthy || ev.Session == first.Session {
+		publish(t, next, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
+		if ev := ta.nextEvent(t, podA); ev.State != podsignal.Healthy || ev.Session == first.Session {
 			t.Fatalf("event = %+v, want the new session's healthy signal, nothing between", ev)
 		}
-		if st, _ := ta.Tracker().Pod(podA); st.State != signal.Healthy || !st.Connected {
+		if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Healthy || !st.Connected {
 			t.Errorf("pod state = %+v, want healthy and connected", st)
 		}
 		if got := testutil.ToFloat64(ta.m.disconnects.WithLabelValues("superseded")); got != 1 {
@@ -393,15 +393,15 @@ func TestANewSessionReplacesTheOldOne(t *testing.T) {
 func TestShutdownDoesNotMarkPodsGone(t *testing.T) {
 	ta := startAgent(t, nil)
 	c := mustDial(t, ta.MQTTAddr(), podA, tokenA, func(o *paho.ClientOptions) {
-		o.SetBinaryWill(podA.Topic(), payload(t, podA, signal.Gone, 0), 1, true)
+		o.SetBinaryWill(podA.Topic(), payload(t, podA, podsignal.Gone, 0), 1, true)
 	})
-	publish(t, c, podA.Topic(), payload(t, podA, signal.Healthy, 1))
+	publish(t, c, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 	ta.nextEvent(t, podA)
 	ta.stop()
 	for ev := range ta.events {
 		t.Errorf("event after shutdown: %+v", ev)
 	}
-	if st, _ := ta.Tracker().Pod(podA); st.State != signal.Healthy {
+	if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Healthy {
 		t.Errorf("pod state after the agent stopped = %+v, want healthy", st)
 	}
 }
@@ -477,14 +477,14 @@ func TestHealthzPhases(t *testing.T) {
 
 func TestCommandsReachOnlyTheirPodAndOutliveADisconnect(t *testing.T) {
 	ta := startAgent(t, nil)
-	fence := signal.Command{Namespace: podA.Namespace, Pod: podA.Pod, Fence: true, Time: time.Now(), Reason: "cut off"}
+	fence := podsignal.Command{Namespace: podA.Namespace, Pod: podA.Pod, Fence: true, Time: time.Now(), Reason: "cut off"}
 	if err := ta.Command(fence); err != nil {
 		t.Fatal(err)
 	}
-	subscribe := func(c *client, id Identity) (chan signal.Command, byte) {
-		got := make(chan signal.Command, 4)
+	subscribe := func(c *client, id Identity) (chan podsignal.Command, byte) {
+		got := make(chan podsignal.Command, 4)
 		tok := c.Subscribe(id.CommandTopic(), 1, func(_ paho.Client, m paho.Message) {
-			cmd, err := signal.DecodeCommand(m.Topic(), m.Payload())
+			cmd, err := podsignal.DecodeCommand(m.Topic(), m.Payload())
 			if err != nil {
 				t.Errorf("command on %s does not decode: %v", m.Topic(), err)
 				return
@@ -496,14 +496,14 @@ func TestCommandsReachOnlyTheirPodAndOutliveADisconnect(t *testing.T) {
 		}
 		return got, tok.(*paho.SubscribeToken).Result()[id.CommandTopic()]
 	}
-	next := func(got chan signal.Command, what string) signal.Command {
+	next := func(got chan podsignal.Command, what string) podsignal.Command {
 		t.Helper()
 		select {
 		case c := <-got:
 			return c
 		case <-timeout():
 			t.Fatalf("%s: no command", what)
-			return signal.Command{}
+			return podsignal.Command{}
 		}
 	}
 
@@ -523,16 +523,16 @@ func TestCommandsReachOnlyTheirPodAndOutliveADisconnect(t *testing.T) {
 
 	// Only the agent publishes commands: a sidecar's own is refused (QoS 0:
 	// dropped), so the next one the sidecar gets is the agent's.
-	forged, _ := signal.EncodeCommand(&signal.Command{Version: signal.Version, Namespace: podA.Namespace, Pod: podA.Pod, Time: time.Now()})
+	forged, _ := podsignal.EncodeCommand(&podsignal.Command{Version: podsignal.Version, Namespace: podA.Namespace, Pod: podA.Pod, Time: time.Now()})
 	if tok := a.Publish(podA.CommandTopic(), 0, true, forged); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
-	publish(t, a, podA.Topic(), payload(t, podA, signal.Healthy, 1)) // processed after the forged one
+	publish(t, a, podA.Topic(), payload(t, podA, podsignal.Healthy, 1)) // processed after the forged one
 	ta.nextEvent(t, podA)
 	if got := testutil.ToFloat64(ta.m.aclDenied.WithLabelValues("publish")); got != 1 {
 		t.Errorf("publish denials = %v, want 1 (the forged command)", got)
 	}
-	if err := ta.Command(signal.Command{Namespace: podA.Namespace, Pod: podA.Pod, Fence: false, Time: time.Now()}); err != nil {
+	if err := ta.Command(podsignal.Command{Namespace: podA.Namespace, Pod: podA.Pod, Fence: false, Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if c := next(gotA, "the unfence"); c.Fence {
@@ -554,7 +554,7 @@ func TestCommandsReachOnlyTheirPodAndOutliveADisconnect(t *testing.T) {
 	if got := testutil.ToFloat64(ta.m.commands.WithLabelValues("fence")); got != 1 {
 		t.Errorf("fence commands = %v, want 1", got)
 	}
-	if err := ta.Command(signal.Command{Namespace: "Bad", Pod: "x", Time: time.Now()}); err == nil {
+	if err := ta.Command(podsignal.Command{Namespace: "Bad", Pod: "x", Time: time.Now()}); err == nil {
 		t.Error("an invalid command was published")
 	}
 }

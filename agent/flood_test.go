@@ -15,7 +15,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // flood holds idle TCP connections to addr from the loopback addresses
@@ -116,12 +116,12 @@ func TestAFloodOfIdleSocketsDoesNotKeepSidecarsOut(t *testing.T) {
 					token string
 				}{{podA, tokenA}, {podB, tokenB}} {
 					c := mustDial(t, ta.MQTTAddr(), p.id, p.token, nil)
-					publish(t, c, p.id.Topic(), payload(t, p.id, signal.Healthy, uint64(round)))
-					if ev := ta.nextEvent(t, p.id); ev.State != signal.Healthy || ev.Message.Seq != uint64(round) {
+					publish(t, c, p.id.Topic(), payload(t, p.id, podsignal.Healthy, uint64(round)))
+					if ev := ta.nextEvent(t, p.id); ev.State != podsignal.Healthy || ev.Message.Seq != uint64(round) {
 						t.Fatalf("round %d: event %s from %s (message %v), want healthy seq %d", round, ev.State, ev.Source, ev.Message, round)
 					}
 					c.Disconnect(0)
-					if ev := ta.nextEvent(t, p.id); ev.State != signal.Gone {
+					if ev := ta.nextEvent(t, p.id); ev.State != podsignal.Gone {
 						t.Fatalf("round %d: after the disconnect, event %s from %s, want gone", round, ev.State, ev.Source)
 					}
 				}
@@ -149,13 +149,13 @@ func TestOnePodsSessionsCannotLockAnotherPodOut(t *testing.T) {
 		})
 	}
 	b := mustDial(t, ta.MQTTAddr(), podB, tokenB, nil)
-	publish(t, b, podB.Topic(), payload(t, podB, signal.Healthy, 1))
-	if ev := ta.nextEvent(t, podB); ev.State != signal.Healthy {
+	publish(t, b, podB.Topic(), payload(t, podB, podsignal.Healthy, 1))
+	if ev := ta.nextEvent(t, podB); ev.State != podsignal.Healthy {
 		t.Fatalf("pod B: event = %+v", ev)
 	}
 	// Pod A keeps exactly its newest session, and is not gone.
-	publish(t, last, podA.Topic(), payload(t, podA, signal.Healthy, 1))
-	if ev := ta.nextEvent(t, podA); ev.State != signal.Healthy {
+	publish(t, last, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
+	if ev := ta.nextEvent(t, podA); ev.State != podsignal.Healthy {
 		t.Fatalf("pod A: event = %+v", ev)
 	}
 	ta.logs.wait(t, "every replaced session ended", func(map[string]any) bool {
@@ -164,7 +164,7 @@ func TestOnePodsSessionsCannotLockAnotherPodOut(t *testing.T) {
 	if _, n := ta.adm.counts(); n != 2 {
 		t.Errorf("%d sessions held, want 2 (one per pod)", n)
 	}
-	if st, _ := ta.Tracker().Pod(podA); !st.Connected || st.State != signal.Healthy {
+	if st, _ := ta.Tracker().Pod(podA); !st.Connected || st.State != podsignal.Healthy {
 		t.Errorf("pod A = %+v, want connected and healthy", st)
 	}
 	if n := testutil.ToFloat64(ta.m.connRefused.WithLabelValues(refuseCapacity)); n != 0 {
@@ -210,11 +210,11 @@ func TestPublishesToSYSAreAnsweredNotDropped(t *testing.T) {
 		c := dialRaw(t, ta.MQTTAddr())
 		connect5(t, c, podA, tokenA)
 		for i, topic := range []string{"$SYS/broker/x", "$sys/x"} {
-			if ack := c.publish(uint16(i+1), topic, payload(t, podA, signal.Healthy, 1)); ack.ReasonCode != packets.ErrNotAuthorized.Code {
+			if ack := c.publish(uint16(i+1), topic, payload(t, podA, podsignal.Healthy, 1)); ack.ReasonCode != packets.ErrNotAuthorized.Code {
 				t.Errorf("%s: PUBACK reason %#x, want %#x", topic, ack.ReasonCode, packets.ErrNotAuthorized.Code)
 			}
 		}
-		if ack := c.publish(3, podA.Topic(), payload(t, podA, signal.Healthy, 1)); ack.ReasonCode != 0 {
+		if ack := c.publish(3, podA.Topic(), payload(t, podA, podsignal.Healthy, 1)); ack.ReasonCode != 0 {
 			t.Fatalf("own topic after the refusals: PUBACK %#x", ack.ReasonCode)
 		}
 		ta.nextEvent(t, podA)
@@ -244,7 +244,7 @@ func TestPublishesToSYSAreAnsweredNotDropped(t *testing.T) {
 		if tok := c.Publish("$SYS/x", 0, false, []byte("x")); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
 			t.Fatalf("QoS 0: %v", tok.Error())
 		}
-		publish(t, c, podA.Topic(), payload(t, podA, signal.Healthy, 1))
+		publish(t, c, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 		ta.nextEvent(t, podA)
 		if n := testutil.ToFloat64(ta.m.aclDenied.WithLabelValues("publish")); n != 1 {
 			t.Errorf("acl denials after QoS 0 = %v, want 1", n)
@@ -277,7 +277,7 @@ func TestPublishesToSYSAreAnsweredNotDropped(t *testing.T) {
 
 func TestRefusedPayloadsLeaveOneWarningAndNothingBehind(t *testing.T) {
 	ta := startAgent(t, nil)
-	valid := payload(t, podA, signal.Healthy, 1)
+	valid := payload(t, podA, podsignal.Healthy, 1)
 	bad := bytes.Replace(valid, []byte(`"reason":"test"`), []byte("\"reason\":\"\xff\xfe\""), 1)
 	if bytes.Equal(bad, valid) {
 		t.Fatal("no reason field to corrupt")
@@ -290,7 +290,7 @@ func TestRefusedPayloadsLeaveOneWarningAndNothingBehind(t *testing.T) {
 	}
 	// The same from MQTT 3.1.1: a positive PUBACK, as its protocol allows.
 	c := mustDial(t, ta.MQTTAddr(), podB, tokenB, nil)
-	publish(t, c, podB.Topic(), bytes.Replace(payload(t, podB, signal.Healthy, 1), []byte(`"reason":"test"`), []byte("\"reason\":\"\xff\xfe\""), 1))
+	publish(t, c, podB.Topic(), bytes.Replace(payload(t, podB, podsignal.Healthy, 1), []byte(`"reason":"test"`), []byte("\"reason\":\"\xff\xfe\""), 1))
 
 	if n := testutil.ToFloat64(ta.m.malformed.WithLabelValues(malformedInvalid)); n != 2 {
 		t.Errorf("malformed{invalid} = %v, want 2", n)

@@ -20,7 +20,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // waitFor bounds every wait of these tests; they wait for events, never sleep.
@@ -304,14 +304,14 @@ func mustDial(t *testing.T, addr string, id Identity, token string, mod func(*pa
 }
 
 // payload encodes a valid signal of id.
-func payload(t testing.TB, id Identity, state signal.State, seq uint64) []byte {
+func payload(t testing.TB, id Identity, state podsignal.State, seq uint64) []byte {
 	t.Helper()
 	p := 0.25
-	if state == signal.Anomalous {
+	if state == podsignal.Anomalous {
 		p = 0.9
 	}
-	b, err := signal.Encode(&signal.Message{
-		Version: signal.Version, Namespace: id.Namespace, Pod: id.Pod, State: state,
+	b, err := podsignal.Encode(&podsignal.Message{
+		Version: podsignal.Version, Namespace: id.Namespace, Pod: id.Pod, State: state,
 		Probability: &p, Seq: seq, Time: time.Now(), Reason: "test",
 	})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // errACL is returned by intake for a publish outside the client's own topic.
@@ -139,12 +139,12 @@ func checkWill(pk packets.Packet, id Identity) error {
 	if pk.Connect.WillProperties.WillDelayInterval > 0 {
 		return errors.New("delayed will: it would delay noticing the pod is gone")
 	}
-	m, err := signal.Decode(pk.Connect.WillTopic, pk.Connect.WillPayload)
+	m, err := podsignal.Decode(pk.Connect.WillTopic, pk.Connect.WillPayload)
 	if err != nil {
 		return fmt.Errorf("will payload: %w", err)
 	}
-	if m.State != signal.Gone {
-		return fmt.Errorf("will state %q, want %q", m.State, signal.Gone)
+	if m.State != podsignal.Gone {
+		return fmt.Errorf("will state %q, want %q", m.State, podsignal.Gone)
 	}
 	return nil
 }
@@ -255,7 +255,7 @@ func (h *hook) intake(sess *session, topic string, payload []byte) error {
 		h.denied(sess, "publish", topic)
 		return errACL
 	}
-	msg, err := signal.Decode(topic, payload)
+	msg, err := podsignal.Decode(topic, payload)
 	if err != nil {
 		reason := malformedReason(err)
 		h.m.malformed.WithLabelValues(reason).Inc()
@@ -275,7 +275,7 @@ func (h *hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 	if sess == nil {
 		return
 	}
-	msg, err := signal.Decode(pk.TopicName, pk.Payload)
+	msg, err := podsignal.Decode(pk.TopicName, pk.Payload)
 	if err != nil {
 		// checkWill accepted it at connect; only a bug gets here.
 		h.log.Error("will no longer decodes", slog.String("pod", sess.identity.String()), slog.String("error", err.Error()))

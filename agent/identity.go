@@ -5,11 +5,11 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Identity is what a client proved with its token: the pod it speaks for.
-type Identity = signal.PodID
+type Identity = podsignal.PodID
 
 // Authenticator turns the token a client presents into the identity it proves.
 // Implementations must be safe for concurrent use, must honour ctx, and must

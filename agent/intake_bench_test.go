@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // BenchmarkIntake measures the agent's hot path per message: ACL check,
@@ -25,10 +25,10 @@ import (
 func BenchmarkIntake(b *testing.B) {
 	for _, bc := range []struct {
 		name   string
-		states []signal.State
+		states []podsignal.State
 	}{
-		{"steady", []signal.State{signal.Anomalous}},
-		{"transitions", []signal.State{signal.Anomalous, signal.Healthy}},
+		{"steady", []podsignal.State{podsignal.Anomalous}},
+		{"transitions", []podsignal.State{podsignal.Anomalous, podsignal.Healthy}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			m := newMetrics()
@@ -74,14 +74,14 @@ func BenchmarkIntake(b *testing.B) {
 // each benchmark iteration sends a new seq without re-encoding.
 type messageTemplate struct{ prefix, suffix []byte }
 
-func newMessageTemplate(b *testing.B, id Identity, state signal.State) messageTemplate {
+func newMessageTemplate(b *testing.B, id Identity, state podsignal.State) messageTemplate {
 	b.Helper()
 	f := func(v float64) *float64 { return &v }
 	const marker = 987654321987654321
-	body, err := signal.Encode(&signal.Message{
-		Version: signal.Version, Namespace: id.Namespace, Pod: id.Pod, State: state,
+	body, err := podsignal.Encode(&podsignal.Message{
+		Version: podsignal.Version, Namespace: id.Namespace, Pod: id.Pod, State: state,
 		Probability: f(0.93), Seq: marker, Time: time.Now(), Reason: "score 0.93 >= 0.50",
-		Features: &signal.Features{
+		Features: &podsignal.Features{
 			CPUPercent: f(81.5), MemoryPercent: f(62.25), NetworkIOBytesPerSec: f(10240.5),
 			DiskIOBytesPerSec: f(4096), CPUGrowthRate: f(0.0012), MemoryGrowthRate: f(1048.75),
 		},

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Reasons a connection is refused (label "reason" of
@@ -125,7 +125,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{malformedTooLarge, malformedInvalid, malformedIdentity, malformedTopic, malformedPacketTooLarge} {
 		m.malformed.WithLabelValues(r)
 	}
-	for _, s := range []signal.State{signal.Starting, signal.Healthy, signal.Anomalous, signal.Unhealthy, signal.Stopping, signal.Gone} {
+	for _, s := range []podsignal.State{podsignal.Starting, podsignal.Healthy, podsignal.Anomalous, podsignal.Unhealthy, podsignal.Stopping, podsignal.Gone} {
 		m.pods.WithLabelValues(string(s))
 		for _, src := range []Source{SourcePublish, SourceWill} {
 			m.messages.WithLabelValues(string(s), string(src))
@@ -137,7 +137,7 @@ func newMetrics() *metrics {
 	for _, k := range []string{"clean", "unclean", "superseded"} {
 		m.disconnects.WithLabelValues(k)
 	}
-	for _, c := range []string{signal.CommandFence, signal.CommandLift} {
+	for _, c := range []string{podsignal.CommandFence, podsignal.CommandLift} {
 		m.commands.WithLabelValues(c)
 	}
 	return m
@@ -146,11 +146,11 @@ func newMetrics() *metrics {
 // malformedReason maps a signal.Decode error to its metric label.
 func malformedReason(err error) string {
 	switch {
-	case errors.Is(err, signal.ErrTooLarge):
+	case errors.Is(err, podsignal.ErrTooLarge):
 		return malformedTooLarge
-	case errors.Is(err, signal.ErrIdentity):
+	case errors.Is(err, podsignal.ErrIdentity):
 		return malformedIdentity
-	case errors.Is(err, signal.ErrTopic):
+	case errors.Is(err, podsignal.ErrTopic):
 		return malformedTopic
 	default:
 		return malformedInvalid

@@ -11,7 +11,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // rawClient speaks MQTT 5 with mochi's own packet codec: paho.mqtt.golang
@@ -112,14 +112,14 @@ func TestMQTT5ClientsGetReasonCodesAndTheServerKeepalive(t *testing.T) {
 		t.Errorf("malformed payload: PUBACK reason %#x, want %#x", ack.ReasonCode, packets.ErrPayloadFormatInvalid.Code)
 	}
 	// MQTT 5 has a negative PUBACK for the ACL too, so the client stays connected.
-	if ack := c.publish(2, podB.Topic(), payload(t, podB, signal.Unhealthy, 1)); ack.ReasonCode != packets.ErrNotAuthorized.Code {
+	if ack := c.publish(2, podB.Topic(), payload(t, podB, podsignal.Unhealthy, 1)); ack.ReasonCode != packets.ErrNotAuthorized.Code {
 		t.Errorf("publish to another pod: PUBACK reason %#x, want %#x", ack.ReasonCode, packets.ErrNotAuthorized.Code)
 	}
-	valid := payload(t, podA, signal.Healthy, 1)
+	valid := payload(t, podA, podsignal.Healthy, 1)
 	if ack := c.publish(3, podA.Topic(), valid); ack.ReasonCode != 0 {
 		t.Errorf("valid signal: PUBACK reason %#x", ack.ReasonCode)
 	}
-	if ev := ta.nextEvent(t, podA); ev.State != signal.Healthy || ev.Message.Seq != 1 {
+	if ev := ta.nextEvent(t, podA); ev.State != podsignal.Healthy || ev.Message.Seq != 1 {
 		t.Fatalf("first event = %+v, want the valid signal", ev)
 	}
 	if got := ta.server.Topics.Messages(podA.Topic()); len(got) != 1 || !bytes.Equal(got[0].Payload, valid) {
@@ -156,7 +156,7 @@ func TestFrozenSidecarIsGoneAfterItsKeepalive(t *testing.T) {
 	start := time.Now()
 	// From now on the client sends nothing, not even PINGREQ: frozen.
 	ev := ta.nextEvent(t, podA)
-	if ev.Source != SourceDisconnect || ev.State != signal.Gone {
+	if ev.Source != SourceDisconnect || ev.State != podsignal.Gone {
 		t.Fatalf("event = %+v, want gone by disconnect", ev)
 	}
 	// mochi's deadline is keepalive + keepalive/2 in whole seconds: 1 s here.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Limits of the static token file.
@@ -157,7 +157,7 @@ func parseTokens(data []byte) ([]tokenEntry, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: line %d: identity must be <namespace>/<pod>", ErrTokenFileSyntax, line)
 		}
-		if err := signal.ValidateNames(ns, pod); err != nil {
+		if err := podsignal.ValidateNames(ns, pod); err != nil {
 			return nil, fmt.Errorf("%w: line %d: %v", ErrTokenFileSyntax, line, err)
 		}
 		if first, dup := seen[token]; dup {

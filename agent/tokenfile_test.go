@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -153,7 +153,7 @@ func FuzzParseTokens(f *testing.F) {
 			}
 			seen[e.token] = true
 			// The identity must make a health topic that names it back.
-			if ns, pod, err := signal.ParseTopic(e.identity.Topic()); err != nil || ns != e.identity.Namespace || pod != e.identity.Pod {
+			if ns, pod, err := podsignal.ParseTopic(e.identity.Topic()); err != nil || ns != e.identity.Namespace || pod != e.identity.Pod {
 				t.Fatalf("accepted identity %q does not make a valid topic: %v", e.identity, err)
 			}
 			out.WriteString(e.token + " " + e.identity.String() + "\n")

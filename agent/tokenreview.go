@@ -15,7 +15,7 @@ import (
 
 	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Where a TokenReview reports the pod a token is bound to, and its node.
@@ -218,7 +218,7 @@ func identityFromReview(st authnv1.TokenReviewStatus, audience, node string) (Id
 	if len(pods) != 1 || pods[0] == "" {
 		return Identity{}, fmt.Errorf("%w: ServiceAccount %s/%s token has no bound pod (use a projected token)", ErrNotPodBound, ns, sa)
 	}
-	if err := signal.ValidateNames(ns, pods[0]); err != nil {
+	if err := podsignal.ValidateNames(ns, pods[0]); err != nil {
 		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
 	if node != "" {

@@ -20,7 +20,7 @@ import (
 	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // TestTokenReviewAgainstARealAPIServer runs the TokenReview authenticator, as
@@ -184,8 +184,8 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 	ta := startAgent(t, func(c *Config) { c.Authenticator = newAuth() })
 	id := Identity{Namespace: ns, Pod: podName}
 	c := mustDial(t, ta.MQTTAddr(), id, bound, nil)
-	publish(t, c, id.Topic(), payload(t, id, signal.Healthy, 1))
-	if ev := ta.nextEvent(t, id); ev.State != signal.Healthy || ev.Source != SourcePublish {
+	publish(t, c, id.Topic(), payload(t, id, podsignal.Healthy, 1))
+	if ev := ta.nextEvent(t, id); ev.State != podsignal.Healthy || ev.Source != SourcePublish {
 		t.Fatalf("event = %+v", ev)
 	}
 	unbound := token([]string{contract.Audience}, false)

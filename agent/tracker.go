@@ -9,18 +9,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Source says how the agent learned a pod's state (signal.Source).
-type Source = signal.Source
+type Source = podsignal.Source
 
 // The sources of an observation.
 const (
-	SourcePublish    = signal.SourcePublish
-	SourceWill       = signal.SourceWill
-	SourceDisconnect = signal.SourceDisconnect
-	SourceNode       = signal.SourceNode
+	SourcePublish    = podsignal.SourcePublish
+	SourceWill       = podsignal.SourceWill
+	SourceDisconnect = podsignal.SourceDisconnect
+	SourceNode       = podsignal.SourceNode
 )
 
 // Reasons a valid signal is ignored (label "reason" of amf_agent_messages_ignored_total).
@@ -31,8 +31,8 @@ const (
 
 // Transition is one change of a pod's state.
 type Transition struct {
-	From     signal.State // "" for the first signal of a pod
-	To       signal.State
+	From     podsignal.State // "" for the first signal of a pod
+	To       podsignal.State
 	Source   Source
 	Seq      uint64 // seq of the message; 0 for SourceDisconnect
 	Received time.Time
@@ -43,10 +43,10 @@ type Transition struct {
 type PodState struct {
 	Identity
 	// State is the latest state; "" while a session is open but nothing was sent.
-	State    signal.State
+	State    podsignal.State
 	Source   Source
-	Message  *signal.Message // latest accepted message (publish or will); nil if none
-	Received time.Time       // when the latest observation was made
+	Message  *podsignal.Message // latest accepted message (publish or will); nil if none
+	Received time.Time          // when the latest observation was made
 	// Connected reports whether the pod's current session is open.
 	Connected bool
 	// Session numbers the pod's latest session (agent-wide, increasing).
@@ -59,7 +59,7 @@ type PodState struct {
 // of its session (signal.Observation, the one shape the actuator reads too).
 // Events of one pod arrive in the order the agent accepted them. When Missed
 // is not zero, re-read the pods with Tracker.Pods.
-type Event = signal.Observation
+type Event = podsignal.Observation
 
 // session is one authenticated MQTT connection: one run of a sidecar.
 type session struct {
@@ -239,7 +239,7 @@ func (t *Tracker) BeginLocal(id Identity) *LocalSession {
 
 // Observe records a message of the pod's pipeline, received at the time
 // given (when the pipeline produced it).
-func (l *LocalSession) Observe(msg *signal.Message, received time.Time) {
+func (l *LocalSession) Observe(msg *podsignal.Message, received time.Time) {
 	l.t.record(l.s, msg, SourceNode, received)
 }
 
@@ -250,12 +250,12 @@ func (l *LocalSession) Observe(msg *signal.Message, received time.Time) {
 func (l *LocalSession) End() { l.t.end(l.s, true) }
 
 // publish records a decoded signal of session s.
-func (t *Tracker) publish(s *session, msg *signal.Message, received time.Time) {
+func (t *Tracker) publish(s *session, msg *podsignal.Message, received time.Time) {
 	t.record(s, msg, SourcePublish, received)
 }
 
 // record records a message of session s that came from src.
-func (t *Tracker) record(s *session, msg *signal.Message, src Source, received time.Time) {
+func (t *Tracker) record(s *session, msg *podsignal.Message, src Source, received time.Time) {
 	t.mu.Lock()
 	rec := t.pods[s.identity]
 	if rec == nil || rec.st.Session != s.id {
@@ -277,7 +277,7 @@ func (t *Tracker) record(s *session, msg *signal.Message, src Source, received t
 }
 
 // will records the Last Will of session s, sent by the broker.
-func (t *Tracker) will(s *session, msg *signal.Message, received time.Time) {
+func (t *Tracker) will(s *session, msg *podsignal.Message, received time.Time) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -327,9 +327,9 @@ func (t *Tracker) end(s *session, clean bool) {
 		t.m.disconnects.WithLabelValues("unclean").Inc()
 	}
 	rec.st.Connected = false
-	state := signal.Gone
-	if rec.st.State == signal.Stopping {
-		state = signal.Stopping
+	state := podsignal.Gone
+	if rec.st.State == podsignal.Stopping {
+		state = podsignal.Stopping
 	}
 	src := SourceDisconnect
 	if s.local {
@@ -342,7 +342,7 @@ func (t *Tracker) end(s *session, clean bool) {
 
 // observe applies an accepted observation to rec and dispatches its event.
 // The caller holds t.mu.
-func (t *Tracker) observe(rec *podRecord, state signal.State, src Source, msg *signal.Message, received time.Time) Event {
+func (t *Tracker) observe(rec *podRecord, state podsignal.State, src Source, msg *podsignal.Message, received time.Time) Event {
 	prev := rec.st.State
 	ev := Event{
 		PodID: rec.st.Identity, State: state, Previous: prev, Transition: state != prev,
@@ -432,7 +432,7 @@ func (t *Tracker) prune(cutoff time.Time) []Identity {
 	var out []Identity
 	for id, rec := range t.pods {
 		st := rec.st.State
-		if rec.st.Connected || !rec.lastActive.Before(cutoff) || (st != signal.Gone && st != signal.Stopping && st != "") {
+		if rec.st.Connected || !rec.lastActive.Before(cutoff) || (st != podsignal.Gone && st != podsignal.Stopping && st != "") {
 			continue
 		}
 		if st != "" {

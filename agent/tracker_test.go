@@ -8,16 +8,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 func newTestTracker(historyLen int) *Tracker {
 	return newTracker(slog.New(slog.DiscardHandler), newMetrics(), historyLen, time.Now)
 }
 
-func message(t *testing.T, id Identity, state signal.State, seq uint64) *signal.Message {
+func message(t *testing.T, id Identity, state podsignal.State, seq uint64) *podsignal.Message {
 	t.Helper()
-	m, err := signal.Decode(id.Topic(), payload(t, id, state, seq))
+	m, err := podsignal.Decode(id.Topic(), payload(t, id, state, seq))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,12 +31,12 @@ func TestSubscriberThatFallsBehindIsToldWhatItMissed(t *testing.T) {
 	events := tr.Subscribe(ctx, 1)
 	s := tr.begin(podA, podA.String())
 	for seq := uint64(1); seq <= 3; seq++ {
-		tr.publish(s, message(t, podA, signal.Anomalous, seq), time.Now())
+		tr.publish(s, message(t, podA, podsignal.Anomalous, seq), time.Now())
 	}
 	if ev := <-events; ev.Message.Seq != 1 || ev.Missed != 0 {
 		t.Fatalf("first event = seq %d, missed %d; want seq 1, missed 0", ev.Message.Seq, ev.Missed)
 	}
-	tr.publish(s, message(t, podA, signal.Anomalous, 4), time.Now())
+	tr.publish(s, message(t, podA, podsignal.Anomalous, 4), time.Now())
 	if ev := <-events; ev.Message.Seq != 4 || ev.Missed != 2 {
 		t.Fatalf("next event = seq %d, missed %d; want seq 4, missed 2", ev.Message.Seq, ev.Missed)
 	}
@@ -51,12 +51,12 @@ func TestSubscriberThatFallsBehindIsToldWhatItMissed(t *testing.T) {
 func TestHistoryKeepsTheLatestTransitions(t *testing.T) {
 	tr := newTestTracker(3)
 	s := tr.begin(podA, podA.String())
-	states := []signal.State{signal.Starting, signal.Healthy, signal.Healthy, signal.Anomalous, signal.Unhealthy, signal.Stopping}
+	states := []podsignal.State{podsignal.Starting, podsignal.Healthy, podsignal.Healthy, podsignal.Anomalous, podsignal.Unhealthy, podsignal.Stopping}
 	for i, st := range states {
 		tr.publish(s, message(t, podA, st, uint64(i+1)), time.Now())
 	}
 	st, _ := tr.Pod(podA)
-	want := []signal.State{signal.Anomalous, signal.Unhealthy, signal.Stopping}
+	want := []podsignal.State{podsignal.Anomalous, podsignal.Unhealthy, podsignal.Stopping}
 	if len(st.History) != len(want) {
 		t.Fatalf("history = %+v, want %d transitions", st.History, len(want))
 	}
@@ -65,12 +65,12 @@ func TestHistoryKeepsTheLatestTransitions(t *testing.T) {
 			t.Errorf("history[%d] = %+v, want to %s", i, tr, want[i])
 		}
 	}
-	if st.History[0].From != signal.Healthy || st.History[0].Seq != 4 {
+	if st.History[0].From != podsignal.Healthy || st.History[0].Seq != 4 {
 		t.Errorf("history[0] = %+v, want healthy → anomalous at seq 4", st.History[0])
 	}
 	// The snapshot is a copy.
-	st.History[0].To = signal.Gone
-	if again, _ := tr.Pod(podA); again.History[0].To != signal.Anomalous {
+	st.History[0].To = podsignal.Gone
+	if again, _ := tr.Pod(podA); again.History[0].To != podsignal.Anomalous {
 		t.Error("a snapshot's history aliases the tracker's")
 	}
 }
@@ -78,10 +78,10 @@ func TestHistoryKeepsTheLatestTransitions(t *testing.T) {
 func TestPruneForgetsOnlyDepartedPods(t *testing.T) {
 	tr := newTestTracker(4)
 	gone := tr.begin(podA, podA.String())
-	tr.publish(gone, message(t, podA, signal.Healthy, 1), time.Now())
+	tr.publish(gone, message(t, podA, podsignal.Healthy, 1), time.Now())
 	tr.end(gone, false)
 	live := tr.begin(podB, podB.String())
-	tr.publish(live, message(t, podB, signal.Healthy, 1), time.Now())
+	tr.publish(live, message(t, podB, podsignal.Healthy, 1), time.Now())
 
 	if got := tr.prune(time.Now().Add(-time.Hour)); len(got) != 0 {
 		t.Fatalf("pruned recent pods %v", got)
@@ -124,16 +124,16 @@ func TestLocalSessionIsRecordedAsASidecarsIs(t *testing.T) {
 	defer cancel()
 	events := tr.Subscribe(ctx, 16)
 	ls := tr.BeginLocal(podA)
-	ls.Observe(message(t, podA, signal.Healthy, 1), time.Now())
-	ls.Observe(message(t, podA, signal.Healthy, 1), time.Now()) // a duplicate
-	ls.Observe(message(t, podA, signal.Unhealthy, 2), time.Now())
-	ls.Observe(message(t, podA, signal.Stopping, 3), time.Now())
+	ls.Observe(message(t, podA, podsignal.Healthy, 1), time.Now())
+	ls.Observe(message(t, podA, podsignal.Healthy, 1), time.Now()) // a duplicate
+	ls.Observe(message(t, podA, podsignal.Unhealthy, 2), time.Now())
+	ls.Observe(message(t, podA, podsignal.Stopping, 3), time.Now())
 	ls.End()
 	ls.End() // again: nothing
 	want := []struct {
-		state signal.State
+		state podsignal.State
 		src   Source
-	}{{signal.Healthy, SourceNode}, {signal.Unhealthy, SourceNode}, {signal.Stopping, SourceNode}, {signal.Stopping, SourceNode}}
+	}{{podsignal.Healthy, SourceNode}, {podsignal.Unhealthy, SourceNode}, {podsignal.Stopping, SourceNode}, {podsignal.Stopping, SourceNode}}
 	for i, w := range want {
 		ev := <-events
 		if ev.State != w.state || ev.Source != w.src || ev.PodID != podA {
@@ -150,9 +150,9 @@ func TestLocalSessionIsRecordedAsASidecarsIs(t *testing.T) {
 	}
 
 	crash := tr.BeginLocal(podB)
-	crash.Observe(message(t, podB, signal.Healthy, 7), time.Now())
+	crash.Observe(message(t, podB, podsignal.Healthy, 7), time.Now())
 	crash.End()
-	if st, _ := tr.Pod(podB); st.State != signal.Gone || st.Connected {
+	if st, _ := tr.Pod(podB); st.State != podsignal.Gone || st.Connected {
 		t.Errorf("after an end without a stop: %s connected %v, want gone and not connected", st.State, st.Connected)
 	}
 

@@ -9,7 +9,7 @@ import (
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // FeatureConfig is the feature pipeline m needs when sampling every interval:
@@ -100,7 +100,7 @@ func Normalise(x *[contract.NumFeatures]float64, n model.Normalisation) {
 }
 
 // SignalFeatures converts a feature vector to the wire form, nil for undefined.
-func SignalFeatures(v *infer.Vector) *signal.Features {
+func SignalFeatures(v *infer.Vector) *podsignal.Features {
 	var p [contract.NumFeatures]*float64
 	for i := range v.Values {
 		if v.Why[i] == infer.Defined {
@@ -108,7 +108,7 @@ func SignalFeatures(v *infer.Vector) *signal.Features {
 			p[i] = &x
 		}
 	}
-	return &signal.Features{
+	return &podsignal.Features{
 		CPUPercent: p[contract.CPUPercent], MemoryPercent: p[contract.MemoryPercent],
 		NetworkIOBytesPerSec: p[contract.NetworkIOBytesPerSec], DiskIOBytesPerSec: p[contract.DiskIOBytesPerSec],
 		CPUGrowthRate: p[contract.CPUGrowthRate], MemoryGrowthRate: p[contract.MemoryGrowthRate],

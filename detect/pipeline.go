@@ -11,7 +11,7 @@ import (
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/infer"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Reference sources beside cgroup's (RefContainerLimit, RefParentLimit,
@@ -46,7 +46,7 @@ type PipelineConfig struct {
 // Emission is a verdict and, when it must be sent, its signal.
 type Emission struct {
 	Verdict Verdict
-	Message *signal.Message // nil: nothing to send
+	Message *podsignal.Message // nil: nothing to send
 }
 
 // Step is what one sample gave.
@@ -61,7 +61,7 @@ type Step struct {
 	// set.
 	Scored   bool
 	Score    float64
-	Features *signal.Features
+	Features *podsignal.Features
 	// Explanation says what drove an anomalous score (model.Model.Why):
 	// the top features, or predict_linear's time to the limit; "" for a
 	// score below the threshold.
@@ -90,12 +90,12 @@ type Pipeline struct {
 	memFallback cgroup.MemoryReference
 
 	seq      uint64
-	score    *float64         // the last score, sent with every message
-	features *signal.Features // the last features, idem
-	why      string           // the last score's explanation, idem ("" below the threshold)
-	handover string           // the state the sidecar last restarted the broker on (Restart)
-	limit    *float64         // the container's memory limit at the last score; nil without one
-	slope    *float64         // the memory's current slope at the last score (infer.Vector.MemorySlope); nil when undefined
+	score    *float64            // the last score, sent with every message
+	features *podsignal.Features // the last features, idem
+	why      string              // the last score's explanation, idem ("" below the threshold)
+	handover string              // the state the sidecar last restarted the broker on (Restart)
+	limit    *float64            // the container's memory limit at the last score; nil without one
+	slope    *float64            // the memory's current slope at the last score (infer.Vector.MemorySlope); nil when undefined
 }
 
 // NewPipeline checks cfg and builds a pipeline whose feature windows come
@@ -134,7 +134,7 @@ func NewPipeline(cfg PipelineConfig) (*Pipeline, error) {
 func (p *Pipeline) Model() *model.Model { return p.model }
 
 // State is the current state and why.
-func (p *Pipeline) State() (signal.State, string) { return p.machine.State() }
+func (p *Pipeline) State() (podsignal.State, string) { return p.machine.State() }
 
 // HasTarget reports whether the target has been found.
 func (p *Pipeline) HasTarget() bool { return p.sampler.HasSource() }
@@ -221,7 +221,7 @@ func (p *Pipeline) Sample(ctx context.Context) Step {
 		st.Explanation = p.model.Why(&x, proj.MemoryPercent, proj.PercentPerSecond)
 	}
 	last := score
-	p.score, p.features, p.why = &last, st.Features, signal.ShortExplanation(st.Explanation)
+	p.score, p.features, p.why = &last, st.Features, podsignal.ShortExplanation(st.Explanation)
 	p.limit, p.slope = nil, nil
 	if v := rec.Features.MemorySlope; !math.IsNaN(v) {
 		p.slope = &v
@@ -265,8 +265,8 @@ func (p *Pipeline) Probe(ok bool, reason string) Emission {
 }
 
 // App records a health report from the application beside the broker.
-func (p *Pipeline) App(state signal.State, reason string) (Emission, error) {
-	if st, _ := p.machine.State(); st == signal.Stopping {
+func (p *Pipeline) App(state podsignal.State, reason string) (Emission, error) {
+	if st, _ := p.machine.State(); st == podsignal.Stopping {
 		return Emission{}, ErrStopping
 	}
 	v, err := p.machine.App(state, reason)
@@ -295,12 +295,12 @@ func (p *Pipeline) emit(v Verdict, at time.Time) Emission {
 	return e
 }
 
-func (p *Pipeline) message(v Verdict, at time.Time) *signal.Message {
+func (p *Pipeline) message(v Verdict, at time.Time) *podsignal.Message {
 	if at.IsZero() {
 		at = time.Now()
 	}
 	p.seq++
-	return &signal.Message{State: v.State, Reason: signal.ShortReason(v.Reason), Seq: p.seq, Time: at,
+	return &podsignal.Message{State: v.State, Reason: podsignal.ShortReason(v.Reason), Seq: p.seq, Time: at,
 		Probability: p.score, Features: p.features, Explanation: p.why, MemoryLimitBytes: p.limit,
 		MemorySlopeBytesPerSecond: p.slope, Handover: p.handover}
 }

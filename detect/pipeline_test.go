@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/cgroup"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // synthSource is a target on a synthetic clock: one reading per second from
@@ -50,8 +50,8 @@ func newPipeline(t *testing.T, src Source) *Pipeline {
 }
 
 // run samples p n times and returns the messages it would send.
-func run(t *testing.T, p *Pipeline, n int) []signal.Message {
-	var out []signal.Message
+func run(t *testing.T, p *Pipeline, n int) []podsignal.Message {
+	var out []podsignal.Message
 	for range n {
 		st := p.Sample(t.Context())
 		if st.Err != nil {
@@ -77,12 +77,12 @@ func TestPipelinesSideBySide(t *testing.T) {
 		}
 		return 10 << 20
 	}
-	alone := make([][]signal.Message, pods)
+	alone := make([][]podsignal.Message, pods)
 	for i := range pods {
 		alone[i] = run(t, newPipeline(t, &synthSource{memory: memory(i), t0: t0}), samples)
-		want := signal.Healthy
+		want := podsignal.Healthy
 		if i%2 == 1 {
-			want = signal.Anomalous
+			want = podsignal.Anomalous
 		}
 		if len(alone[i]) == 0 || alone[i][len(alone[i])-1].State != want {
 			t.Fatalf("pod %d alone sent %+v, want it to end %s", i, alone[i], want)
@@ -90,10 +90,10 @@ func TestPipelinesSideBySide(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name string
-		run  func(ps []*Pipeline) [][]signal.Message
+		run  func(ps []*Pipeline) [][]podsignal.Message
 	}{
-		{"interleaved on one goroutine", func(ps []*Pipeline) [][]signal.Message {
-			got := make([][]signal.Message, len(ps))
+		{"interleaved on one goroutine", func(ps []*Pipeline) [][]podsignal.Message {
+			got := make([][]podsignal.Message, len(ps))
 			for range samples {
 				for i, p := range ps {
 					got[i] = append(got[i], run(t, p, 1)...)
@@ -101,8 +101,8 @@ func TestPipelinesSideBySide(t *testing.T) {
 			}
 			return got
 		}},
-		{"one goroutine each", func(ps []*Pipeline) [][]signal.Message {
-			got := make([][]signal.Message, len(ps))
+		{"one goroutine each", func(ps []*Pipeline) [][]podsignal.Message {
+			got := make([][]podsignal.Message, len(ps))
 			var wg sync.WaitGroup
 			for i, p := range ps {
 				wg.Go(func() { got[i] = run(t, p, samples) })
@@ -135,12 +135,12 @@ func TestPipelineSignals(t *testing.T) {
 		run(t, p, 2)
 		src.gone = true
 		st := p.Sample(t.Context())
-		if !errors.Is(st.Err, cgroup.ErrGone) || st.Message == nil || st.Message.State != signal.Unhealthy {
+		if !errors.Is(st.Err, cgroup.ErrGone) || st.Message == nil || st.Message.State != podsignal.Unhealthy {
 			t.Fatalf("gone: %+v", st)
 		}
 		src.gone = false
 		st = p.Sample(t.Context())
-		if st.Back == nil || st.Back.Verdict.State == signal.Unhealthy || !st.Back.Verdict.Changed || !st.Scored {
+		if st.Back == nil || st.Back.Verdict.State == podsignal.Unhealthy || !st.Back.Verdict.Changed || !st.Scored {
 			t.Fatalf("back: %+v (back %+v)", st, st.Back)
 		}
 	})
@@ -148,7 +148,7 @@ func TestPipelineSignals(t *testing.T) {
 		p := newPipeline(t, &synthSource{memory: 10 << 20, t0: t0})
 		msgs := run(t, p, 2)
 		e := p.Gone("OOM kill in the broker's container")
-		if e.Message == nil || e.Message.State != signal.Unhealthy || !e.Verdict.Changed || e.Message.Seq != msgs[len(msgs)-1].Seq+1 {
+		if e.Message == nil || e.Message.State != podsignal.Unhealthy || !e.Verdict.Changed || e.Message.Seq != msgs[len(msgs)-1].Seq+1 {
 			t.Fatalf("gone: %+v, after %+v", e, msgs)
 		}
 		if again := p.Gone("broker process exited"); again.Message != nil {
@@ -158,7 +158,7 @@ func TestPipelineSignals(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := p.Sample(t.Context())
-		if st.Back == nil || st.Back.Verdict.State != signal.Healthy || st.Back.Message == nil {
+		if st.Back == nil || st.Back.Verdict.State != podsignal.Healthy || st.Back.Message == nil {
 			t.Fatalf("new target: %+v (back %+v)", st, st.Back)
 		}
 	})
@@ -215,8 +215,8 @@ func TestPipelineSignals(t *testing.T) {
 	t.Run("an anomalous message says what drove its score, a healthy one says nothing", func(t *testing.T) {
 		for _, tc := range []struct {
 			memory float64
-			want   signal.State
-		}{{60 << 20, signal.Anomalous}, {10 << 20, signal.Healthy}} {
+			want   podsignal.State
+		}{{60 << 20, podsignal.Anomalous}, {10 << 20, podsignal.Healthy}} {
 			msgs := run(t, newPipeline(t, &synthSource{memory: tc.memory, t0: t0}), 4)
 			if len(msgs) == 0 {
 				t.Fatalf("memory %v: no message", tc.memory)
@@ -225,11 +225,11 @@ func TestPipelineSignals(t *testing.T) {
 			if m.State != tc.want {
 				t.Fatalf("memory %v: state %s, want %s", tc.memory, m.State, tc.want)
 			}
-			if got := m.Explanation != ""; got != (tc.want == signal.Anomalous) {
+			if got := m.Explanation != ""; got != (tc.want == podsignal.Anomalous) {
 				t.Errorf("%s message's explanation %q", m.State, m.Explanation)
 			}
-			m.Version, m.Namespace, m.Pod = signal.Version, "tod", "broker-0" // the signaller's part
-			if _, err := signal.Encode(&m); err != nil {
+			m.Version, m.Namespace, m.Pod = podsignal.Version, "tod", "broker-0" // the signaller's part
+			if _, err := podsignal.Encode(&m); err != nil {
 				t.Errorf("%s message does not encode: %v", m.State, err)
 			}
 		}
@@ -238,10 +238,10 @@ func TestPipelineSignals(t *testing.T) {
 		p := newPipeline(t, &synthSource{memory: 10 << 20, t0: t0})
 		run(t, p, 1)
 		e := p.Stop("SIGTERM")
-		if e.Message == nil || e.Message.State != signal.Stopping || e.Verdict.Publish || !e.Verdict.Changed {
+		if e.Message == nil || e.Message.State != podsignal.Stopping || e.Verdict.Publish || !e.Verdict.Changed {
 			t.Fatalf("stop: %+v", e)
 		}
-		if _, err := p.App(signal.Unhealthy, "x"); !errors.Is(err, ErrStopping) {
+		if _, err := p.App(podsignal.Unhealthy, "x"); !errors.Is(err, ErrStopping) {
 			t.Fatalf("App after Stop: %v, want ErrStopping", err)
 		}
 	})
@@ -253,7 +253,7 @@ func TestPipelineSignals(t *testing.T) {
 		if _, ok := p.TargetNotFound("no container"); !ok {
 			t.Fatal("TargetNotFound ignored without a target")
 		}
-		if st, why := p.State(); st != signal.Starting || why == "" {
+		if st, why := p.State(); st != podsignal.Starting || why == "" {
 			t.Fatalf("state %s %q", st, why)
 		}
 		if _, err := p.SetTarget(&synthSource{t0: t0}); err != nil {

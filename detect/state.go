@@ -3,7 +3,7 @@ package detect
 import (
 	"fmt"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Machine is the sidecar's health state machine. It is pure: events in, a verdict
@@ -18,7 +18,7 @@ type Machine struct {
 	threshold float64
 	needProbe bool
 
-	state  signal.State
+	state  podsignal.State
 	reason string
 
 	scored    bool
@@ -38,7 +38,7 @@ type Machine struct {
 
 // Verdict says what to signal after an event.
 type Verdict struct {
-	State   signal.State
+	State   podsignal.State
 	Reason  string
 	Changed bool // the state differs from before the event: signal at once
 	// Publish is true when a signal must be sent: on every change, and on every
@@ -50,18 +50,18 @@ type Verdict struct {
 // NewMachine returns a machine in state starting. needProbe says whether an
 // app-logic probe is configured and must pass before the pod is healthy.
 func NewMachine(threshold float64, needProbe bool) *Machine {
-	return &Machine{threshold: threshold, needProbe: needProbe, state: signal.Starting, reason: "sidecar started"}
+	return &Machine{threshold: threshold, needProbe: needProbe, state: podsignal.Starting, reason: "sidecar started"}
 }
 
 // State returns the current state and why.
-func (m *Machine) State() (signal.State, string) { return m.state, m.reason }
+func (m *Machine) State() (podsignal.State, string) { return m.state, m.reason }
 
 // Score records the model's probability for a new sample.
 func (m *Machine) Score(p float64) Verdict {
 	m.scored, m.score = true, p
 	m.anomalous = p >= m.threshold
 	v := m.settle()
-	if m.anomalous && m.state != signal.Stopping {
+	if m.anomalous && m.state != podsignal.Stopping {
 		v.Publish = true
 	}
 	return v
@@ -77,14 +77,14 @@ func (m *Machine) Probe(ok bool, reason string) Verdict {
 // App records a health report from the application beside the broker. Only
 // healthy and unhealthy are the application's to say: anomalous is the model's
 // verdict, and stopping/gone describe the sidecar itself.
-func (m *Machine) App(state signal.State, reason string) (Verdict, error) {
+func (m *Machine) App(state podsignal.State, reason string) (Verdict, error) {
 	switch state {
-	case signal.Unhealthy:
+	case podsignal.Unhealthy:
 		if reason == "" {
 			reason = "application reported unhealthy"
 		}
 		m.appUnhealthy = "application: " + reason
-	case signal.Healthy:
+	case podsignal.Healthy:
 		m.appUnhealthy = ""
 	default:
 		return Verdict{}, fmt.Errorf("an application may report healthy or unhealthy, not %q", state)
@@ -125,14 +125,14 @@ func (m *Machine) Gone() bool { return m.targetGone != "" }
 
 // Stop moves to stopping, for good.
 func (m *Machine) Stop(reason string) Verdict {
-	changed := m.state != signal.Stopping
-	m.state, m.reason = signal.Stopping, reason
+	changed := m.state != podsignal.Stopping
+	m.state, m.reason = podsignal.Stopping, reason
 	return Verdict{State: m.state, Reason: m.reason, Changed: changed, Publish: changed}
 }
 
 // settle recomputes the state from what is known.
 func (m *Machine) settle() Verdict {
-	if m.state == signal.Stopping {
+	if m.state == podsignal.Stopping {
 		return Verdict{State: m.state, Reason: m.reason}
 	}
 	state, reason := m.derive()
@@ -141,29 +141,29 @@ func (m *Machine) settle() Verdict {
 	return Verdict{State: state, Reason: reason, Changed: changed, Publish: changed}
 }
 
-func (m *Machine) derive() (signal.State, string) {
+func (m *Machine) derive() (podsignal.State, string) {
 	switch {
 	case m.restarting != "":
-		return signal.Starting, m.restarting
+		return podsignal.Starting, m.restarting
 	case m.targetGone != "":
-		return signal.Unhealthy, m.targetGone
+		return podsignal.Unhealthy, m.targetGone
 	case m.appUnhealthy != "":
-		return signal.Unhealthy, m.appUnhealthy
+		return podsignal.Unhealthy, m.appUnhealthy
 	case m.probeKnown && !m.probeOK && !m.probeEverOK:
 		// A native sidecar starts before its broker: a broker that has not
 		// answered yet is starting, not failed (the agent fails over on
 		// unhealthy at once, and did so at every pod start on a real node).
-		return signal.Starting, "waiting for the broker to answer its app-logic probe: " + m.probeReason
+		return podsignal.Starting, "waiting for the broker to answer its app-logic probe: " + m.probeReason
 	case m.probeKnown && !m.probeOK:
-		return signal.Unhealthy, "app-logic probe failed: " + m.probeReason
+		return podsignal.Unhealthy, "app-logic probe failed: " + m.probeReason
 	case m.scored && m.anomalous:
-		return signal.Anomalous, fmt.Sprintf("score %.3f >= threshold %.3f", m.score, m.threshold)
+		return podsignal.Anomalous, fmt.Sprintf("score %.3f >= threshold %.3f", m.score, m.threshold)
 	case !m.scored && m.notFound != "":
-		return signal.Starting, "broker container not found yet: " + m.notFound
+		return podsignal.Starting, "broker container not found yet: " + m.notFound
 	case !m.scored:
-		return signal.Starting, "waiting for the first score"
+		return podsignal.Starting, "waiting for the first score"
 	case m.needProbe && !m.probeKnown:
-		return signal.Starting, "waiting for the first app-logic probe"
+		return podsignal.Starting, "waiting for the first app-logic probe"
 	}
-	return signal.Healthy, fmt.Sprintf("score %.3f < threshold %.3f", m.score, m.threshold)
+	return podsignal.Healthy, fmt.Sprintf("score %.3f < threshold %.3f", m.score, m.threshold)
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/healthcheck"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // How a sidecar wires the probe, the endpoint and its state machine together.
@@ -38,7 +38,7 @@ func Example() {
 		Addr:      healthcheck.DefaultAddr,
 		Liveness:  alive.Check,
 		Readiness: probe.Check,
-		Status:    func() healthcheck.Status { return healthcheck.Status{State: signal.Starting} },
+		Status:    func() healthcheck.Status { return healthcheck.Status{State: podsignal.Starting} },
 		Metrics:   metrics,
 		OnAppReport: func(ctx context.Context, r healthcheck.AppReport) error {
 			return nil // sm.AppReport(ctx, r): ErrConflict while stopping, say

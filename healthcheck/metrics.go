@@ -10,14 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // states lists the contract's states, so every state series exists from the
 // start: a missing series and a zero one mean different things in PromQL.
-var states = []signal.State{
-	signal.Starting, signal.Healthy, signal.Anomalous,
-	signal.Unhealthy, signal.Stopping, signal.Gone,
+var states = []podsignal.State{
+	podsignal.Starting, podsignal.Healthy, podsignal.Anomalous,
+	podsignal.Unhealthy, podsignal.Stopping, podsignal.Gone,
 }
 
 // Error kinds this package counts itself in amf_errors_total.
@@ -131,7 +131,7 @@ func (m *Metrics) SetScore(p float64) { m.score.Set(p) }
 // SetFeatures records the latest features. A nil f, a nil field or a
 // non-finite value removes that feature's series: undefined must look like
 // no sample, as it does in PromQL, not like a number.
-func (m *Metrics) SetFeatures(f *signal.Features) {
+func (m *Metrics) SetFeatures(f *podsignal.Features) {
 	var vals [contract.NumFeatures]*float64
 	if f != nil {
 		vals = f.Values()
@@ -148,7 +148,7 @@ func (m *Metrics) SetFeatures(f *signal.Features) {
 
 // SetState makes s the current state. A state outside the contract sets all
 // series to 0 rather than inventing a label value.
-func (m *Metrics) SetState(s signal.State) {
+func (m *Metrics) SetState(s podsignal.State) {
 	for _, st := range states {
 		v := 0.0
 		if st == s {
@@ -175,7 +175,7 @@ func (m *Metrics) ObserveProbe(r Result) {
 
 // SignalSent counts a signal published in state s. States outside the contract
 // are counted as "invalid", which keeps the label set bounded.
-func (m *Metrics) SignalSent(s signal.State) {
+func (m *Metrics) SignalSent(s podsignal.State) {
 	if !s.Valid() {
 		s = "invalid"
 	}

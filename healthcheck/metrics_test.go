@@ -6,13 +6,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 func TestMetrics(t *testing.T) {
 	m := NewMetrics()
 	cpu, mem := 42.5, 12.0
-	m.SetFeatures(&signal.Features{CPUPercent: &cpu, MemoryPercent: &mem})
+	m.SetFeatures(&podsignal.Features{CPUPercent: &cpu, MemoryPercent: &mem})
 	if got := testutil.ToFloat64(m.feature.WithLabelValues("cpu_percent")); got != cpu {
 		t.Errorf("cpu_percent = %v", got)
 	}
@@ -24,11 +24,11 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("%d feature series after nil, want 0", n)
 	}
 
-	m.SetState(signal.Anomalous)
-	m.SetState(signal.Unhealthy)
+	m.SetState(podsignal.Anomalous)
+	m.SetState(podsignal.Unhealthy)
 	for _, s := range states {
 		want := 0.0
-		if s == signal.Unhealthy {
+		if s == podsignal.Unhealthy {
 			want = 1
 		}
 		if got := testutil.ToFloat64(m.state.WithLabelValues(string(s))); got != want {
@@ -36,7 +36,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 
-	m.SignalSent(signal.Unhealthy)
+	m.SignalSent(podsignal.Unhealthy)
 	m.SignalSent("bogus")
 	if got := testutil.ToFloat64(m.signalsSent.WithLabelValues("invalid")); got != 1 {
 		t.Errorf("invalid signals = %v", got)

@@ -10,7 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // MaxAppReportBytes caps the body of POST /signal; a valid report is far smaller.
@@ -26,8 +26,8 @@ const MaxAppReportBytes = 1 << 10
 // connection. Letting the application claim those would let a confused or
 // compromised process mask or forge the sidecar's own verdicts.
 type AppReport struct {
-	State  signal.State `json:"state"`
-	Reason string       `json:"reason,omitempty"`
+	State  podsignal.State `json:"state"`
+	Reason string          `json:"reason,omitempty"`
 }
 
 // Errors an [ServerConfig.OnAppReport] callback returns to refuse a report,
@@ -111,12 +111,12 @@ func parseAppReport(body []byte) (AppReport, error) {
 
 // Validate checks the state and reason rules of a report.
 func (r AppReport) Validate() error {
-	if r.State != signal.Healthy && r.State != signal.Unhealthy {
-		return fmt.Errorf("%w: state %q: the application may report only %q or %q", ErrInvalidReport, truncate(string(r.State)), signal.Healthy, signal.Unhealthy)
+	if r.State != podsignal.Healthy && r.State != podsignal.Unhealthy {
+		return fmt.Errorf("%w: state %q: the application may report only %q or %q", ErrInvalidReport, truncate(string(r.State)), podsignal.Healthy, podsignal.Unhealthy)
 	}
 	// The same rule as signal.Message's reason, so the sidecar can forward it.
-	if len(r.Reason) > signal.MaxReasonBytes {
-		return fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalidReport, len(r.Reason), signal.MaxReasonBytes)
+	if len(r.Reason) > podsignal.MaxReasonBytes {
+		return fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalidReport, len(r.Reason), podsignal.MaxReasonBytes)
 	}
 	if !utf8.ValidString(r.Reason) || strings.ContainsFunc(r.Reason, unicode.IsControl) {
 		return fmt.Errorf("%w: reason must be printable UTF-8", ErrInvalidReport)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // FuzzParseAppReport checks the POST /signal body parser never panics, refuses
@@ -45,7 +45,7 @@ func FuzzParseAppReport(f *testing.F) {
 		if len(body) > MaxAppReportBytes || !utf8.Valid(body) {
 			t.Fatalf("accepted a body of %d bytes / invalid UTF-8", len(body))
 		}
-		if rep.State != signal.Healthy && rep.State != signal.Unhealthy {
+		if rep.State != podsignal.Healthy && rep.State != podsignal.Unhealthy {
 			t.Fatalf("accepted state %q", rep.State)
 		}
 		if err := rep.Validate(); err != nil {

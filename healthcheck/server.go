@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // DefaultAddr is where the endpoint listens in a pod.
@@ -35,13 +35,13 @@ const (
 // Status is the sidecar's snapshot served by GET /status.
 type Status struct {
 	// State is the sidecar's current state.
-	State signal.State `json:"state"`
+	State podsignal.State `json:"state"`
 	// Score is the latest model probability; nil before the first score.
 	Score *float64 `json:"score"`
 	// Threshold is the score at or above which the sample counts as anomalous.
 	Threshold float64 `json:"threshold"`
 	// Features are the latest model inputs; nil before the first sample.
-	Features *signal.Features `json:"features"`
+	Features *podsignal.Features `json:"features"`
 	// Explanation says what drove the latest score while it is anomalous
 	// (model.Model.Why): the top three features, or predict_linear's time to
 	// the limit.

@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // fixture is a server over fakes the tests can steer.
@@ -50,8 +50,8 @@ func newFixture(t *testing.T) *fixture {
 		metrics: NewMetrics(),
 		probe:   NewProbeState(0),
 		status: Status{
-			State: signal.Anomalous, Score: &score, Threshold: 0.5,
-			Features: &signal.Features{CPUPercent: &cpu},
+			State: podsignal.Anomalous, Score: &score, Threshold: 0.5,
+			Features: &podsignal.Features{CPUPercent: &cpu},
 			Model:    "default@sha256:0123", Seq: 17,
 			LastTransition:   time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 			TransitionReason: "score 0.73 ≥ 0.5",
@@ -142,7 +142,7 @@ func TestStatus(t *testing.T) {
 	if err := dec.Decode(&got); err != nil {
 		t.Fatal(err)
 	}
-	if got.State != signal.Anomalous || *got.Score != 0.73 || *got.Features.CPUPercent != 55.5 ||
+	if got.State != podsignal.Anomalous || *got.Score != 0.73 || *got.Features.CPUPercent != 55.5 ||
 		got.Features.MemoryPercent != nil || got.Model != f.status.Model || got.Seq != 17 ||
 		!got.LastTransition.Equal(f.status.LastTransition) || got.TransitionReason != f.status.TransitionReason {
 		t.Fatalf("status round trip: got %+v", got)
@@ -165,13 +165,13 @@ func TestMetricsEndpoint(t *testing.T) {
 	m := f.metrics
 	cpu, mem := 91.0, 30.5
 	m.SetScore(0.83)
-	m.SetFeatures(&signal.Features{CPUPercent: &cpu, MemoryPercent: &mem})
-	m.SetState(signal.Anomalous)
+	m.SetFeatures(&podsignal.Features{CPUPercent: &cpu, MemoryPercent: &mem})
+	m.SetState(podsignal.Anomalous)
 	m.ObserveSample(2 * time.Millisecond)
 	m.ObserveProbe(Result{OK: true, RTT: 500 * time.Microsecond})
 	m.ObserveProbe(Result{OK: true, RTT: 700 * time.Microsecond})
-	m.SignalSent(signal.Anomalous)
-	m.SignalSent(signal.Anomalous)
+	m.SignalSent(podsignal.Anomalous)
+	m.SignalSent(podsignal.Anomalous)
 	m.Error("cgroup_read")
 
 	w := f.do(httptest.NewRequest("GET", "/metrics", nil))
@@ -265,9 +265,9 @@ func TestSignalEndpoint(t *testing.T) {
 		wantReport  *AppReport
 	}{
 		{name: "unhealthy", body: valid, wantCode: 204,
-			wantReport: &AppReport{State: signal.Unhealthy, Reason: "message store full"}},
+			wantReport: &AppReport{State: podsignal.Unhealthy, Reason: "message store full"}},
 		{name: "healthy without reason", body: `{"state":"healthy"}`, wantCode: 204,
-			wantReport: &AppReport{State: signal.Healthy}},
+			wantReport: &AppReport{State: podsignal.Healthy}},
 		{name: "ipv6 loopback", remote: "[::1]:40000", body: valid, wantCode: 204},
 		{name: "ipv4-mapped loopback", remote: "[::ffff:127.0.0.1]:40000", body: valid, wantCode: 204},
 		{name: "other loopback address", remote: "127.1.2.3:40000", body: valid, wantCode: 204},
@@ -291,7 +291,7 @@ func TestSignalEndpoint(t *testing.T) {
 		{name: "state not for apps", body: `{"state":"anomalous"}`, wantCode: 400, wantErr: "may report only"},
 		{name: "gone", body: `{"state":"gone"}`, wantCode: 400, wantErr: "may report only"},
 		{name: "unknown state", body: `{"state":"fine"}`, wantCode: 400, wantErr: "may report only"},
-		{name: "reason too long", body: `{"state":"unhealthy","reason":"` + strings.Repeat("x", signal.MaxReasonBytes+1) + `"}`, wantCode: 400, wantErr: "reason of 513 bytes"},
+		{name: "reason too long", body: `{"state":"unhealthy","reason":"` + strings.Repeat("x", podsignal.MaxReasonBytes+1) + `"}`, wantCode: 400, wantErr: "reason of 513 bytes"},
 		{name: "control character", body: `{"state":"unhealthy","reason":"bell\u0007"}`, wantCode: 400, wantErr: "printable"},
 		{name: "invalid utf-8", body: "{\"state\":\"unhealthy\",\"reason\":\"\xff\"}", wantCode: 400, wantErr: "UTF-8"},
 		{name: "trailing data", body: valid + `{}`, wantCode: 400, wantErr: "trailing"},

@@ -28,7 +28,7 @@ import (
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/nodewatch"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // noSidecars refuses every MQTT client: in node mode no sidecar connects.
@@ -65,7 +65,7 @@ func TestNodeModeOnARealNode(t *testing.T) {
 	}
 	w, err := nodewatch.New(nodewatch.Config{
 		Client: cs, Metadata: md, NodeName: n.Name,
-		Begin: func(id signal.PodID) nodewatch.Session {
+		Begin: func(id podsignal.PodID) nodewatch.Session {
 			if s := a.Tracker().BeginLocal(id); s != nil {
 				return s
 			}
@@ -97,10 +97,10 @@ func TestNodeModeOnARealNode(t *testing.T) {
 	}
 	pod := waitPod(ctx, t, cp, ns, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	runningSeen := time.Now()
-	id := signal.PodID{Namespace: ns, Pod: pod.Name}
+	id := podsignal.PodID{Namespace: ns, Pod: pod.Name}
 
 	// next returns the next observation of the pod that satisfies ok.
-	next := func(what string, bound time.Duration, ok func(signal.Observation) bool) signal.Observation {
+	next := func(what string, bound time.Duration, ok func(podsignal.Observation) bool) podsignal.Observation {
 		t.Helper()
 		timeout := time.After(bound)
 		for {
@@ -109,7 +109,7 @@ func TestNodeModeOnARealNode(t *testing.T) {
 				if !open {
 					t.Fatalf("tracker closed before %s", what)
 				}
-				if ev.PodID == id && ev.Source == signal.SourceNode && ok(ev) {
+				if ev.PodID == id && ev.Source == podsignal.SourceNode && ok(ev) {
 					return ev
 				}
 			case <-timeout:
@@ -117,19 +117,19 @@ func TestNodeModeOnARealNode(t *testing.T) {
 			}
 		}
 	}
-	state := func(s signal.State) func(signal.Observation) bool {
-		return func(ev signal.Observation) bool { return ev.State == s }
+	state := func(s podsignal.State) func(podsignal.Observation) bool {
+		return func(ev podsignal.Observation) bool { return ev.State == s }
 	}
 
-	first := next("first node-mode observation", time.Minute, func(signal.Observation) bool { return true })
+	first := next("first node-mode observation", time.Minute, func(podsignal.Observation) bool { return true })
 	t.Logf("pipeline started %v after this test saw the pod Running (its own watch of the same API server)", first.Received.Sub(runningSeen))
-	if first.State != signal.Starting {
+	if first.State != podsignal.Starting {
 		t.Errorf("first observation %s, want starting", first.State)
 	}
 	if d := first.Received.Sub(runningSeen); d > 5*time.Second {
 		t.Errorf("pipeline started %v after the pod ran; the target is 1 s", d)
 	}
-	next("healthy (scored, and the MQTT probe through the pod's IP passed)", 30*time.Second, state(signal.Healthy))
+	next("healthy (scored, and the MQTT probe through the pod's IP passed)", 30*time.Second, state(podsignal.Healthy))
 
 	// A hang: the broker stopped; only the app-logic probe can tell.
 	pid, err := n.ContainerPID(ctx, ns, pod.Name, "mosquitto")
@@ -140,7 +140,7 @@ func TestNodeModeOnARealNode(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	hang := next("unhealthy while the broker hangs", 30*time.Second, state(signal.Unhealthy))
+	hang := next("unhealthy while the broker hangs", 30*time.Second, state(podsignal.Unhealthy))
 	t.Logf("broker SIGSTOP → tracker unhealthy: %v (%s)", hang.Received.Sub(hung), hang.Message.Reason)
 	if !strings.Contains(hang.Message.Reason, "probe") {
 		t.Errorf("reason %q: want the app-logic probe's", hang.Message.Reason)
@@ -148,14 +148,14 @@ func TestNodeModeOnARealNode(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	next("healthy after the broker resumed", 30*time.Second, state(signal.Healthy))
+	next("healthy after the broker resumed", 30*time.Second, state(podsignal.Healthy))
 
 	// A crash: the broker's process killed from the host.
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	crash := next("unhealthy after the kill", 30*time.Second, state(signal.Unhealthy))
+	crash := next("unhealthy after the kill", 30*time.Second, state(podsignal.Unhealthy))
 	t.Logf("broker SIGKILL → tracker unhealthy: %v (%s)", crash.Received.Sub(killed), crash.Message.Reason)
 	// Pushed either way: the pidfd's exit, or the probe's connection lost
 	// (the kernel closes the broker's sockets as it exits); a sample would
@@ -166,7 +166,7 @@ func TestNodeModeOnARealNode(t *testing.T) {
 	if d := crash.Received.Sub(killed); d > 5*time.Second {
 		t.Errorf("unhealthy %v after the kill", d)
 	}
-	next("healthy again (the restarted container)", time.Minute, state(signal.Healthy))
+	next("healthy again (the restarted container)", time.Minute, state(podsignal.Healthy))
 
 	// An OOM kill: memory over the limit inside the container, charged to
 	// it (the lab's injector exec'd through the runtime).
@@ -174,7 +174,7 @@ func TestNodeModeOnARealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oom := next("unhealthy after the OOM kill", time.Minute, state(signal.Unhealthy))
+	oom := next("unhealthy after the OOM kill", time.Minute, state(podsignal.Unhealthy))
 	_ = stress.Wait()
 	t.Logf("OOM → tracker unhealthy (%s)", oom.Message.Reason)
 	// The OOM kill is named whichever comes first, the notification or the
@@ -182,15 +182,17 @@ func TestNodeModeOnARealNode(t *testing.T) {
 	if r := oom.Message.Reason; !strings.Contains(r, "OOM kill") && !strings.Contains(r, "probe") {
 		t.Errorf("reason %q: want the OOM kill", r)
 	}
-	next("healthy after the OOM kill's restart", 2*time.Minute, state(signal.Healthy))
+	next("healthy after the OOM kill's restart", 2*time.Minute, state(podsignal.Healthy))
 
 	// A scale-down deletes the pod: stopping, never gone (no failover).
 	scale := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "broker", Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}}
 	if _, err := cs.AppsV1().Deployments(ns).UpdateScale(ctx, "broker", scale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	end := next("the end of the pipeline", time.Minute, func(ev signal.Observation) bool { return ev.State == signal.Stopping || ev.State == signal.Gone })
-	if end.State != signal.Stopping {
+	end := next("the end of the pipeline", time.Minute, func(ev podsignal.Observation) bool {
+		return ev.State == podsignal.Stopping || ev.State == podsignal.Gone
+	})
+	if end.State != podsignal.Stopping {
 		t.Errorf("scale-down ended in %s, want stopping", end.State)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

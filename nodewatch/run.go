@@ -17,7 +17,7 @@ import (
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // podRun is one pod's pipeline: a goroutine that owns the detect.Pipeline
@@ -97,7 +97,7 @@ func (r *podRun) loop(ctx context.Context) {
 	// The first observation says the agent watches the pod: the tracker and
 	// the actuator see it at once, before the first score.
 	now := time.Now()
-	sess.Observe(&signal.Message{State: signal.Starting, Reason: "watched by the node agent (node mode)", Seq: 0, Time: now}, now)
+	sess.Observe(&podsignal.Message{State: podsignal.Starting, Reason: "watched by the node agent (node mode)", Seq: 0, Time: now}, now)
 
 	// The pod status naming another container (or none) reaches the runner
 	// as an end of the one it samples: its exit may not have been seen (no

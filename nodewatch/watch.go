@@ -29,14 +29,14 @@ import (
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Session is one pipeline run's record in the agent's tracker
 // (*agent.LocalSession): Observe for every message, End once the pod went
 // away (after its stopping message).
 type Session interface {
-	Observe(msg *signal.Message, received time.Time)
+	Observe(msg *podsignal.Message, received time.Time)
 	End()
 }
 
@@ -79,7 +79,7 @@ type Config struct {
 	NodeName string
 	// Begin opens a pod's session in the tracker (agent.Tracker.BeginLocal);
 	// nil means the agent is shutting down.
-	Begin func(signal.PodID) Session
+	Begin func(podsignal.PodID) Session
 	// Interval is the sampling period; default 1 s.
 	Interval time.Duration
 	// Cgroup locates the host's cgroup and proc trees (cgroup.WithCgroupRoot,
@@ -114,7 +114,7 @@ const maxOwners = 4096
 
 // runSpec is what one pod's pipeline needs; a change restarts it.
 type runSpec struct {
-	id          signal.PodID
+	id          podsignal.PodID
 	uid         types.UID
 	container   string // the broker container's name
 	modelName   string
@@ -411,7 +411,7 @@ func (w *Watcher) desired(ctx context.Context, pod *corev1.Pod) (*runSpec, strin
 	}
 	delete(w.warned, pod.Namespace+"/"+pod.Name)
 	spec := &runSpec{
-		id: signal.PodID{Namespace: pod.Namespace, Pod: pod.Name}, uid: pod.UID,
+		id: podsignal.PodID{Namespace: pod.Namespace, Pod: pod.Name}, uid: pod.UID,
 		container: name, modelName: modelName, model: m, containerID: runningID(pod, name), probe: probe,
 	}
 	if probe.Port != 0 {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/amf-edge/amf/cluster/clusterfake"
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // The informer logic on fake clients, with a fake pipeline: which pods get
@@ -104,7 +104,7 @@ func start(t *testing.T, deployments map[string]map[string]string) *harness {
 		f.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) { once(); return false, nil, nil })
 	}
 	w, err := New(Config{Client: h.client, Metadata: h.md, Cluster: h.cluster, NodeName: thisNode,
-		Begin: func(signal.PodID) Session { panic("the fake runs open no session") }})
+		Begin: func(podsignal.PodID) Session { panic("the fake runs open no session") }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestOptedInRunningPodOfThisNodeGetsAPipeline(t *testing.T) {
 	id := "containerd://" + strings.Repeat("a", 64)
 	h.updatePod(p, running(id))
 	r := h.started()
-	want := runSpec{id: signal.PodID{Namespace: ns, Pod: p.Name}, uid: p.UID, container: "mosquitto", modelName: contract.DefaultModel, containerID: id}
+	want := runSpec{id: podsignal.PodID{Namespace: ns, Pod: p.Name}, uid: p.UID, container: "mosquitto", modelName: contract.DefaultModel, containerID: id}
 	if !r.s.same(want) || r.s.containerID != id || r.s.model == nil {
 		t.Fatalf("spec %+v, want %+v with a model", r.s, want)
 	}
@@ -406,7 +406,7 @@ func TestAReplacedPodIsANewPipeline(t *testing.T) {
 }
 
 func TestNewRefusesAnIncompleteConfig(t *testing.T) {
-	begin := func(signal.PodID) Session { return nil }
+	begin := func(podsignal.PodID) Session { return nil }
 	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	for _, tt := range []struct {
 		cfg  Config

@@ -6,7 +6,7 @@ import (
 
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/pause"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // fence is the sidecar's side of the node agent's fence (DESIGN.md, "Losing
@@ -24,7 +24,7 @@ type fence struct {
 }
 
 // command applies the node agent's command c.
-func (s *Sidecar) command(c signal.Command) {
+func (s *Sidecar) command(c podsignal.Command) {
 	if c.Fence {
 		s.fence.on, s.fence.reason = true, c.Reason
 		s.holdFence()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // TestAgentsFencePausesTheBrokerUntilLiftedOrStopped: a busy broker
@@ -62,10 +62,10 @@ func TestAgentsFencePausesTheBrokerUntilLiftedOrStopped(t *testing.T) {
 	}
 
 	srv, broker := startBroker(t)
-	cmdTopic := signal.CommandTopic("tod", "broker-0")
+	cmdTopic := podsignal.CommandTopic("tod", "broker-0")
 	command := func(fence bool) {
 		t.Helper()
-		b, err := signal.EncodeCommand(&signal.Command{Version: signal.Version, Namespace: "tod", Pod: "broker-0",
+		b, err := podsignal.EncodeCommand(&podsignal.Command{Version: podsignal.Version, Namespace: "tod", Pod: "broker-0",
 			Fence: fence, Time: time.Now(), Reason: "test"})
 		if err != nil {
 			t.Fatal(err)

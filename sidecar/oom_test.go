@@ -15,7 +15,7 @@ import (
 
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // oomCgroup creates a cgroup limited to 64 MiB (v1: in the cpuacct, memory
@@ -119,12 +119,12 @@ func TestOOMKillIsSignalledWithoutWaitingForASample(t *testing.T) {
 	go func() { done <- sc.Run(ctx) }()
 	t.Cleanup(func() { <-done })
 	// Healthy first (the first sample), then the allocation starts.
-	waitMessage(t, rec, 30*time.Second, func(m signal.Message) bool { return m.State == signal.Healthy })
+	waitMessage(t, rec, 30*time.Second, func(m podsignal.Message) bool { return m.State == podsignal.Healthy })
 	started := time.Now()
 	if _, err := io.WriteString(in, "go\n"); err != nil {
 		t.Fatal(err)
 	}
-	msg := waitMessage(t, rec, 30*time.Second, func(m signal.Message) bool { return m.State == signal.Unhealthy })
+	msg := waitMessage(t, rec, 30*time.Second, func(m podsignal.Message) bool { return m.State == podsignal.Unhealthy })
 	t.Logf("unhealthy %v after the allocation began: %s", time.Since(started), msg.Reason)
 	if !strings.Contains(msg.Reason, "OOM kill") {
 		t.Errorf("reason %q, want the OOM kill (pushed, not a sample's)", msg.Reason)
@@ -138,7 +138,7 @@ func TestOOMKillIsSignalledWithoutWaitingForASample(t *testing.T) {
 
 // waitMessage returns the first recorded message (from the start) that
 // satisfies ok, waiting up to bound.
-func waitMessage(t *testing.T, rec *Recorder, bound time.Duration, ok func(signal.Message) bool) signal.Message {
+func waitMessage(t *testing.T, rec *Recorder, bound time.Duration, ok func(podsignal.Message) bool) podsignal.Message {
 	t.Helper()
 	deadline := time.After(bound)
 	seen := 0

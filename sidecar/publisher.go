@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Publisher sends a pod's signals to whoever decides on them. *Signaller
@@ -15,15 +15,15 @@ type Publisher interface {
 	// Run keeps the connection until ctx ends.
 	Run(ctx context.Context) error
 	// Publish sends m, or keeps it to send once connected.
-	Publish(m signal.Message) error
+	Publish(m podsignal.Message) error
 	// Close sends final and disconnects, waiting at most timeout.
-	Close(final signal.Message, timeout time.Duration) error
+	Close(final podsignal.Message, timeout time.Duration) error
 }
 
 // Commanded is a Publisher that also hears the node agent's commands to
 // the pod (the fence): *Signaller, over the same connection.
 type Commanded interface {
-	Commands() <-chan signal.Command
+	Commands() <-chan podsignal.Command
 }
 
 var (
@@ -34,7 +34,7 @@ var (
 // Recorder is a Publisher that keeps what it is given, in order.
 type Recorder struct {
 	mu     sync.Mutex
-	msgs   []signal.Message
+	msgs   []podsignal.Message
 	closed bool
 	sent   chan struct{} // closed and replaced at every message
 }
@@ -49,7 +49,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 }
 
 // Publish records m.
-func (r *Recorder) Publish(m signal.Message) error {
+func (r *Recorder) Publish(m podsignal.Message) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.msgs = append(r.msgs, m)
@@ -59,7 +59,7 @@ func (r *Recorder) Publish(m signal.Message) error {
 }
 
 // Close records final as the last message.
-func (r *Recorder) Close(final signal.Message, _ time.Duration) error {
+func (r *Recorder) Close(final podsignal.Message, _ time.Duration) error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
@@ -68,10 +68,10 @@ func (r *Recorder) Close(final signal.Message, _ time.Duration) error {
 
 // Messages returns what was published so far, and a channel closed at the
 // next message (to wait on without polling).
-func (r *Recorder) Messages() ([]signal.Message, <-chan struct{}) {
+func (r *Recorder) Messages() ([]podsignal.Message, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]signal.Message(nil), r.msgs...), r.sent
+	return append([]podsignal.Message(nil), r.msgs...), r.sent
 }
 
 // Closed reports whether Close was called.

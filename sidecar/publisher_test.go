@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // awaitRecorded waits until r holds a message in state want and returns it.
-func awaitRecorded(t *testing.T, r *Recorder, want signal.State) signal.Message {
+func awaitRecorded(t *testing.T, r *Recorder, want podsignal.State) podsignal.Message {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for seen := 0; ; {
@@ -48,16 +48,16 @@ func TestSidecarPublishesThroughItsPublisher(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- sc.Run(ctx) }()
 
-	awaitRecorded(t, rec, signal.Healthy)
+	awaitRecorded(t, rec, podsignal.Healthy)
 	src.memory.Store(60 << 20)
-	awaitRecorded(t, rec, signal.Anomalous)
+	awaitRecorded(t, rec, podsignal.Anomalous)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	msgs, _ := rec.Messages()
 	last := msgs[len(msgs)-1]
-	if !rec.Closed() || last.State != signal.Stopping {
+	if !rec.Closed() || last.State != podsignal.Stopping {
 		t.Fatalf("closed %v, last %+v: want Close with stopping", rec.Closed(), last)
 	}
 	for i := 1; i < len(msgs); i++ {
@@ -164,13 +164,13 @@ func TestTheStoppingSignalNamesWhatStoppedTheSidecar(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(t.Context())
 			done := make(chan error, 1)
 			go func() { done <- sc.Run(ctx) }()
-			awaitRecorded(t, rec, signal.Healthy)
+			awaitRecorded(t, rec, podsignal.Healthy)
 			cancel(tc.cause)
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
 			msgs, _ := rec.Messages()
-			if last := msgs[len(msgs)-1]; last.State != signal.Stopping || last.Reason != tc.want {
+			if last := msgs[len(msgs)-1]; last.State != podsignal.Stopping || last.Reason != tc.want {
 				t.Fatalf("last message %s %q, want stopping %q", last.State, last.Reason, tc.want)
 			}
 		})

@@ -14,7 +14,7 @@ import (
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Error kinds the sidecar counts in amf_errors_total, beside healthcheck's own.
@@ -203,7 +203,7 @@ func (s *Sidecar) ready() error {
 		}
 	}
 	st := s.Status()
-	if st.State == signal.Unhealthy || st.State == signal.Stopping {
+	if st.State == podsignal.Unhealthy || st.State == podsignal.Stopping {
 		return fmt.Errorf("%s: %s", st.State, st.TransitionReason)
 	}
 	return nil
@@ -378,7 +378,7 @@ func (l loop) Emit(e detect.Emission, st *detect.Step) {
 	// While the sidecar starts (its target searched for, the first samples
 	// awaited) the reason changes without a transition; /status shows the
 	// current one.
-	if v := e.Verdict; st == nil && !v.Changed && v.State == signal.Starting {
+	if v := e.Verdict; st == nil && !v.Changed && v.State == podsignal.Starting {
 		l.s.mu.Lock()
 		l.s.status.TransitionReason = v.Reason
 		l.s.mu.Unlock()
@@ -537,5 +537,5 @@ func (s *Sidecar) shutdown(reason string) {
 		s.cfg.Log.Warn("stopping state not acknowledged by the node agent", "err", err)
 		return
 	}
-	s.metrics.SignalSent(signal.Stopping)
+	s.metrics.SignalSent(podsignal.Stopping)
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/infer/model/modeltest"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // loadSource is a target whose memory the test sets; CPU ticks along.
@@ -57,16 +57,16 @@ func startBroker(t *testing.T) (*mochi.Server, string) {
 }
 
 // watch subscribes to every health topic and returns the decoded messages.
-func watch(t *testing.T, broker string) <-chan signal.Message {
+func watch(t *testing.T, broker string) <-chan podsignal.Message {
 	t.Helper()
-	out := make(chan signal.Message, 1024)
+	out := make(chan podsignal.Message, 1024)
 	opts := mqtt.NewClientOptions().AddBroker(broker).SetClientID("watcher").SetAutoReconnect(false)
 	c := mqtt.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("watcher connect: %v", tok.Error())
 	}
 	tok := c.Subscribe("amf/v1/#", 1, func(_ mqtt.Client, m mqtt.Message) {
-		msg, err := signal.Decode(m.Topic(), m.Payload())
+		msg, err := podsignal.Decode(m.Topic(), m.Payload())
 		if err != nil {
 			t.Errorf("sidecar sent an invalid signal: %v", err)
 			return
@@ -81,7 +81,7 @@ func watch(t *testing.T, broker string) <-chan signal.Message {
 }
 
 // await returns the first message in state want, failing after a deadline.
-func await(t *testing.T, msgs <-chan signal.Message, want signal.State) signal.Message {
+func await(t *testing.T, msgs <-chan podsignal.Message, want podsignal.State) podsignal.Message {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
@@ -158,7 +158,7 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 	msgs := watch(t, broker)
 	r := startSidecar(t, broker, 10*time.Millisecond)
 
-	healthy := await(t, msgs, signal.Healthy)
+	healthy := await(t, msgs, podsignal.Healthy)
 	if healthy.Probability == nil || *healthy.Probability >= 0.5 {
 		t.Fatalf("healthy signal without a low score: %+v", healthy)
 	}
@@ -168,11 +168,11 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 
 	// 60 MiB of a 100 MiB limit is 120 on the dataset's scale: over its 80 cut.
 	r.src.memory.Store(60 << 20)
-	first := await(t, msgs, signal.Anomalous)
+	first := await(t, msgs, podsignal.Anomalous)
 	seq := first.Seq
 	for i := 0; i < 3; i++ { // consecutive anomalous samples keep coming
 		m := <-msgs
-		if m.State != signal.Anomalous || m.Seq != seq+1 {
+		if m.State != podsignal.Anomalous || m.Seq != seq+1 {
 			t.Fatalf("after seq %d got %s seq %d, want anomalous seq %d", seq, m.State, m.Seq, seq+1)
 		}
 		seq = m.Seq
@@ -194,7 +194,7 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 	if resp.StatusCode/100 != 2 {
 		t.Fatalf("POST /signal = %d", resp.StatusCode)
 	}
-	if m := await(t, msgs, signal.Unhealthy); !strings.Contains(m.Reason, "bridge down") {
+	if m := await(t, msgs, podsignal.Unhealthy); !strings.Contains(m.Reason, "bridge down") {
 		t.Fatalf("unhealthy reason %q", m.Reason)
 	}
 	if code, _ := get(t, r.http.URL+"/readyz"); code != http.StatusServiceUnavailable {
@@ -207,7 +207,7 @@ func TestSidecarSignalsEveryAnomalousSampleAndItsTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.done <- nil // for the cleanup
-	await(t, msgs, signal.Stopping)
+	await(t, msgs, podsignal.Stopping)
 }
 
 func TestSidecarOnPredictLinearAlarmsOnAMemoryClimbAndSaysWhenItMeetsTheLimit(t *testing.T) {
@@ -218,7 +218,7 @@ func TestSidecarOnPredictLinearAlarmsOnAMemoryClimbAndSaysWhenItMeetsTheLimit(t 
 	_, broker := startBroker(t)
 	msgs := watch(t, broker)
 	r := startSidecarWith(t, broker, 10*time.Millisecond, m)
-	if h := await(t, msgs, signal.Healthy); h.Probability == nil || *h.Probability >= 0.5 {
+	if h := await(t, msgs, podsignal.Healthy); h.Probability == nil || *h.Probability >= 0.5 {
 		t.Fatalf("healthy signal without a score under the limit: %+v", h)
 	}
 	// Memory climbs 1 MiB per sample (every 20 ms): the line meets the 100 MiB
@@ -237,7 +237,7 @@ func TestSidecarOnPredictLinearAlarmsOnAMemoryClimbAndSaysWhenItMeetsTheLimit(t 
 		}
 	}()
 	defer close(stop)
-	a := await(t, msgs, signal.Anomalous)
+	a := await(t, msgs, podsignal.Anomalous)
 	if a.Probability == nil || *a.Probability < 0.5 {
 		t.Fatalf("anomalous without a projection at the limit: %+v", a)
 	}
@@ -255,7 +255,7 @@ func TestSidecarLastWillAndRepublishOnReconnect(t *testing.T) {
 	// inherits the session and no will is sent (the agent sees the disconnect
 	// itself then). Back off long enough for the will to go out.
 	startSidecar(t, broker, time.Second)
-	await(t, msgs, signal.Healthy)
+	await(t, msgs, podsignal.Healthy)
 
 	// Cut the sidecar's TCP connection under the broker, as a network cut
 	// would. Not cl.Stop: mochi sends no will when its read loop finds the
@@ -266,12 +266,12 @@ func TestSidecarLastWillAndRepublishOnReconnect(t *testing.T) {
 		t.Fatal("sidecar client not connected")
 	}
 	_ = cl.Net.Conn.Close()
-	gone := await(t, msgs, signal.Gone)
+	gone := await(t, msgs, podsignal.Gone)
 	if gone.Reason == "" {
 		t.Fatal("Last Will without a reason")
 	}
 	// The sidecar reconnects and says where it is now.
-	await(t, msgs, signal.Healthy)
+	await(t, msgs, podsignal.Healthy)
 }
 
 // goneSource is a target that has vanished, as a restarted container's cgroup.
@@ -324,23 +324,23 @@ func TestSidecarLooksForItsTargetUntilFound(t *testing.T) {
 		return healthcheck.Status{}
 	}
 	st := waitFor("looked again", func(healthcheck.Status) bool { return calls.Load() >= 3 })
-	if st.State != signal.Starting || !strings.Contains(st.TargetError, `no container "mosquitto"`) || !strings.Contains(st.TransitionReason, "not found yet") {
+	if st.State != podsignal.Starting || !strings.Contains(st.TargetError, `no container "mosquitto"`) || !strings.Contains(st.TransitionReason, "not found yet") {
 		t.Errorf("status %+v: want starting, with the reason", st)
 	}
 
 	src := &loadSource{}
 	src.memory.Store(10 << 20)
 	next <- src
-	st = waitFor("found", func(st healthcheck.Status) bool { return st.State == signal.Healthy })
+	st = waitFor("found", func(st healthcheck.Status) bool { return st.State == podsignal.Healthy })
 	if st.TargetError != "" || st.Target == "" {
 		t.Errorf("status %+v: want the target and no error", st)
 	}
 
 	// It vanishes: unhealthy, and looked for until it is back.
 	sc.do(ctx, func() { _, _ = sc.pipe.SetTarget(goneSource{}) })
-	waitFor("gone", func(st healthcheck.Status) bool { return st.State == signal.Unhealthy })
+	waitFor("gone", func(st healthcheck.Status) bool { return st.State == podsignal.Unhealthy })
 	next <- src
-	waitFor("back", func(st healthcheck.Status) bool { return st.State == signal.Healthy })
+	waitFor("back", func(st healthcheck.Status) bool { return st.State == podsignal.Healthy })
 }
 
 func p1Model(t *testing.T) *model.Model { return modeltest.P1(t) }

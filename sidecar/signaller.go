@@ -15,7 +15,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // SignallerConfig says how to reach the node agent's control-plane broker.
@@ -49,10 +49,10 @@ type Signaller struct {
 
 	mu        sync.Mutex
 	client    mqtt.Client // nil while disconnected
-	latest    *signal.Message
-	connected chan struct{}       // closed and replaced on every connect, for waiters
-	lost      chan struct{}       // signalled on connection loss
-	commands  chan signal.Command // the newest command of the agent, one at most
+	latest    *podsignal.Message
+	connected chan struct{}          // closed and replaced on every connect, for waiters
+	lost      chan struct{}          // signalled on connection loss
+	commands  chan podsignal.Command // the newest command of the agent, one at most
 }
 
 // NewSignaller validates cfg and returns a signaller; Run connects it.
@@ -69,7 +69,7 @@ func NewSignaller(cfg SignallerConfig) (*Signaller, error) {
 	} else if u.Hostname() == "" || u.Port() == "" {
 		return nil, fmt.Errorf("signaller: agent address %q: want a host and a port, e.g. tcp://$(NODE_IP):1884", cfg.Broker)
 	}
-	if err := signal.ValidateNames(cfg.Namespace, cfg.Pod); err != nil {
+	if err := podsignal.ValidateNames(cfg.Namespace, cfg.Pod); err != nil {
 		return nil, fmt.Errorf("signaller: %w (set --namespace/--pod or POD_NAMESPACE/POD_NAME from the downward API)", err)
 	}
 	if cfg.TokenFile == "" && cfg.Token == "" {
@@ -92,20 +92,20 @@ func NewSignaller(cfg SignallerConfig) (*Signaller, error) {
 	}
 	return &Signaller{
 		cfg:       cfg,
-		topic:     signal.Topic(cfg.Namespace, cfg.Pod),
+		topic:     podsignal.Topic(cfg.Namespace, cfg.Pod),
 		connected: make(chan struct{}),
 		lost:      make(chan struct{}, 1),
-		commands:  make(chan signal.Command, 1),
+		commands:  make(chan podsignal.Command, 1),
 	}, nil
 }
 
 // Commands delivers the node agent's commands to this pod (signal.Command),
 // subscribed to at every connect: only the newest one waits, since each
 // replaces the one before.
-func (s *Signaller) Commands() <-chan signal.Command { return s.commands }
+func (s *Signaller) Commands() <-chan podsignal.Command { return s.commands }
 
 func (s *Signaller) command(_ mqtt.Client, m mqtt.Message) {
-	c, err := signal.DecodeCommand(m.Topic(), m.Payload())
+	c, err := podsignal.DecodeCommand(m.Topic(), m.Payload())
 	if err != nil {
 		s.cfg.Log.Warn("command from the node agent refused", "topic", m.Topic(), "err", err)
 		return
@@ -164,13 +164,13 @@ func (s *Signaller) connect(ctx context.Context) (mqtt.Client, error) {
 		token = strings.TrimSpace(string(b))
 	}
 	s.mu.Lock()
-	will := signal.Message{Version: signal.Version, Namespace: s.cfg.Namespace, Pod: s.cfg.Pod,
-		State: signal.Gone, Time: time.Now(), Reason: "sidecar connection lost"}
+	will := podsignal.Message{Version: podsignal.Version, Namespace: s.cfg.Namespace, Pod: s.cfg.Pod,
+		State: podsignal.Gone, Time: time.Now(), Reason: "sidecar connection lost"}
 	if s.latest != nil {
 		will.Seq = s.latest.Seq
 	}
 	s.mu.Unlock()
-	willPayload, err := signal.Encode(&will)
+	willPayload, err := podsignal.Encode(&will)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func (s *Signaller) connect(ctx context.Context) (mqtt.Client, error) {
 	// The agent's commands to this pod; a retained one arrives at once. An
 	// agent that refuses the subscription (older than commands) is no reason
 	// to stop signalling.
-	cmdTopic := signal.CommandTopic(s.cfg.Namespace, s.cfg.Pod)
+	cmdTopic := podsignal.CommandTopic(s.cfg.Namespace, s.cfg.Pod)
 	if tok := c.Subscribe(cmdTopic, 1, s.command); !tok.WaitTimeout(s.cfg.ConnectTimeout) || tok.Error() != nil {
 		s.cfg.Log.Warn("not subscribed to the node agent's commands", "topic", cmdTopic, "err", tok.Error())
 	} else if st, ok := tok.(*mqtt.SubscribeToken); ok && st.Result()[cmdTopic] == 0x80 {
@@ -230,9 +230,9 @@ func (s *Signaller) connect(ctx context.Context) (mqtt.Client, error) {
 
 // Publish makes m the current state and sends it now when connected; when not,
 // it is sent on the next connect. It never blocks on the network.
-func (s *Signaller) Publish(m signal.Message) error {
-	m.Version, m.Namespace, m.Pod = signal.Version, s.cfg.Namespace, s.cfg.Pod
-	if _, err := signal.Encode(&m); err != nil {
+func (s *Signaller) Publish(m podsignal.Message) error {
+	m.Version, m.Namespace, m.Pod = podsignal.Version, s.cfg.Namespace, s.cfg.Pod
+	if _, err := podsignal.Encode(&m); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -245,8 +245,8 @@ func (s *Signaller) Publish(m signal.Message) error {
 	return nil
 }
 
-func (s *Signaller) send(c mqtt.Client, m *signal.Message) {
-	payload, err := signal.Encode(m)
+func (s *Signaller) send(c mqtt.Client, m *podsignal.Message) {
+	payload, err := podsignal.Encode(m)
 	if err != nil {
 		s.cfg.Log.Error("refusing to send an invalid signal", "err", err)
 		return
@@ -256,9 +256,9 @@ func (s *Signaller) send(c mqtt.Client, m *signal.Message) {
 
 // Close sends final (normally state stopping), waits up to timeout for the agent
 // to acknowledge it, and disconnects cleanly so no Last Will is published.
-func (s *Signaller) Close(final signal.Message, timeout time.Duration) error {
-	final.Version, final.Namespace, final.Pod = signal.Version, s.cfg.Namespace, s.cfg.Pod
-	payload, err := signal.Encode(&final)
+func (s *Signaller) Close(final podsignal.Message, timeout time.Duration) error {
+	final.Version, final.Namespace, final.Pod = podsignal.Version, s.cfg.Namespace, s.cfg.Pod
+	payload, err := podsignal.Encode(&final)
 	if err != nil {
 		return err
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/brokerstate/brokerstatetest"
 	"github.com/amf-edge/amf/pause"
+	"github.com/amf-edge/amf/podsignal"
 	"github.com/amf-edge/amf/sidecar/handover"
-	"github.com/amf-edge/amf/signal"
 	"github.com/amf-edge/amf/statehub"
 )
 
@@ -25,7 +25,7 @@ import (
 // of its own, restarted as its kubelet restarts it while restart is set,
 // and a real sidecar beside it with a state lever on a real hub.
 type statePod struct {
-	id     signal.PodID
+	id     podsignal.PodID
 	broker *brokerstate.Mosquitto
 	procs  []string
 	rec    *Recorder
@@ -41,7 +41,7 @@ func (p *statePod) join(t *testing.T) {
 	}
 }
 
-func startStatePod(t *testing.T, ctx context.Context, bin string, id signal.PodID, hub string, kubelet bool, opts ...func(*Config)) *statePod {
+func startStatePod(t *testing.T, ctx context.Context, bin string, id podsignal.PodID, hub string, kubelet bool, opts ...func(*Config)) *statePod {
 	t.Helper()
 	dir, procs := oomCgroup(t)
 	m, err := brokerstate.StartMosquitto(ctx, bin, t.TempDir(), true)
@@ -98,7 +98,7 @@ func startStatePod(t *testing.T, ctx context.Context, bin string, id signal.PodI
 }
 
 // await waits for a recorded message that ok accepts, and returns it.
-func (p *statePod) await(t *testing.T, what string, ok func(signal.Message) bool) signal.Message {
+func (p *statePod) await(t *testing.T, what string, ok func(podsignal.Message) bool) podsignal.Message {
 	t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
@@ -128,7 +128,7 @@ func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) 
 	bin := brokerstatetest.RequireMosquitto(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	a, b := signal.PodID{Namespace: "tod", Pod: "broker-a-1"}, signal.PodID{Namespace: "tod", Pod: "broker-b-1"}
+	a, b := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}, podsignal.PodID{Namespace: "tod", Pod: "broker-b-1"}
 	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a, b.Pod: b}, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) 
 
 	primary := startStatePod(t, ctx, bin, a, srv.URL, false)
 	standby := startStatePod(t, ctx, bin, b, srv.URL, true)
-	healthy := func(m signal.Message) bool { return m.State == signal.Healthy }
+	healthy := func(m podsignal.Message) bool { return m.State == podsignal.Healthy }
 	primary.await(t, "primary healthy", healthy)
 	standby.await(t, "standby healthy", healthy)
 	plan := brokerstate.Plan{Retained: 50, Sessions: 2, Queued: 5}
@@ -161,12 +161,12 @@ func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) 
 	if _, err := hub.HandOn(in.ID, a, b); err != nil {
 		t.Fatal(err)
 	}
-	back := standby.await(t, "standby healthy on the state", func(m signal.Message) bool { return m.State == signal.Healthy && m.Handover == in.ID })
+	back := standby.await(t, "standby healthy on the state", func(m podsignal.Message) bool { return m.State == podsignal.Healthy && m.Handover == in.ID })
 	msgs, _ := standby.rec.Messages()
 	restarted := false
 	for _, m := range msgs {
 		restarted = restarted || m.Handover == in.ID
-		if restarted && m.Seq <= back.Seq && m.State != signal.Starting && m.State != signal.Healthy {
+		if restarted && m.Seq <= back.Seq && m.State != podsignal.Starting && m.State != podsignal.Healthy {
 			t.Errorf("standby signalled %s (%s) during its restart on the state: the agent would fail over from it", m.State, m.Reason)
 		}
 	}
@@ -192,7 +192,7 @@ func TestAQuietBrokersSnapshotIsHandedInAgainBeforeTheHubForgetsIt(t *testing.T)
 	bin := brokerstatetest.RequireMosquitto(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	a := signal.PodID{Namespace: "tod", Pod: "broker-a-1"}
+	a := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}
 	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a}})
 	if err != nil {
 		t.Fatal(err)

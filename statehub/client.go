@@ -11,14 +11,14 @@ import (
 	"os"
 	"strings"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // Client is a sidecar's side of the hub: its pod's path on its node's agent.
 type Client struct {
 	// URL is the hub, e.g. http://10.0.0.5:1886.
 	URL string
-	Pod signal.PodID
+	Pod podsignal.PodID
 	// TokenFile is the pod's projected token, read at every request (the
 	// kubelet rotates it); Token a static one when TokenFile is empty.
 	TokenFile string
@@ -116,7 +116,7 @@ func (c *Client) Fetch(ctx context.Context, have string) (State, bool, error) {
 		return State{}, false, fmt.Errorf("statehub: state over %d bytes", MaxStateBytes)
 	}
 	ns, pod, _ := strings.Cut(resp.Header.Get(FromHeader), "/")
-	return State{ID: resp.Header.Get(IDHeader), Kind: Kind(resp.Header.Get(KindHeader)), From: signal.PodID{Namespace: ns, Pod: pod}, Data: data}, true, nil
+	return State{ID: resp.Header.Get(IDHeader), Kind: Kind(resp.Header.Get(KindHeader)), From: podsignal.PodID{Namespace: ns, Pod: pod}, Data: data}, true, nil
 }
 
 // ErrRefused is wrapped when the hub answers with an error.

@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // FakeTokens is an Authenticator for tests, beside the agent's TokenReview
 // (and its static token file): each token proves the pod it maps to.
-type FakeTokens map[string]signal.PodID
+type FakeTokens map[string]podsignal.PodID
 
 // Authenticate returns the pod token proves.
-func (f FakeTokens) Authenticate(_ context.Context, token string) (signal.PodID, error) {
+func (f FakeTokens) Authenticate(_ context.Context, token string) (podsignal.PodID, error) {
 	if id, ok := f[token]; ok {
 		return id, nil
 	}
-	return signal.PodID{}, errors.New("statehub: token not accepted (fake)")
+	return podsignal.PodID{}, errors.New("statehub: token not accepted (fake)")
 }
 
 // FakePeers is a PeerAuthenticator for tests, beside the agent's

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/mosquittodb"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // The HTTP side of the hub: one path per pod.
@@ -84,14 +84,14 @@ func (h *Hub) serve(w http.ResponseWriter, r *http.Request) {
 	h.serveFetch(w, r, pod)
 }
 
-func (h *Hub) serveHandIn(w http.ResponseWriter, r *http.Request, pod signal.PodID) {
+func (h *Hub) serveHandIn(w http.ResponseWriter, r *http.Request, pod podsignal.PodID) {
 	h.takeIn(w, r, "hand_in", pod, "", "")
 }
 
 // takeIn reads a state of pod from r, checks it whole, and keeps it: handed
 // in by the pod itself (owner and via empty) or relayed by the agent of
 // node via (serveRelay). op labels the metrics.
-func (h *Hub) takeIn(w http.ResponseWriter, r *http.Request, op string, pod signal.PodID, owner, via string) {
+func (h *Hub) takeIn(w http.ResponseWriter, r *http.Request, op string, pod podsignal.PodID, owner, via string) {
 	refused := h.m.requests.WithLabelValues(op, outcomeRefused)
 	kind := Kind(r.Header.Get(KindHeader))
 	if kind != Final && kind != Snapshot {
@@ -137,7 +137,7 @@ func (h *Hub) takeIn(w http.ResponseWriter, r *http.Request, op string, pod sign
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (h *Hub) serveFetch(w http.ResponseWriter, r *http.Request, pod signal.PodID) {
+func (h *Hub) serveFetch(w http.ResponseWriter, r *http.Request, pod podsignal.PodID) {
 	wait := h.cfg.Wait
 	if v := r.URL.Query().Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -189,14 +189,14 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 }
 
 // parsePath returns the pod of PathPrefix<namespace>/<pod>.
-func parsePath(p string) (signal.PodID, error) {
+func parsePath(p string) (podsignal.PodID, error) {
 	rest, ok := strings.CutPrefix(p, PathPrefix)
 	parts := strings.Split(rest, "/")
 	if !ok || len(parts) != 2 {
-		return signal.PodID{}, fmt.Errorf("statehub: path must be %s<namespace>/<pod>", PathPrefix)
+		return podsignal.PodID{}, fmt.Errorf("statehub: path must be %s<namespace>/<pod>", PathPrefix)
 	}
-	if err := signal.ValidateNames(parts[0], parts[1]); err != nil {
-		return signal.PodID{}, fmt.Errorf("statehub: %w", err)
+	if err := podsignal.ValidateNames(parts[0], parts[1]); err != nil {
+		return podsignal.PodID{}, fmt.Errorf("statehub: %w", err)
 	}
-	return signal.PodID{Namespace: parts[0], Pod: parts[1]}, nil
+	return podsignal.PodID{Namespace: parts[0], Pod: parts[1]}, nil
 }

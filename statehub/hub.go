@@ -27,7 +27,7 @@ import (
 
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/mosquittodb"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // MaxStateBytes bounds one state: the sidecar holds a state in memory
@@ -49,7 +49,7 @@ const (
 // Authenticator turns a bearer token into the pod it proves (the agent's
 // TokenReview). It must never put the token into an error or a log.
 type Authenticator interface {
-	Authenticate(ctx context.Context, token string) (signal.PodID, error)
+	Authenticate(ctx context.Context, token string) (podsignal.PodID, error)
 }
 
 // State is one state the hub holds.
@@ -57,7 +57,7 @@ type State struct {
 	// ID names the state: "<namespace>/<pod>/<n>", n counting the states
 	// this hub took in.
 	ID   string
-	From signal.PodID
+	From podsignal.PodID
 	// Owner is From's Deployment, and Via the node whose agent relayed the
 	// state, for a state relayed by another node's agent (a pair across
 	// two nodes); both empty for one its pod handed in here.
@@ -103,8 +103,8 @@ type Hub struct {
 
 	mu       sync.Mutex
 	seq      uint64
-	in       map[signal.PodID]*State // the newest state each pod handed in
-	out      map[signal.PodID]*State // the state handed on to each pod
+	in       map[podsignal.PodID]*State // the newest state each pod handed in
+	out      map[podsignal.PodID]*State // the state handed on to each pod
 	bytes    int
 	changed  chan struct{} // closed and replaced when out changes, for long polls
 	received chan State    // states taken in, for the agent; newest kept when full
@@ -127,7 +127,7 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Wait <= 0 {
 		cfg.Wait = 25 * time.Second
 	}
-	h := &Hub{cfg: cfg, log: cfg.Logger, now: cfg.Now, in: map[signal.PodID]*State{}, out: map[signal.PodID]*State{},
+	h := &Hub{cfg: cfg, log: cfg.Logger, now: cfg.Now, in: map[podsignal.PodID]*State{}, out: map[podsignal.PodID]*State{},
 		changed: make(chan struct{}), received: make(chan State, 16), m: newMetrics(cfg.Registerer)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -146,7 +146,7 @@ func (h *Hub) Received() <-chan State { return h.received }
 var ErrNoState = errors.New("statehub: no state held")
 
 // put takes in a state handed in by from.
-func (h *Hub) put(from signal.PodID, owner, via string, kind Kind, sum mosquittodb.Summary, data []byte) (State, error) {
+func (h *Hub) put(from podsignal.PodID, owner, via string, kind Kind, sum mosquittodb.Summary, data []byte) (State, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.expire()
@@ -224,7 +224,7 @@ func (h *Hub) expire() {
 // HandOn hands the newest state that from handed in (its ID must be id, so
 // that a newer one is never handed on in its place) on to the pod to, whose
 // sidecar fetches it. It returns the state, without its data.
-func (h *Hub) HandOn(id string, from, to signal.PodID) (State, error) {
+func (h *Hub) HandOn(id string, from, to podsignal.PodID) (State, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.expire()
@@ -250,7 +250,7 @@ func (h *Hub) HandOn(id string, from, to signal.PodID) (State, error) {
 
 // Latest returns the newest state that from handed in and the hub still
 // holds, without its data.
-func (h *Hub) Latest(from signal.PodID) (State, bool) {
+func (h *Hub) Latest(from podsignal.PodID) (State, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.expire()
@@ -285,7 +285,7 @@ func (h *Hub) LatestOwned(ns, owner string) (State, bool) {
 
 // Copy returns the state id that from handed in, with its data (which
 // nobody writes to: it may be read while the hub drops it).
-func (h *Hub) Copy(from signal.PodID, id string) (State, bool) {
+func (h *Hub) Copy(from podsignal.PodID, id string) (State, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.in[from]
@@ -298,7 +298,7 @@ func (h *Hub) Copy(from signal.PodID, id string) (State, bool) {
 // Done drops the state handed on to pod to once its broker runs on it (or
 // the handover was given up), so a sidecar that starts again later cannot
 // fetch it a second time over what its broker did since.
-func (h *Hub) Done(to signal.PodID) {
+func (h *Hub) Done(to podsignal.PodID) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.out[to]; s != nil {
@@ -310,7 +310,7 @@ func (h *Hub) Done(to signal.PodID) {
 
 // await returns the state handed on to pod, other than the one named
 // have (which the pod holds already), waiting until ctx ends.
-func (h *Hub) await(ctx context.Context, pod signal.PodID, have string) (*State, bool) {
+func (h *Hub) await(ctx context.Context, pod podsignal.PodID, have string) (*State, bool) {
 	for {
 		h.mu.Lock()
 		h.expire()

@@ -15,14 +15,14 @@ import (
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/brokerstate/brokerstatetest"
 	"github.com/amf-edge/amf/mosquittodb"
+	"github.com/amf-edge/amf/podsignal"
 	"github.com/amf-edge/amf/sidecar/handover"
-	"github.com/amf-edge/amf/signal"
 )
 
 var (
-	primary = signal.PodID{Namespace: "tod", Pod: "broker-a-1"}
-	standby = signal.PodID{Namespace: "tod", Pod: "broker-b-1"}
-	other   = signal.PodID{Namespace: "tod", Pod: "other-1"}
+	primary = podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}
+	standby = podsignal.PodID{Namespace: "tod", Pod: "broker-b-1"}
+	other   = podsignal.PodID{Namespace: "tod", Pod: "other-1"}
 	auth    = FakeTokens{"tok-a": primary, "tok-b": standby, "tok-o": other}
 )
 
@@ -71,7 +71,7 @@ func newHub(t *testing.T) (*Hub, *httptest.Server) {
 	return h, srv
 }
 
-func client(srv *httptest.Server, pod signal.PodID, token string) *Client {
+func client(srv *httptest.Server, pod podsignal.PodID, token string) *Client {
 	return &Client{URL: srv.URL, Pod: pod, Token: token, HTTP: srv.Client()}
 }
 
@@ -136,7 +136,7 @@ func TestTheHubRefusesWhatItMustNotRelay(t *testing.T) {
 	torn := final[:len(final)-7]
 	for _, tt := range []struct {
 		name    string
-		pod     signal.PodID
+		pod     podsignal.PodID
 		token   string
 		kind    Kind
 		data    []byte

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // A pair across two nodes (DESIGN.md, "Broker state"): the primary's pod
@@ -72,7 +72,7 @@ func (h *Hub) serveRelay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	owner := r.Header.Get(OwnerHeader)
-	if err := signal.ValidateNames(pod.Namespace, owner); err != nil {
+	if err := podsignal.ValidateNames(pod.Namespace, owner); err != nil {
 		h.m.requests.WithLabelValues(op, outcomeRefused).Inc()
 		http.Error(w, fmt.Sprintf("statehub: header %s: %v", OwnerHeader, err), http.StatusBadRequest)
 		return
@@ -108,7 +108,7 @@ type Relay struct {
 	m   *metrics
 
 	mu      sync.Mutex
-	pending map[signal.PodID]relayJob
+	pending map[podsignal.PodID]relayJob
 	wake    chan struct{}
 }
 
@@ -137,7 +137,7 @@ func NewRelay(h *Hub, cfg RelayConfig) (*Relay, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger, m: h.m, pending: map[signal.PodID]relayJob{}, wake: make(chan struct{}, 1)}
+	r := &Relay{cfg: cfg, log: cfg.Logger, m: h.m, pending: map[podsignal.PodID]relayJob{}, wake: make(chan struct{}, 1)}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}

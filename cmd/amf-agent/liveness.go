@@ -15,7 +15,7 @@ import (
 	"github.com/amf-edge/amf/actuate"
 	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/liveness"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // livenessFlags are the node-loss flags (DESIGN.md, "Losing a whole node"):
@@ -90,7 +90,7 @@ func listenLiveness(f *livenessFlags, client kubernetes.Interface, node string, 
 // configure sets the actuator's part of node loss (nothing without
 // --liveness): command is the fence's lever, the agent's commands to the
 // sidecars.
-func (l *nodeLiveness) configure(c *actuate.Config, node string, command func(signal.Command) error) {
+func (l *nodeLiveness) configure(c *actuate.Config, node string, command func(podsignal.Command) error) {
 	if l == nil {
 		return
 	}

@@ -14,7 +14,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 const waitFor = 30 * time.Second
@@ -56,20 +56,20 @@ func TestBinaryLogsASignal(t *testing.T) {
 		t.Cleanup(func() { c.Disconnect(0) })
 		return c
 	}
-	send := func(c paho.Client, ns, pod string, state signal.State) {
+	send := func(c paho.Client, ns, pod string, state podsignal.State) {
 		t.Helper()
 		p := 0.97
-		body, err := signal.Encode(&signal.Message{Version: signal.Version, Namespace: ns, Pod: pod,
+		body, err := podsignal.Encode(&podsignal.Message{Version: podsignal.Version, Namespace: ns, Pod: pod,
 			State: state, Probability: &p, Seq: 1, Time: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tok := c.Publish(signal.Topic(ns, pod), 1, true, body); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
+		if tok := c.Publish(podsignal.Topic(ns, pod), 1, true, body); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
 			t.Fatalf("publish: %v", tok.Error())
 		}
 	}
 
-	send(connect("tod", "broker-a", tokA), "tod", "broker-a", signal.Anomalous)
+	send(connect("tod", "broker-a", tokA), "tod", "broker-a", podsignal.Anomalous)
 	line := await("transition", "pod", "broker-a")
 	if line["namespace"] != "tod" || line["to"] != "anomalous" || line["probability"] != 0.97 || line["level"] != "INFO" {
 		t.Errorf("transition line = %v", line)
@@ -85,7 +85,7 @@ func TestBinaryLogsASignal(t *testing.T) {
 	if l := await("static token file reloaded"); l["tokens"] != 2.0 {
 		t.Errorf("reload line = %v", l)
 	}
-	send(connect("tod", "broker-b", tokB), "tod", "broker-b", signal.Healthy)
+	send(connect("tod", "broker-b", tokB), "tod", "broker-b", podsignal.Healthy)
 	await("transition", "pod", "broker-b", "to", "healthy")
 
 	proc.stop(t)

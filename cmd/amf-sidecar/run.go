@@ -14,9 +14,9 @@ import (
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
+	"github.com/amf-edge/amf/podsignal"
 	"github.com/amf-edge/amf/sidecar"
 	"github.com/amf-edge/amf/sidecar/handover"
-	"github.com/amf-edge/amf/signal"
 	"github.com/amf-edge/amf/statehub"
 )
 
@@ -199,7 +199,7 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		state = &sidecar.StateConfig{
 			Broker:        handover.Broker{File: *stateFile, Comm: *stateProcess},
 			SnapshotEvery: *stateEvery,
-			Hub:           &statehub.Client{URL: *stateHub, Pod: signal.PodID{Namespace: *namespace, Pod: *pod}, TokenFile: *tokenFile},
+			Hub:           &statehub.Client{URL: *stateHub, Pod: podsignal.PodID{Namespace: *namespace, Pod: *pod}, TokenFile: *tokenFile},
 		}
 	}
 

@@ -19,7 +19,7 @@ const module = "github.com/amf-edge/amf/"
 var rooms = map[string][]string{
 	// Used by both binaries or by the lab beside them: the vocabulary, the
 	// wire contract, the readers and the detector.
-	"shared":  {"contract", "signal", "cgroup", "pause", "netns", "mosquittodb", "statehub", "detect", "infer", "infer/", "healthcheck", "internal/"},
+	"shared":  {"contract", "podsignal", "cgroup", "pause", "netns", "mosquittodb", "statehub", "detect", "infer", "infer/", "healthcheck", "internal/"},
 	"sidecar": {"sidecar", "sidecar/"},
 	"agent":   {"agent", "actuate", "brokerpod", "cluster", "cluster/", "liveness", "nodewatch", "inject", "connkill"},
 	"images":  {"arm64", "arm64/"},

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
 
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 
 	"github.com/amf-edge/amf/lab/proc"
 )
@@ -107,16 +107,16 @@ func RunAgentLoad(ctx context.Context, cfg AgentLoadConfig) (*AgentLoadReport, e
 			}
 			tick := time.NewTicker(cfg.Period)
 			defer tick.Stop()
-			topic := signal.Topic("load", fmt.Sprintf("sidecar-%d", i))
+			topic := podsignal.Topic("load", fmt.Sprintf("sidecar-%d", i))
 			for seq := uint64(1); ; seq++ {
-				st := signal.Healthy
+				st := podsignal.Healthy
 				p := 0.1
 				if seq%2 == 0 {
-					st, p = signal.Anomalous, 0.9
+					st, p = podsignal.Anomalous, 0.9
 				}
-				msg := signal.Message{Version: signal.Version, Namespace: "load", Pod: fmt.Sprintf("sidecar-%d", i),
+				msg := podsignal.Message{Version: podsignal.Version, Namespace: "load", Pod: fmt.Sprintf("sidecar-%d", i),
 					State: st, Probability: &p, Seq: seq, Time: time.Now()}
-				payload, err := signal.Encode(&msg)
+				payload, err := podsignal.Encode(&msg)
 				if err == nil {
 					c.Publish(topic, 1, true, payload).WaitTimeout(time.Second)
 					sent.Add(1)

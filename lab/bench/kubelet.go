@@ -36,7 +36,7 @@ import (
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/probe"
 	"github.com/amf-edge/amf/lab/testbed"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // NodeName is the real node the benchmark runs its pods on.
@@ -309,7 +309,7 @@ func (b *nodeBench) progress(format string, args ...any) {
 // working are the states of a sidecar whose broker answers its probe:
 // anomalous is the model's view (of a fresh container's young windows, or
 // of a load), which fails nothing over by itself.
-var working = []signal.State{signal.Healthy, signal.Anomalous}
+var working = []podsignal.State{podsignal.Healthy, podsignal.Anomalous}
 
 // brokerPod is one of a round's two broker pods.
 type brokerPod struct {
@@ -615,7 +615,7 @@ func (b *nodeBench) crash(ctx context.Context, p *brokerPod) error {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill the broker of %s (PID %d): %w", p, pid, err)
 	}
-	l, err := b.feed.awaitLine(ctx, 30*time.Second, p, killed, signal.Unhealthy)
+	l, err := b.feed.awaitLine(ctx, 30*time.Second, p, killed, podsignal.Unhealthy)
 	if err != nil {
 		return err
 	}
@@ -657,9 +657,9 @@ func (b *nodeBench) awaitRestarted(ctx context.Context, p *brokerPod, since time
 				continue
 			}
 			switch l.To {
-			case string(signal.Unhealthy):
+			case string(podsignal.Unhealthy):
 				down = i
-			case string(signal.Healthy), string(signal.Anomalous): // working
+			case string(podsignal.Healthy), string(podsignal.Anomalous): // working
 				up = i
 			}
 		}
@@ -703,7 +703,7 @@ func (b *nodeBench) hang(ctx context.Context, pods []*brokerPod) error {
 		}
 	}()
 	for _, p := range pods {
-		l, err := b.feed.awaitLine(ctx, 30*time.Second, p, stopped[p], signal.Unhealthy)
+		l, err := b.feed.awaitLine(ctx, 30*time.Second, p, stopped[p], podsignal.Unhealthy)
 		if err != nil {
 			return err
 		}
@@ -882,9 +882,9 @@ func (b *nodeBench) countLoad(pods []*brokerPod, l Load, runs map[*brokerPod]*lo
 		falseHere, anomalous := 0, 0
 		for _, l := range b.feed.lines(p, r.from, r.to) {
 			switch l.To {
-			case string(signal.Anomalous):
+			case string(podsignal.Anomalous):
 				anomalous++
-			case string(signal.Unhealthy):
+			case string(podsignal.Unhealthy):
 				caused := false
 				for _, k := range killed {
 					caused = caused || !l.Received.Before(k)
@@ -1016,7 +1016,7 @@ func (f *feed) await(ctx context.Context, timeout time.Duration, what string, fo
 
 // awaitLine waits for the agent's transition of p's pod to one of states,
 // received at or after since.
-func (f *feed) awaitLine(ctx context.Context, timeout time.Duration, p *brokerPod, since time.Time, states ...signal.State) (testbed.AgentLine, error) {
+func (f *feed) awaitLine(ctx context.Context, timeout time.Duration, p *brokerPod, since time.Time, states ...podsignal.State) (testbed.AgentLine, error) {
 	var got testbed.AgentLine
 	err := f.await(ctx, timeout, fmt.Sprintf("%v at the agent for %s (kubectl -n amf-system logs ds/amf-agent)", states, p), func() bool {
 		for _, l := range f.all {

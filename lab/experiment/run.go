@@ -15,7 +15,7 @@ import (
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/testbed"
-	"github.com/amf-edge/amf/signal"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // record collects what happens during one run, from the agent's log, the
@@ -328,7 +328,7 @@ func (e *env) analyse(res *RunResult, rec *record, baseline, onset, end time.Tim
 			continue
 		}
 		switch {
-		case (l.Msg == "signal" || l.Msg == "transition") && l.Pod == rec.primaryPod && l.To == string(signal.Anomalous) && detection.IsZero():
+		case (l.Msg == "signal" || l.Msg == "transition") && l.Pod == rec.primaryPod && l.To == string(podsignal.Anomalous) && detection.IsZero():
 			detection = l.Time
 		case l.Msg == "decision" && l.Deployment == primary && l.Action == string(actuate.ActScaleStandby) && confirmation.IsZero():
 			confirmation = l.Time

@@ -1,7 +1,9 @@
-// Package signal is the wire contract between the sidecar and the node agent: the
-// MQTT topic of a pod's health, the JSON message on it, its size limit and its
-// validation. Both sides import it; it imports neither.
-package signal
+// Package podsignal is the wire contract between the sidecar and the node
+// agent: the MQTT topic of a pod's health, the JSON message on it, its size
+// limit and its validation. Both sides import it; it imports neither. (Named
+// for what it carries, a pod's signal, and so that it does not shadow
+// os/signal in the commands that import both.)
+package podsignal
 
 import (
 	"bytes"

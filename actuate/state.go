@@ -25,7 +25,7 @@ import (
 // its retired broker writes as it stops, at a failover the newest snapshot.
 // The agent of that pod's node carries it out: it hands the state on from
 // its hub to the pod, and once the pod says it runs on it
-// (signal.Message.Handover) its hold ends and the Service sends the clients
+// (podsignal.Message.Handover) its hold ends and the Service sends the clients
 // there. When the pair spans two nodes, the primary's agent relays each
 // state its pod hands in to the hub of the standby's node
 // (contract.AnnStandbyHub), so that the standby's node holds it when the

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 
+	"github.com/amf-edge/amf/podsignal"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -18,7 +19,7 @@ const actuationBuffer = 1024
 // Actuator is the decision logic fed by the tracker; *actuate.Actuator is
 // the real one. It reads the tracker's observations as they are.
 type Actuator interface {
-	Run(ctx context.Context, in <-chan Event) error
+	Run(ctx context.Context, in <-chan podsignal.Observation) error
 }
 
 // StartActuation subscribes act to every observation of t and runs it until

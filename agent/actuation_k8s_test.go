@@ -88,7 +88,7 @@ func TestActuationFromMQTTSignals(t *testing.T) {
 		}
 	}
 	podName := runningPod(ctx, t, admin, ns, "app=primary")
-	id := Identity{Namespace: ns, Pod: podName}
+	id := podsignal.PodID{Namespace: ns, Pod: podName}
 	const token = "tok-primary-0123456789abcdef"
 	ta := startAgent(t, func(c *Config) { c.Authenticator = staticTokens(t, token+" "+id.String()) })
 	sidecar := mustDial(t, ta.MQTTAddr(), id, token, func(o *paho.ClientOptions) {

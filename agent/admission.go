@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // admission decides which connections the agent's broker holds. It keeps
@@ -44,7 +46,7 @@ type admission struct {
 	mu       sync.Mutex
 	pending  *list.List // of *trackedConn, oldest first
 	bySource map[netip.Addr]int
-	sessions map[Identity]*trackedConn
+	sessions map[podsignal.PodID]*trackedConn
 }
 
 // The stages of a connection in admission; guarded by admission.mu.
@@ -65,7 +67,7 @@ func newAdmission(maxPending, perSource, maxSessions int, waiting func(net.Conn)
 		maxSessions: maxSessions,
 		pending:     list.New(),
 		bySource:    make(map[netip.Addr]int),
-		sessions:    make(map[Identity]*trackedConn),
+		sessions:    make(map[podsignal.PodID]*trackedConn),
 	}
 }
 
@@ -181,7 +183,7 @@ func (a *admission) authenticating(tc *trackedConn) bool {
 // slot of its pod. It returns the pod's session it replaces, which the
 // caller disconnects, or false when every session slot is taken by other
 // pods.
-func (a *admission) promote(tc *trackedConn, id Identity) (replaced *trackedConn, ok bool) {
+func (a *admission) promote(tc *trackedConn, id podsignal.PodID) (replaced *trackedConn, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if tc.stage != stageAuthenticating {

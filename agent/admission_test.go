@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // fakeConn is a connection whose source and unread bytes the test sets.
@@ -180,7 +182,7 @@ func TestAdmissionKeepsPendingConnectionsApartFromSessions(t *testing.T) {
 					ok := a.authenticating(c)
 					var old *trackedConn
 					if ok {
-						old, ok = a.promote(c, Identity{Namespace: "ns", Pod: s.pod})
+						old, ok = a.promote(c, podsignal.PodID{Namespace: "ns", Pod: s.pod})
 					}
 					if ok == s.authFail || name(old) != s.replaced {
 						t.Fatalf("step %d: auth %s = ok %v, replaced %q; want ok %v, replaced %q", i, s.conn, ok, name(old), !s.authFail, s.replaced)

@@ -29,10 +29,10 @@ const (
 
 // MaxPacketBytes (13 KiB) is the largest MQTT packet the broker reads. The largest
 // legitimate packet is a CONNECT with a token (≤ 8 KiB) and a Last Will (≤ a
-// signal), or a PUBLISH of a signal (≤ signal.MaxMessageBytes); 1 KiB covers
+// signal), or a PUBLISH of a signal (≤ podsignal.MaxMessageBytes); 1 KiB covers
 // headers, topics, client identifier and properties. A larger packet closes
 // the connection (counted as malformed, reason packet_too_large); a payload
-// between signal.MaxMessageBytes and this limit is read and refused by the
+// between podsignal.MaxMessageBytes and this limit is read and refused by the
 // decoder (reason too_large).
 const MaxPacketBytes = maxTokenBytes + podsignal.MaxMessageBytes + 1<<10
 

@@ -22,7 +22,7 @@ func TestAuthenticatedSignalIsRecordedAndLoggedOncePerTransition(t *testing.T) {
 
 	publish(t, c, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 	ev := ta.nextEvent(t, podA)
-	if !ev.Transition || ev.State != podsignal.Healthy || ev.Previous != "" || ev.Source != SourcePublish || ev.Message.Seq != 1 {
+	if !ev.Transition || ev.State != podsignal.Healthy || ev.Previous != "" || ev.Source != podsignal.SourcePublish || ev.Message.Seq != 1 {
 		t.Fatalf("first event = %+v, want a transition to healthy from publish, seq 1", ev)
 	}
 	st, ok := ta.Tracker().Pod(podA)
@@ -73,7 +73,7 @@ func TestConnectionsAreRefusedAndCounted(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		id     Identity
+		id     podsignal.PodID
 		token  string
 		mod    func(*paho.ClientOptions)
 		reason string
@@ -146,7 +146,7 @@ func TestPublishingToAnotherPodsTopicIsRefused(t *testing.T) {
 	// QoS 1: MQTT 3.1.1 has no negative PUBACK, so the broker disconnects the
 	// offender; its pod is then gone.
 	c.Publish(podB.Topic(), 1, true, payload(t, podB, podsignal.Unhealthy, 2))
-	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != podsignal.Gone {
+	if ev := ta.nextEvent(t, podA); ev.Source != podsignal.SourceDisconnect || ev.State != podsignal.Gone {
 		t.Fatalf("event = %+v, want podA gone by disconnect", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.aclDenied.WithLabelValues("publish")); got != 2 {
@@ -250,7 +250,7 @@ func TestMalformedPayloadsAreDroppedCountedAndNotRetained(t *testing.T) {
 
 	// Above the broker's packet limit the connection is closed.
 	c.Publish(podA.Topic(), 1, true, make([]byte, MaxPacketBytes))
-	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != podsignal.Gone {
+	if ev := ta.nextEvent(t, podA); ev.Source != podsignal.SourceDisconnect || ev.State != podsignal.Gone {
 		t.Fatalf("event = %+v, want gone by disconnect", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.malformed.WithLabelValues(malformedPacketTooLarge)); got != 1 {
@@ -269,13 +269,13 @@ func TestKilledSidecarIsGoneByWillAndByDisconnect(t *testing.T) {
 	publish(t, a, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 	ta.nextEvent(t, podA)
 	a.kill(t)
-	if ev := ta.nextEvent(t, podA); ev.Source != SourceWill || ev.State != podsignal.Gone || !ev.Transition || ev.Previous != podsignal.Healthy {
+	if ev := ta.nextEvent(t, podA); ev.Source != podsignal.SourceWill || ev.State != podsignal.Gone || !ev.Transition || ev.Previous != podsignal.Healthy {
 		t.Fatalf("event = %+v, want a transition to gone by the will", ev)
 	}
-	if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect || ev.State != podsignal.Gone || ev.Transition {
+	if ev := ta.nextEvent(t, podA); ev.Source != podsignal.SourceDisconnect || ev.State != podsignal.Gone || ev.Transition {
 		t.Fatalf("event = %+v, want the disconnect, already gone", ev)
 	}
-	if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Gone || st.Connected || st.Source != SourceDisconnect {
+	if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Gone || st.Connected || st.Source != podsignal.SourceDisconnect {
 		t.Errorf("pod state = %+v", st)
 	}
 	ta.logs.wait(t, "transition to gone", lineIs("transition", "pod", "broker-a", "to", "gone", "source", "will"))
@@ -285,7 +285,7 @@ func TestKilledSidecarIsGoneByWillAndByDisconnect(t *testing.T) {
 	publish(t, b, podB.Topic(), payload(t, podB, podsignal.Anomalous, 7))
 	ta.nextEvent(t, podB)
 	b.kill(t)
-	if ev := ta.nextEvent(t, podB); ev.Source != SourceDisconnect || ev.State != podsignal.Gone || !ev.Transition {
+	if ev := ta.nextEvent(t, podB); ev.Source != podsignal.SourceDisconnect || ev.State != podsignal.Gone || !ev.Transition {
 		t.Fatalf("event = %+v, want a transition to gone by disconnect", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.disconnects.WithLabelValues("unclean")); got != 2 {
@@ -298,7 +298,7 @@ func TestKilledSidecarIsGoneByWillAndByDisconnect(t *testing.T) {
 
 func TestOrderlyStopStaysStopping(t *testing.T) {
 	ta := startAgent(t, nil)
-	withWill := func(id Identity) func(*paho.ClientOptions) {
+	withWill := func(id podsignal.PodID) func(*paho.ClientOptions) {
 		return func(o *paho.ClientOptions) { o.SetBinaryWill(id.Topic(), payload(t, id, podsignal.Gone, 0), 1, true) }
 	}
 	a := mustDial(t, ta.MQTTAddr(), podA, tokenA, withWill(podA))
@@ -308,7 +308,7 @@ func TestOrderlyStopStaysStopping(t *testing.T) {
 	ta.nextEvent(t, podA)
 	a.Disconnect(250)
 	ev := ta.nextEvent(t, podA)
-	if ev.Source != SourceDisconnect || ev.State != podsignal.Stopping || ev.Transition {
+	if ev.Source != podsignal.SourceDisconnect || ev.State != podsignal.Stopping || ev.Transition {
 		t.Fatalf("event = %+v, want the disconnect keeping stopping", ev)
 	}
 	if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Stopping || st.Connected {
@@ -320,7 +320,7 @@ func TestOrderlyStopStaysStopping(t *testing.T) {
 	publish(t, b, podB.Topic(), payload(t, podB, podsignal.Healthy, 1))
 	ta.nextEvent(t, podB)
 	b.Disconnect(250)
-	if ev := ta.nextEvent(t, podB); ev.Source != SourceDisconnect || ev.State != podsignal.Gone {
+	if ev := ta.nextEvent(t, podB); ev.Source != podsignal.SourceDisconnect || ev.State != podsignal.Gone {
 		t.Fatalf("event = %+v, want gone by disconnect", ev)
 	}
 	if got := testutil.ToFloat64(ta.m.disconnects.WithLabelValues("clean")); got != 2 {
@@ -346,7 +346,7 @@ func TestANewSessionReplacesTheOldOne(t *testing.T) {
 		ta.logs.wait(t, "the old session's end", lineIs("session of a replaced connection ended", "session", "1"))
 		publish(t, next, podA.Topic(), payload(t, podA, podsignal.Healthy, 1))
 		ev := ta.nextEvent(t, podA)
-		if ev.Source != SourcePublish || ev.Message.Seq != 1 || ev.Session == first.Session {
+		if ev.Source != podsignal.SourcePublish || ev.Message.Seq != 1 || ev.Session == first.Session {
 			t.Fatalf("event = %+v; the old session's will or disconnect got through, or seq 1 of a new run was refused", ev)
 		}
 		if st, _ := ta.Tracker().Pod(podA); st.State != podsignal.Healthy || !st.Connected {
@@ -481,7 +481,7 @@ func TestCommandsReachOnlyTheirPodAndOutliveADisconnect(t *testing.T) {
 	if err := ta.Command(fence); err != nil {
 		t.Fatal(err)
 	}
-	subscribe := func(c *client, id Identity) (chan podsignal.Command, byte) {
+	subscribe := func(c *client, id podsignal.PodID) (chan podsignal.Command, byte) {
 		got := make(chan podsignal.Command, 4)
 		tok := c.Subscribe(id.CommandTopic(), 1, func(_ paho.Client, m paho.Message) {
 			cmd, err := podsignal.DecodeCommand(m.Topic(), m.Payload())

@@ -44,7 +44,7 @@
 //     a valid payload of state "gone".
 //
 // An authenticated client may publish only to its own topic,
-// signal.Topic(namespace, pod), and subscribe only to that same topic (to read
+// podsignal.Topic(namespace, pod), and subscribe only to that same topic (to read
 // back its own retained state). Anything else is an ACL denial: a QoS 0 publish
 // is dropped; a QoS 1 publish gets PUBACK 0x87 (not authorized) from MQTT 5,
 // while an MQTT 3.1.1 client, whose protocol has no negative acknowledgement,
@@ -52,7 +52,7 @@
 // return code. Publishes mochi itself deems invalid ($SYS/…, wildcards) are
 // answered the same way instead of vanishing; a wildcard in a topic name
 // is a protocol error that closes the connection (MQTT 5: DISCONNECT 0x90).
-// Payloads that signal.Decode refuses (checked as bytes first: UTF-8, no
+// Payloads that podsignal.Decode refuses (checked as bytes first: UTF-8, no
 // unpaired surrogate escape) are neither retained, forwarded nor recorded:
 // MQTT 5 QoS 1 publishers get PUBACK 0x99 (payload format invalid), others
 // a plain acknowledgement, which MQTT 3.1.1 allows for a refused publish,
@@ -77,11 +77,11 @@
 //
 // In node mode (package nodewatch) the agent runs a pod's pipeline itself:
 // Tracker.BeginLocal opens a session without a connection, whose messages
-// are recorded as a sidecar's are, with source node (signal.SourceNode); its
+// are recorded as a sidecar's are, with source node (podsignal.SourceNode); its
 // End is the session's end.
 //
-// Each accepted observation becomes an Event delivered to the subscribers of
-// Tracker.Subscribe, and each transition (a change of state) writes one JSON
+// Each accepted observation becomes a podsignal.Observation delivered to the
+// subscribers of Tracker.Subscribe, and each transition (a change of state) writes one JSON
 // log line with message "transition".
 //
 // This package only observes: it never computes anomaly scores and never

@@ -112,7 +112,7 @@ func TestAFloodOfIdleSocketsDoesNotKeepSidecarsOut(t *testing.T) {
 
 			for round := 1; round <= 10; round++ {
 				for _, p := range []struct {
-					id    Identity
+					id    podsignal.PodID
 					token string
 				}{{podA, tokenA}, {podB, tokenB}} {
 					c := mustDial(t, ta.MQTTAddr(), p.id, p.token, nil)
@@ -185,7 +185,7 @@ func TestConnectionsThatNeverSendCONNECTAreCountedWhenTheyTimeOut(t *testing.T) 
 }
 
 // connect5 sends an MQTT 5 CONNECT as id and reads a successful CONNACK.
-func connect5(t *testing.T, c *rawClient, id Identity, token string) {
+func connect5(t *testing.T, c *rawClient, id podsignal.PodID, token string) {
 	t.Helper()
 	pk := packets.Packet{
 		ProtocolVersion: 5,
@@ -250,7 +250,7 @@ func TestPublishesToSYSAreAnsweredNotDropped(t *testing.T) {
 			t.Errorf("acl denials after QoS 0 = %v, want 1", n)
 		}
 		c.Publish("$SYS/x", 1, false, []byte("x"))
-		if ev := ta.nextEvent(t, podA); ev.Source != SourceDisconnect {
+		if ev := ta.nextEvent(t, podA); ev.Source != podsignal.SourceDisconnect {
 			t.Fatalf("event = %+v, want the pod gone by disconnect", ev)
 		}
 	})
@@ -295,7 +295,7 @@ func TestRefusedPayloadsLeaveOneWarningAndNothingBehind(t *testing.T) {
 	if n := testutil.ToFloat64(ta.m.malformed.WithLabelValues(malformedInvalid)); n != 2 {
 		t.Errorf("malformed{invalid} = %v, want 2", n)
 	}
-	for _, id := range []Identity{podA, podB} {
+	for _, id := range []podsignal.PodID{podA, podB} {
 		if got := ta.server.Topics.Messages(id.Topic()); len(got) != 0 {
 			t.Errorf("%s: retained %q", id, got[0].Payload)
 		}

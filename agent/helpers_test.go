@@ -28,8 +28,8 @@ const waitFor = 10 * time.Second
 
 // Test identities and their tokens.
 var (
-	podA   = Identity{Namespace: "tod", Pod: "broker-a"}
-	podB   = Identity{Namespace: "tod", Pod: "broker-b"}
+	podA   = podsignal.PodID{Namespace: "tod", Pod: "broker-a"}
+	podB   = podsignal.PodID{Namespace: "tod", Pod: "broker-b"}
 	tokenA = "tok-a-0123456789abcdef"
 	tokenB = "tok-b-0123456789abcdef"
 )
@@ -127,7 +127,7 @@ func lineIs(msg string, kv ...string) func(map[string]any) bool {
 type testAgent struct {
 	*Agent
 	logs   *logSink
-	events <-chan Event
+	events <-chan podsignal.Observation
 	stop   func() // stops the agent and waits for Serve to return; idempotent
 }
 
@@ -199,7 +199,7 @@ func startAgent(t *testing.T, mod func(*Config)) *testAgent {
 
 // nextEvent returns the next event of id. It skips the events of other pods
 // only, so a test sees every event of the pod it watches, in order.
-func (ta *testAgent) nextEvent(t *testing.T, id Identity) Event {
+func (ta *testAgent) nextEvent(t *testing.T, id podsignal.PodID) podsignal.Observation {
 	t.Helper()
 	deadline := time.After(waitFor)
 	for {
@@ -248,7 +248,7 @@ func (c *client) kill(t *testing.T) {
 
 // clientOptions are what a sidecar sends: username <ns>/<pod>, the token as
 // password, client id <ns>/<pod>, MQTT 3.1.1, keepalive 5 s, no reconnects.
-func clientOptions(addr string, id Identity, token string) *paho.ClientOptions {
+func clientOptions(addr string, id podsignal.PodID, token string) *paho.ClientOptions {
 	return paho.NewClientOptions().
 		AddBroker("tcp://" + addr).
 		SetClientID(id.String()).
@@ -264,7 +264,7 @@ func clientOptions(addr string, id Identity, token string) *paho.ClientOptions {
 }
 
 // dial connects a paho client; mod may change the options first.
-func dial(t *testing.T, addr string, id Identity, token string, mod func(*paho.ClientOptions)) (*client, error) {
+func dial(t *testing.T, addr string, id podsignal.PodID, token string, mod func(*paho.ClientOptions)) (*client, error) {
 	t.Helper()
 	c := &client{}
 	opts := clientOptions(addr, id, token)
@@ -294,7 +294,7 @@ func dial(t *testing.T, addr string, id Identity, token string, mod func(*paho.C
 	return c, nil
 }
 
-func mustDial(t *testing.T, addr string, id Identity, token string, mod func(*paho.ClientOptions)) *client {
+func mustDial(t *testing.T, addr string, id podsignal.PodID, token string, mod func(*paho.ClientOptions)) *client {
 	t.Helper()
 	c, err := dial(t, addr, id, token, mod)
 	if err != nil {
@@ -304,7 +304,7 @@ func mustDial(t *testing.T, addr string, id Identity, token string, mod func(*pa
 }
 
 // payload encodes a valid signal of id.
-func payload(t testing.TB, id Identity, state podsignal.State, seq uint64) []byte {
+func payload(t testing.TB, id podsignal.PodID, state podsignal.State, seq uint64) []byte {
 	t.Helper()
 	p := 0.25
 	if state == podsignal.Anomalous {

@@ -132,7 +132,7 @@ func (h *hook) refuse(reason string, err error, attrs []slog.Attr) bool {
 // checkWill accepts only the contract's Last Will: an undelayed, valid "gone"
 // on the client's own topic. The broker publishes a will without an ACL check
 // or OnPublish, so this is the only place to check it.
-func checkWill(pk packets.Packet, id Identity) error {
+func checkWill(pk packets.Packet, id podsignal.PodID) error {
 	if pk.Connect.WillTopic != id.Topic() {
 		return fmt.Errorf("will topic %q, want %q", truncate(pk.Connect.WillTopic), id.Topic())
 	}

@@ -8,14 +8,11 @@ import (
 	"github.com/amf-edge/amf/podsignal"
 )
 
-// Identity is what a client proved with its token: the pod it speaks for.
-type Identity = podsignal.PodID
-
 // Authenticator turns the token a client presents into the identity it proves.
 // Implementations must be safe for concurrent use, must honour ctx, and must
 // never put the token into an error or a log.
 type Authenticator interface {
-	Authenticate(ctx context.Context, token string) (Identity, error)
+	Authenticate(ctx context.Context, token string) (podsignal.PodID, error)
 }
 
 // Errors an Authenticator returns, to be checked with errors.Is. Each is a

@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkIntake measures the agent's hot path per message: ACL check,
-// signal.Decode, state update and event dispatch to one subscriber, with the
+// podsignal.Decode, state update and event dispatch to one subscriber, with the
 // production JSON log handler (to io.Discard). It reports the p50 and p99 of
 // single operations besides the mean; the target is p99 ≤ 1 ms.
 //
@@ -74,7 +74,7 @@ func BenchmarkIntake(b *testing.B) {
 // each benchmark iteration sends a new seq without re-encoding.
 type messageTemplate struct{ prefix, suffix []byte }
 
-func newMessageTemplate(b *testing.B, id Identity, state podsignal.State) messageTemplate {
+func newMessageTemplate(b *testing.B, id podsignal.PodID, state podsignal.State) messageTemplate {
 	b.Helper()
 	f := func(v float64) *float64 { return &v }
 	const marker = 987654321987654321

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/amf-edge/amf/podsignal"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
@@ -28,8 +29,8 @@ type trackedConn struct {
 	src netip.Addr
 	// Guarded by admission.mu.
 	stage stage
-	elem  *list.Element // in admission.pending
-	id    Identity      // from stageSession on
+	elem  *list.Element   // in admission.pending
+	id    podsignal.PodID // from stageSession on
 }
 
 // sessionOf returns the session of a connection, nil before authentication.

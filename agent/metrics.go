@@ -30,10 +30,10 @@ const (
 
 // Reasons a payload is refused (label "reason" of amf_agent_malformed_payloads_total).
 const (
-	malformedTooLarge       = "too_large"        // signal.ErrTooLarge
-	malformedInvalid        = "invalid"          // signal.ErrInvalid
-	malformedIdentity       = "identity"         // signal.ErrIdentity
-	malformedTopic          = "topic"            // signal.ErrTopic
+	malformedTooLarge       = "too_large"        // podsignal.ErrTooLarge
+	malformedInvalid        = "invalid"          // podsignal.ErrInvalid
+	malformedIdentity       = "identity"         // podsignal.ErrIdentity
+	malformedTopic          = "topic"            // podsignal.ErrTopic
 	malformedPacketTooLarge = "packet_too_large" // above the broker's packet limit: connection closed
 )
 
@@ -127,7 +127,7 @@ func newMetrics() *metrics {
 	}
 	for _, s := range []podsignal.State{podsignal.Starting, podsignal.Healthy, podsignal.Anomalous, podsignal.Unhealthy, podsignal.Stopping, podsignal.Gone} {
 		m.pods.WithLabelValues(string(s))
-		for _, src := range []Source{SourcePublish, SourceWill} {
+		for _, src := range []podsignal.Source{podsignal.SourcePublish, podsignal.SourceWill} {
 			m.messages.WithLabelValues(string(s), string(src))
 		}
 	}
@@ -143,7 +143,7 @@ func newMetrics() *metrics {
 	return m
 }
 
-// malformedReason maps a signal.Decode error to its metric label.
+// malformedReason maps a podsignal.Decode error to its metric label.
 func malformedReason(err error) string {
 	switch {
 	case errors.Is(err, podsignal.ErrTooLarge):

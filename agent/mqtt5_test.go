@@ -156,7 +156,7 @@ func TestFrozenSidecarIsGoneAfterItsKeepalive(t *testing.T) {
 	start := time.Now()
 	// From now on the client sends nothing, not even PINGREQ: frozen.
 	ev := ta.nextEvent(t, podA)
-	if ev.Source != SourceDisconnect || ev.State != podsignal.Gone {
+	if ev.Source != podsignal.SourceDisconnect || ev.State != podsignal.Gone {
 		t.Fatalf("event = %+v, want gone by disconnect", ev)
 	}
 	// mochi's deadline is keepalive + keepalive/2 in whole seconds: 1 s here.

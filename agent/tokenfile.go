@@ -47,7 +47,7 @@ var (
 // fails to load leaves the previous tokens in force.
 type StaticTokens struct {
 	path  string
-	table atomic.Pointer[map[[sha256.Size]byte]Identity]
+	table atomic.Pointer[map[[sha256.Size]byte]podsignal.PodID]
 }
 
 // LoadStaticTokens reads the token file at path.
@@ -72,7 +72,7 @@ func (s *StaticTokens) Reload() error {
 	if len(entries) == 0 {
 		return fmt.Errorf("%w: %s holds no tokens", ErrTokenFileSyntax, s.path)
 	}
-	table := make(map[[sha256.Size]byte]Identity, len(entries))
+	table := make(map[[sha256.Size]byte]podsignal.PodID, len(entries))
 	for _, e := range entries {
 		table[sha256.Sum256([]byte(e.token))] = e.identity
 	}
@@ -84,12 +84,12 @@ func (s *StaticTokens) Reload() error {
 func (s *StaticTokens) Len() int { return len(*s.table.Load()) }
 
 // Authenticate returns the identity of a token of the file.
-func (s *StaticTokens) Authenticate(_ context.Context, token string) (Identity, error) {
+func (s *StaticTokens) Authenticate(_ context.Context, token string) (podsignal.PodID, error) {
 	// Looking up the hash rather than the token keeps the comparison from
 	// leaking how much of a guessed token was right.
 	id, ok := (*s.table.Load())[sha256.Sum256([]byte(token))]
 	if !ok {
-		return Identity{}, fmt.Errorf("%w: not in the token file", ErrUnauthenticated)
+		return podsignal.PodID{}, fmt.Errorf("%w: not in the token file", ErrUnauthenticated)
 	}
 	return id, nil
 }
@@ -125,7 +125,7 @@ func readTokenFile(path string) ([]byte, error) {
 // tokenEntry is one line of a token file.
 type tokenEntry struct {
 	token    string
-	identity Identity
+	identity podsignal.PodID
 	line     int
 }
 
@@ -164,7 +164,7 @@ func parseTokens(data []byte) ([]tokenEntry, error) {
 			return nil, fmt.Errorf("%w: line %d repeats the token of line %d", ErrTokenFileSyntax, line, first)
 		}
 		seen[token] = line
-		entries = append(entries, tokenEntry{token: token, identity: Identity{Namespace: ns, Pod: pod}, line: line})
+		entries = append(entries, tokenEntry{token: token, identity: podsignal.PodID{Namespace: ns, Pod: pod}, line: line})
 	}
 	return entries, nil
 }

@@ -18,8 +18,8 @@ func TestParseTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []tokenEntry{
-		{token: tok1, identity: Identity{Namespace: "tod", Pod: "broker-a"}, line: 3},
-		{token: tok2, identity: Identity{Namespace: "tod", Pod: "broker-a.v2"}, line: 4},
+		{token: tok1, identity: podsignal.PodID{Namespace: "tod", Pod: "broker-a"}, line: 3},
+		{token: tok2, identity: podsignal.PodID{Namespace: "tod", Pod: "broker-a.v2"}, line: 4},
 	}
 	if len(entries) != len(want) {
 		t.Fatalf("entries = %+v", entries)

@@ -84,7 +84,7 @@ type TokenReviewAuthenticator struct {
 }
 
 type cachedIdentity struct {
-	id      Identity
+	id      podsignal.PodID
 	expires time.Time
 }
 
@@ -118,12 +118,12 @@ func NewTokenReviewAuthenticator(reviews TokenReviewer, opts TokenReviewOptions)
 }
 
 // Authenticate reviews token, or reuses a recent review of the same token.
-func (a *TokenReviewAuthenticator) Authenticate(ctx context.Context, token string) (Identity, error) {
+func (a *TokenReviewAuthenticator) Authenticate(ctx context.Context, token string) (podsignal.PodID, error) {
 	if token == "" {
-		return Identity{}, fmt.Errorf("%w: empty token", ErrUnauthenticated)
+		return podsignal.PodID{}, fmt.Errorf("%w: empty token", ErrUnauthenticated)
 	}
 	if len(token) > maxTokenBytes {
-		return Identity{}, fmt.Errorf("%w: token of %d bytes, at most %d", ErrUnauthenticated, len(token), maxTokenBytes)
+		return podsignal.PodID{}, fmt.Errorf("%w: token of %d bytes, at most %d", ErrUnauthenticated, len(token), maxTokenBytes)
 	}
 	key := sha256.Sum256([]byte(token))
 	if id, ok := a.lookup(key); ok {
@@ -132,11 +132,11 @@ func (a *TokenReviewAuthenticator) Authenticate(ctx context.Context, token strin
 	review := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}}}
 	res, err := a.reviews.ReviewToken(ctx, review)
 	if err != nil {
-		return Identity{}, fmt.Errorf("%w: TokenReview: %w", ErrAuthUnavailable, err)
+		return podsignal.PodID{}, fmt.Errorf("%w: TokenReview: %w", ErrAuthUnavailable, err)
 	}
 	id, err := identityFromReview(res.Status, a.audience, a.node)
 	if err != nil {
-		return Identity{}, err
+		return podsignal.PodID{}, err
 	}
 	if exp, ok := tokenExpiry(token); ok {
 		a.store(key, id, exp)
@@ -144,25 +144,25 @@ func (a *TokenReviewAuthenticator) Authenticate(ctx context.Context, token strin
 	return id, nil
 }
 
-func (a *TokenReviewAuthenticator) lookup(key [sha256.Size]byte) (Identity, bool) {
+func (a *TokenReviewAuthenticator) lookup(key [sha256.Size]byte) (podsignal.PodID, bool) {
 	if a.ttl < 0 {
-		return Identity{}, false
+		return podsignal.PodID{}, false
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c, ok := a.cache[key]
 	if !ok {
-		return Identity{}, false
+		return podsignal.PodID{}, false
 	}
 	if !a.now().Before(c.expires) {
 		delete(a.cache, key)
-		return Identity{}, false
+		return podsignal.PodID{}, false
 	}
 	return c.id, true
 }
 
 // store caches a review until the earlier of the TTL and the token's expiry.
-func (a *TokenReviewAuthenticator) store(key [sha256.Size]byte, id Identity, tokenExp time.Time) {
+func (a *TokenReviewAuthenticator) store(key [sha256.Size]byte, id podsignal.PodID, tokenExp time.Time) {
 	if a.ttl < 0 {
 		return
 	}
@@ -193,40 +193,40 @@ func (a *TokenReviewAuthenticator) store(key [sha256.Size]byte, id Identity, tok
 
 // identityFromReview maps a TokenReview status to an identity; node, when not
 // empty, is the only node the pod may run on.
-func identityFromReview(st authnv1.TokenReviewStatus, audience, node string) (Identity, error) {
+func identityFromReview(st authnv1.TokenReviewStatus, audience, node string) (podsignal.PodID, error) {
 	if !st.Authenticated {
 		msg := "not authenticated"
 		if st.Error != "" {
 			msg += ": " + truncate(st.Error)
 		}
-		return Identity{}, fmt.Errorf("%w: %s", ErrUnauthenticated, msg)
+		return podsignal.PodID{}, fmt.Errorf("%w: %s", ErrUnauthenticated, msg)
 	}
 	// An empty status.audiences means the token is valid for the API server's
 	// own audience, not necessarily ours (TokenReviewStatus documentation).
 	if !slices.Contains(st.Audiences, audience) {
-		return Identity{}, fmt.Errorf("%w: token is not for audience %q", ErrUnauthenticated, audience)
+		return podsignal.PodID{}, fmt.Errorf("%w: token is not for audience %q", ErrUnauthenticated, audience)
 	}
 	rest, ok := strings.CutPrefix(st.User.Username, serviceAccountPrefix)
 	if !ok {
-		return Identity{}, fmt.Errorf("%w: %q is not a ServiceAccount", ErrUnauthenticated, truncate(st.User.Username))
+		return podsignal.PodID{}, fmt.Errorf("%w: %q is not a ServiceAccount", ErrUnauthenticated, truncate(st.User.Username))
 	}
 	ns, sa, ok := strings.Cut(rest, ":")
 	if !ok || ns == "" || sa == "" {
-		return Identity{}, fmt.Errorf("%w: malformed ServiceAccount username %q", ErrUnauthenticated, truncate(st.User.Username))
+		return podsignal.PodID{}, fmt.Errorf("%w: malformed ServiceAccount username %q", ErrUnauthenticated, truncate(st.User.Username))
 	}
 	pods := st.User.Extra[podNameExtra]
 	if len(pods) != 1 || pods[0] == "" {
-		return Identity{}, fmt.Errorf("%w: ServiceAccount %s/%s token has no bound pod (use a projected token)", ErrNotPodBound, ns, sa)
+		return podsignal.PodID{}, fmt.Errorf("%w: ServiceAccount %s/%s token has no bound pod (use a projected token)", ErrNotPodBound, ns, sa)
 	}
 	if err := podsignal.ValidateNames(ns, pods[0]); err != nil {
-		return Identity{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+		return podsignal.PodID{}, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
 	if node != "" {
 		if nodes := st.User.Extra[nodeNameExtra]; len(nodes) != 1 || nodes[0] != node {
-			return Identity{}, fmt.Errorf("%w: pod %s/%s is on node %q, this agent serves node %q", ErrUnauthenticated, ns, pods[0], strings.Join(nodes, ","), node)
+			return podsignal.PodID{}, fmt.Errorf("%w: pod %s/%s is on node %q, this agent serves node %q", ErrUnauthenticated, ns, pods[0], strings.Join(nodes, ","), node)
 		}
 	}
-	return Identity{Namespace: ns, Pod: pods[0]}, nil
+	return podsignal.PodID{Namespace: ns, Pod: pods[0]}, nil
 }
 
 // tokenExpiry reads the "exp" claim of a JWT without verifying it. It is used

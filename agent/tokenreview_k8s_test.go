@@ -106,7 +106,7 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 	}
 
 	bound := token([]string{contract.Audience}, true)
-	want := Identity{Namespace: ns, Pod: podName}
+	want := podsignal.PodID{Namespace: ns, Pod: podName}
 	if id, err := newAuth().Authenticate(ctx, bound); err != nil || id != want {
 		t.Fatalf("pod-bound token: %v, %v; want %v", id, err, want)
 	}
@@ -182,10 +182,10 @@ func TestTokenReviewAgainstARealAPIServer(t *testing.T) {
 
 	// End to end: the sidecar connects to the agent with its projected token.
 	ta := startAgent(t, func(c *Config) { c.Authenticator = newAuth() })
-	id := Identity{Namespace: ns, Pod: podName}
+	id := podsignal.PodID{Namespace: ns, Pod: podName}
 	c := mustDial(t, ta.MQTTAddr(), id, bound, nil)
 	publish(t, c, id.Topic(), payload(t, id, podsignal.Healthy, 1))
-	if ev := ta.nextEvent(t, id); ev.State != podsignal.Healthy || ev.Source != SourcePublish {
+	if ev := ta.nextEvent(t, id); ev.State != podsignal.Healthy || ev.Source != podsignal.SourcePublish {
 		t.Fatalf("event = %+v", ev)
 	}
 	unbound := token([]string{contract.Audience}, false)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/amf-edge/amf/cluster/clusterfake"
 	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 // fakeReviews answers TokenReviews from the fake cluster with
@@ -63,55 +64,55 @@ func TestTokenReviewMapsTheReviewToAnIdentity(t *testing.T) {
 		name   string
 		node   string // TokenReviewOptions.NodeName
 		status func() authnv1.TokenReviewStatus
-		want   Identity
+		want   podsignal.PodID
 		err    error
 	}{
 		{"pod-bound token", "", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "broker-7f57c8d79b-f2m5m") },
-			Identity{Namespace: "tod", Pod: "broker-7f57c8d79b-f2m5m"}, nil},
+			podsignal.PodID{Namespace: "tod", Pod: "broker-7f57c8d79b-f2m5m"}, nil},
 		{"not authenticated", "", func() authnv1.TokenReviewStatus {
 			return authnv1.TokenReviewStatus{Authenticated: false, Error: "token has expired"}
-		}, Identity{}, ErrUnauthenticated},
+		}, podsignal.PodID{}, ErrUnauthenticated},
 		{"wrong audience", "", func() authnv1.TokenReviewStatus {
 			st := podBound("tod", "broker", "b-1")
 			st.Audiences = []string{"https://kubernetes.default.svc"}
 			return st
-		}, Identity{}, ErrUnauthenticated},
+		}, podsignal.PodID{}, ErrUnauthenticated},
 		{"no audience: the API server's own", "", func() authnv1.TokenReviewStatus {
 			st := podBound("tod", "broker", "b-1")
 			st.Audiences = nil
 			return st
-		}, Identity{}, ErrUnauthenticated},
+		}, podsignal.PodID{}, ErrUnauthenticated},
 		{"not bound to a pod", "", func() authnv1.TokenReviewStatus {
 			st := podBound("tod", "broker", "b-1")
 			delete(st.User.Extra, podNameExtra)
 			return st
-		}, Identity{}, ErrNotPodBound},
+		}, podsignal.PodID{}, ErrNotPodBound},
 		{"two pod names", "", func() authnv1.TokenReviewStatus {
 			st := podBound("tod", "broker", "b-1")
 			st.User.Extra[podNameExtra] = authnv1.ExtraValue{"b-1", "b-2"}
 			return st
-		}, Identity{}, ErrNotPodBound},
+		}, podsignal.PodID{}, ErrNotPodBound},
 		{"a user, not a ServiceAccount", "", func() authnv1.TokenReviewStatus {
 			st := podBound("tod", "broker", "b-1")
 			st.User.Username = "alice"
 			return st
-		}, Identity{}, ErrUnauthenticated},
+		}, podsignal.PodID{}, ErrUnauthenticated},
 		{"malformed ServiceAccount name", "", func() authnv1.TokenReviewStatus {
 			st := podBound("tod", "broker", "b-1")
 			st.User.Username = "system:serviceaccount:tod"
 			return st
-		}, Identity{}, ErrUnauthenticated},
+		}, podsignal.PodID{}, ErrUnauthenticated},
 		{"pod name that cannot be a topic", "", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b/+") },
-			Identity{}, ErrUnauthenticated},
+			podsignal.PodID{}, ErrUnauthenticated},
 		{"pod on this agent's node", "edge-1", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b-1") },
-			Identity{Namespace: "tod", Pod: "b-1"}, nil},
+			podsignal.PodID{Namespace: "tod", Pod: "b-1"}, nil},
 		{"pod on another node", "edge-2", func() authnv1.TokenReviewStatus { return podBound("tod", "broker", "b-1") },
-			Identity{}, ErrUnauthenticated},
+			podsignal.PodID{}, ErrUnauthenticated},
 		{"token without a node", "edge-1", func() authnv1.TokenReviewStatus {
 			st := podBound("tod", "broker", "b-1")
 			delete(st.User.Extra, nodeNameExtra)
 			return st
-		}, Identity{}, ErrUnauthenticated},
+		}, podsignal.PodID{}, ErrUnauthenticated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,17 +12,6 @@ import (
 	"github.com/amf-edge/amf/podsignal"
 )
 
-// Source says how the agent learned a pod's state (signal.Source).
-type Source = podsignal.Source
-
-// The sources of an observation.
-const (
-	SourcePublish    = podsignal.SourcePublish
-	SourceWill       = podsignal.SourceWill
-	SourceDisconnect = podsignal.SourceDisconnect
-	SourceNode       = podsignal.SourceNode
-)
-
 // Reasons a valid signal is ignored (label "reason" of amf_agent_messages_ignored_total).
 const (
 	ignoredDuplicate  = "duplicate_seq" // seq not above the last one of the session
@@ -33,18 +22,18 @@ const (
 type Transition struct {
 	From     podsignal.State // "" for the first signal of a pod
 	To       podsignal.State
-	Source   Source
-	Seq      uint64 // seq of the message; 0 for SourceDisconnect
+	Source   podsignal.Source
+	Seq      uint64 // seq of the message; 0 for podsignal.SourceDisconnect
 	Received time.Time
 }
 
 // PodState is what the agent knows about one pod. Message and the values it
 // points to are shared and must not be modified.
 type PodState struct {
-	Identity
+	podsignal.PodID
 	// State is the latest state; "" while a session is open but nothing was sent.
 	State    podsignal.State
-	Source   Source
+	Source   podsignal.Source
 	Message  *podsignal.Message // latest accepted message (publish or will); nil if none
 	Received time.Time          // when the latest observation was made
 	// Connected reports whether the pod's current session is open.
@@ -55,18 +44,12 @@ type PodState struct {
 	History []Transition
 }
 
-// Event is one accepted observation of a pod: a signal, a Last Will, or the end
-// of its session (signal.Observation, the one shape the actuator reads too).
-// Events of one pod arrive in the order the agent accepted them. When Missed
-// is not zero, re-read the pods with Tracker.Pods.
-type Event = podsignal.Observation
-
 // session is one authenticated MQTT connection: one run of a sidecar.
 type session struct {
 	id       uint64
-	identity Identity
+	identity podsignal.PodID
 	topic    string // identity.Topic(), computed once for the ACL
-	// commandTopic is signal.CommandTopic of the identity: the client may
+	// commandTopic is podsignal.CommandTopic of the identity: the client may
 	// subscribe to it, not publish.
 	commandTopic string
 	clientID     string
@@ -85,7 +68,7 @@ type podRecord struct {
 }
 
 type subscriber struct {
-	ch     chan Event
+	ch     chan podsignal.Observation
 	missed uint64
 }
 
@@ -98,7 +81,7 @@ type Tracker struct {
 	now        func() time.Time
 
 	mu          sync.Mutex
-	pods        map[Identity]*podRecord
+	pods        map[podsignal.PodID]*podRecord
 	lastSession uint64
 	subs        map[*subscriber]struct{}
 	closed      bool
@@ -111,21 +94,23 @@ func newTracker(log *slog.Logger, m *metrics, historyLen int, now func() time.Ti
 		m:          m,
 		historyLen: historyLen,
 		now:        now,
-		pods:       make(map[Identity]*podRecord),
+		pods:       make(map[podsignal.PodID]*podRecord),
 		subs:       make(map[*subscriber]struct{}),
 		done:       make(chan struct{}),
 	}
 }
 
-// Subscribe returns a channel that receives every Event from now on, until ctx
-// ends or the agent stops; then the channel is closed. Delivery never blocks
+// Subscribe returns a channel that receives every accepted observation (a signal, a
+// Last Will, the end of a session) from now on, until ctx ends or the agent
+// stops; then the channel is closed. Observations of one pod arrive in the
+// order the agent accepted them. Delivery never blocks
 // the broker: when the buffer (buffer events, 256 if buffer <= 0) is full, the
 // event is dropped for this subscriber and counted in the next one's Missed.
-func (t *Tracker) Subscribe(ctx context.Context, buffer int) <-chan Event {
+func (t *Tracker) Subscribe(ctx context.Context, buffer int) <-chan podsignal.Observation {
 	if buffer <= 0 {
 		buffer = 256
 	}
-	s := &subscriber{ch: make(chan Event, buffer)}
+	s := &subscriber{ch: make(chan podsignal.Observation, buffer)}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -164,7 +149,7 @@ func (t *Tracker) Pods() []PodState {
 }
 
 // Pod returns the state of one pod.
-func (t *Tracker) Pod(id Identity) (PodState, bool) {
+func (t *Tracker) Pod(id podsignal.PodID) (PodState, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rec, ok := t.pods[id]
@@ -189,11 +174,11 @@ func (rec *podRecord) snapshot() PodState {
 
 // begin opens a session for id; it replaces any earlier session of the pod.
 // It returns nil once the agent is shutting down.
-func (t *Tracker) begin(id Identity, clientID string) *session {
+func (t *Tracker) begin(id podsignal.PodID, clientID string) *session {
 	return t.beginSession(id, clientID, false)
 }
 
-func (t *Tracker) beginSession(id Identity, clientID string, local bool) *session {
+func (t *Tracker) beginSession(id podsignal.PodID, clientID string, local bool) *session {
 	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -204,7 +189,7 @@ func (t *Tracker) beginSession(id Identity, clientID string, local bool) *sessio
 	s := &session{id: t.lastSession, identity: id, topic: id.Topic(), commandTopic: id.CommandTopic(), clientID: clientID, local: local}
 	rec := t.pods[id]
 	if rec == nil {
-		rec = &podRecord{st: PodState{Identity: id}}
+		rec = &podRecord{st: PodState{PodID: id}}
 		t.pods[id] = rec
 	}
 	rec.st.Session = s.id
@@ -219,7 +204,7 @@ func (t *Tracker) beginSession(id Identity, clientID string, local bool) *sessio
 
 // LocalSession is one run of a pipeline the agent itself runs for a pod
 // (node mode), recorded as a sidecar's session is: its messages are
-// observations with source SourceNode, deduplicated by seq, delivered to
+// observations with source podsignal.SourceNode, deduplicated by seq, delivered to
 // the same subscribers (the actuator), and End is the session's end. A new
 // session of the pod, local or a sidecar's, supersedes it.
 type LocalSession struct {
@@ -229,7 +214,7 @@ type LocalSession struct {
 
 // BeginLocal opens a local session for id. It returns nil once the agent is
 // shutting down.
-func (t *Tracker) BeginLocal(id Identity) *LocalSession {
+func (t *Tracker) BeginLocal(id podsignal.PodID) *LocalSession {
 	s := t.beginSession(id, "node", true)
 	if s == nil {
 		return nil
@@ -240,7 +225,7 @@ func (t *Tracker) BeginLocal(id Identity) *LocalSession {
 // Observe records a message of the pod's pipeline, received at the time
 // given (when the pipeline produced it).
 func (l *LocalSession) Observe(msg *podsignal.Message, received time.Time) {
-	l.t.record(l.s, msg, SourceNode, received)
+	l.t.record(l.s, msg, podsignal.SourceNode, received)
 }
 
 // End ends the session: the pod becomes gone unless its last state was
@@ -251,11 +236,11 @@ func (l *LocalSession) End() { l.t.end(l.s, true) }
 
 // publish records a decoded signal of session s.
 func (t *Tracker) publish(s *session, msg *podsignal.Message, received time.Time) {
-	t.record(s, msg, SourcePublish, received)
+	t.record(s, msg, podsignal.SourcePublish, received)
 }
 
 // record records a message of session s that came from src.
-func (t *Tracker) record(s *session, msg *podsignal.Message, src Source, received time.Time) {
+func (t *Tracker) record(s *session, msg *podsignal.Message, src podsignal.Source, received time.Time) {
 	t.mu.Lock()
 	rec := t.pods[s.identity]
 	if rec == nil || rec.st.Session != s.id {
@@ -286,11 +271,11 @@ func (t *Tracker) will(s *session, msg *podsignal.Message, received time.Time) {
 	rec := t.pods[s.identity]
 	if rec == nil || rec.st.Session != s.id {
 		t.mu.Unlock()
-		t.ignore(s, ignoredSuperseded, msg.Seq, slog.String("source", string(SourceWill)))
+		t.ignore(s, ignoredSuperseded, msg.Seq, slog.String("source", string(podsignal.SourceWill)))
 		return
 	}
-	t.m.messages.WithLabelValues(string(msg.State), string(SourceWill)).Inc()
-	ev := t.observe(rec, msg.State, SourceWill, msg, received)
+	t.m.messages.WithLabelValues(string(msg.State), string(podsignal.SourceWill)).Inc()
+	ev := t.observe(rec, msg.State, podsignal.SourceWill, msg, received)
 	t.mu.Unlock()
 	t.logObservation(ev)
 }
@@ -331,9 +316,9 @@ func (t *Tracker) end(s *session, clean bool) {
 	if rec.st.State == podsignal.Stopping {
 		state = podsignal.Stopping
 	}
-	src := SourceDisconnect
+	src := podsignal.SourceDisconnect
 	if s.local {
-		src = SourceNode
+		src = podsignal.SourceNode
 	}
 	ev := t.observe(rec, state, src, nil, now)
 	t.mu.Unlock()
@@ -342,10 +327,10 @@ func (t *Tracker) end(s *session, clean bool) {
 
 // observe applies an accepted observation to rec and dispatches its event.
 // The caller holds t.mu.
-func (t *Tracker) observe(rec *podRecord, state podsignal.State, src Source, msg *podsignal.Message, received time.Time) Event {
+func (t *Tracker) observe(rec *podRecord, state podsignal.State, src podsignal.Source, msg *podsignal.Message, received time.Time) podsignal.Observation {
 	prev := rec.st.State
-	ev := Event{
-		PodID: rec.st.Identity, State: state, Previous: prev, Transition: state != prev,
+	ev := podsignal.Observation{
+		PodID: rec.st.PodID, State: state, Previous: prev, Transition: state != prev,
 		Source: src, Message: msg, Received: received, Session: rec.st.Session,
 	}
 	if ev.Transition {
@@ -386,7 +371,7 @@ func (t *Tracker) observe(rec *podRecord, state podsignal.State, src Source, msg
 
 // logObservation writes the one log line of a transition; other observations
 // are logged at debug level only (a pod sends one per second while anomalous).
-func (t *Tracker) logObservation(ev Event) {
+func (t *Tracker) logObservation(ev podsignal.Observation) {
 	level, msg := slog.LevelDebug, "signal"
 	if ev.Transition {
 		level, msg = slog.LevelInfo, "transition"
@@ -426,10 +411,10 @@ func (t *Tracker) ignore(s *session, reason string, seq uint64, extra ...slog.At
 // prune forgets pods that have been disconnected, gone or stopping, and quiet
 // since before cutoff, so pod churn does not grow the agent without bound.
 // It returns the pods forgotten.
-func (t *Tracker) prune(cutoff time.Time) []Identity {
+func (t *Tracker) prune(cutoff time.Time) []podsignal.PodID {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []Identity
+	var out []podsignal.PodID
 	for id, rec := range t.pods {
 		st := rec.st.State
 		if rec.st.Connected || !rec.lastActive.Before(cutoff) || (st != podsignal.Gone && st != podsignal.Stopping && st != "") {

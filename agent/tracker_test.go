@@ -15,7 +15,7 @@ func newTestTracker(historyLen int) *Tracker {
 	return newTracker(slog.New(slog.DiscardHandler), newMetrics(), historyLen, time.Now)
 }
 
-func message(t *testing.T, id Identity, state podsignal.State, seq uint64) *podsignal.Message {
+func message(t *testing.T, id podsignal.PodID, state podsignal.State, seq uint64) *podsignal.Message {
 	t.Helper()
 	m, err := podsignal.Decode(id.Topic(), payload(t, id, state, seq))
 	if err != nil {
@@ -90,7 +90,7 @@ func TestPruneForgetsOnlyDepartedPods(t *testing.T) {
 	if len(got) != 1 || got[0] != podA {
 		t.Fatalf("pruned %v, want only %s", got, podA)
 	}
-	if pods := tr.Pods(); len(pods) != 1 || pods[0].Identity != podB {
+	if pods := tr.Pods(); len(pods) != 1 || pods[0].PodID != podB {
 		t.Errorf("pods after prune = %+v", pods)
 	}
 	if g := testutil.ToFloat64(tr.m.pods.WithLabelValues("gone")); g != 0 {
@@ -132,8 +132,8 @@ func TestLocalSessionIsRecordedAsASidecarsIs(t *testing.T) {
 	ls.End() // again: nothing
 	want := []struct {
 		state podsignal.State
-		src   Source
-	}{{podsignal.Healthy, SourceNode}, {podsignal.Unhealthy, SourceNode}, {podsignal.Stopping, SourceNode}, {podsignal.Stopping, SourceNode}}
+		src   podsignal.Source
+	}{{podsignal.Healthy, podsignal.SourceNode}, {podsignal.Unhealthy, podsignal.SourceNode}, {podsignal.Stopping, podsignal.SourceNode}, {podsignal.Stopping, podsignal.SourceNode}}
 	for i, w := range want {
 		ev := <-events
 		if ev.State != w.state || ev.Source != w.src || ev.PodID != podA {

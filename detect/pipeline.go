@@ -245,7 +245,7 @@ func (p *Pipeline) Gone(reason string) Emission {
 
 // Restart records that the sidecar restarted the broker on the handed-over
 // state id (Machine.Restart): starting until Restarted, and every message
-// from now on names id (signal.Message.Handover).
+// from now on names id (podsignal.Message.Handover).
 func (p *Pipeline) Restart(reason, id string) Emission {
 	p.handover = id
 	return p.emit(p.machine.Restart(reason), time.Time{})

@@ -19,7 +19,7 @@ const MaxAppReportBytes = 1 << 10
 // AppReport is the application's own statement about its health, received on
 // POST /signal as {"state":"unhealthy","reason":"..."}.
 //
-// Only signal.Healthy and signal.Unhealthy are accepted: the application can
+// Only podsignal.Healthy and podsignal.Unhealthy are accepted: the application can
 // vouch for its own logic working or not, and nothing else. Anomalous is the
 // model's verdict on telemetry the sidecar measures; starting and stopping
 // describe the sidecar's lifecycle; gone is the agent's conclusion from a lost
@@ -114,7 +114,7 @@ func (r AppReport) Validate() error {
 	if r.State != podsignal.Healthy && r.State != podsignal.Unhealthy {
 		return fmt.Errorf("%w: state %q: the application may report only %q or %q", ErrInvalidReport, truncate(string(r.State)), podsignal.Healthy, podsignal.Unhealthy)
 	}
-	// The same rule as signal.Message's reason, so the sidecar can forward it.
+	// The same rule as podsignal.Message's reason, so the sidecar can forward it.
 	if len(r.Reason) > podsignal.MaxReasonBytes {
 		return fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalidReport, len(r.Reason), podsignal.MaxReasonBytes)
 	}

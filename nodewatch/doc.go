@@ -1,7 +1,7 @@
 // Package nodewatch is node mode: the node agent runs the detection
 // pipeline (a detect.Runner, the sidecar's loop) itself for every opted-in pod bound to its
 // node, instead of a sidecar in each pod, and hands each pipeline's messages
-// to the agent's tracker as observations of that pod (signal.SourceNode), so
+// to the agent's tracker as observations of that pod (podsignal.SourceNode), so
 // the same actuator and gates act on them.
 //
 // # Which pods

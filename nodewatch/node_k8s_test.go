@@ -34,8 +34,8 @@ import (
 // noSidecars refuses every MQTT client: in node mode no sidecar connects.
 type noSidecars struct{}
 
-func (noSidecars) Authenticate(context.Context, string) (agent.Identity, error) {
-	return agent.Identity{}, agent.ErrUnauthenticated
+func (noSidecars) Authenticate(context.Context, string) (podsignal.PodID, error) {
+	return podsignal.PodID{}, agent.ErrUnauthenticated
 }
 
 // TestNodeModeOnARealNode: a Deployment annotated amf.io/mode=node with a

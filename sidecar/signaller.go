@@ -99,7 +99,7 @@ func NewSignaller(cfg SignallerConfig) (*Signaller, error) {
 	}, nil
 }
 
-// Commands delivers the node agent's commands to this pod (signal.Command),
+// Commands delivers the node agent's commands to this pod (podsignal.Command),
 // subscribed to at every connect: only the newest one waits, since each
 // replaces the one before.
 func (s *Signaller) Commands() <-chan podsignal.Command { return s.commands }

@@ -40,6 +40,7 @@ import (
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/nodewatch"
+	"github.com/amf-edge/amf/podsignal"
 )
 
 func main() {
@@ -261,7 +262,7 @@ func startNodeMode(ctx context.Context, cfg *rest.Config, a *agent.Agent, f node
 	w, err := nodewatch.New(nodewatch.Config{
 		Client: cs, Metadata: md, NodeName: f.node, Interval: f.interval, Cgroup: opts,
 		Log: log.With("component", "nodewatch"),
-		Begin: func(id agent.Identity) nodewatch.Session {
+		Begin: func(id podsignal.PodID) nodewatch.Session {
 			if s := a.Tracker().BeginLocal(id); s != nil {
 				return s
 			}

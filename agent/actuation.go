@@ -9,7 +9,7 @@ import (
 
 // MetricsRegisterer returns the registry behind the agent's /metrics, so the
 // actuator's metrics (actuate.Config.Registerer) are served with the agent's.
-func (a *Agent) MetricsRegisterer() prometheus.Registerer { return a.m.reg }
+func (a *Server) MetricsRegisterer() prometheus.Registerer { return a.m.reg }
 
 // actuationBuffer is the tracker subscription's buffer for the actuator: a
 // node's 110 pods sending one anomalous sample per second each fit many

@@ -80,10 +80,10 @@ type Config struct {
 	Retention time.Duration
 }
 
-// Agent is the node agent: the control-plane broker, the tracker of pod
-// states, and the HTTP endpoint. Create it with New, then Run (or Listen and
+// Server is the node agent's control plane: the broker the sidecars signal,
+// the tracker of pod states, and the HTTP endpoint. Create it with New, then Run (or Listen and
 // Serve to learn the bound addresses in between).
-type Agent struct {
+type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
@@ -107,7 +107,7 @@ const (
 )
 
 // New validates cfg and builds an agent; nothing is bound yet.
-func New(cfg Config) (*Agent, error) {
+func New(cfg Config) (*Server, error) {
 	if cfg.Authenticator == nil {
 		return nil, errors.New("agent: Config.Authenticator is required")
 	}
@@ -141,7 +141,7 @@ func New(cfg Config) (*Agent, error) {
 
 	log := cfg.Logger
 	m := newMetrics()
-	a := &Agent{cfg: cfg, log: log, m: m, tracker: newTracker(log, m, cfg.HistoryLen, time.Now), started: make(chan struct{})}
+	a := &Server{cfg: cfg, log: log, m: m, tracker: newTracker(log, m, cfg.HistoryLen, time.Now), started: make(chan struct{})}
 
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = MaxPacketBytes
@@ -232,7 +232,7 @@ func cmpOr[T comparable](v, def T) T {
 // session taken over). The write gets a short deadline: the connection
 // being replaced is often one that silently died, and the new session must
 // not wait for it.
-func (a *Agent) replace(old *trackedConn) {
+func (a *Server) replace(old *trackedConn) {
 	_ = old.SetWriteDeadline(time.Now().Add(time.Second))
 	if cl := old.cl.Load(); cl != nil {
 		_ = a.server.DisconnectClient(cl, packets.ErrSessionTakenOver)
@@ -242,13 +242,13 @@ func (a *Agent) replace(old *trackedConn) {
 }
 
 // Tracker returns the pod states and the event subscription of the agent.
-func (a *Agent) Tracker() *Tracker { return a.tracker }
+func (a *Server) Tracker() *Tracker { return a.tracker }
 
 // MQTTAddr returns the broker's bound address (after Listen).
-func (a *Agent) MQTTAddr() string { return a.mqttLn.Address() }
+func (a *Server) MQTTAddr() string { return a.mqttLn.Address() }
 
 // HTTPAddr returns the HTTP endpoint's bound address (after Listen).
-func (a *Agent) HTTPAddr() string {
+func (a *Server) HTTPAddr() string {
 	if a.httpLn == nil {
 		return a.cfg.HTTPAddr
 	}
@@ -256,7 +256,7 @@ func (a *Agent) HTTPAddr() string {
 }
 
 // Listen binds the broker and HTTP addresses. An agent listens once.
-func (a *Agent) Listen() error {
+func (a *Server) Listen() error {
 	if !a.used.CompareAndSwap(false, true) {
 		return errors.New("agent: Listen called twice")
 	}
@@ -275,7 +275,7 @@ func (a *Agent) Listen() error {
 // Serve runs the broker and the HTTP endpoint until ctx ends, then disconnects
 // every client and returns nil; it returns early with the error if the HTTP
 // endpoint fails. Listen must have succeeded.
-func (a *Agent) Serve(ctx context.Context) error {
+func (a *Server) Serve(ctx context.Context) error {
 	if a.httpLn == nil {
 		return errors.New("agent: Serve before a successful Listen")
 	}
@@ -343,7 +343,7 @@ loop:
 // shutdown stops in an order that keeps the record honest: first the tracker
 // stops reading disconnects as pods going, then pending token checks abort,
 // then the broker disconnects everyone.
-func (a *Agent) shutdown(cancel context.CancelFunc) {
+func (a *Server) shutdown(cancel context.CancelFunc) {
 	a.phase.Store(phaseStopping)
 	a.tracker.shutdown()
 	cancel()
@@ -360,7 +360,7 @@ func (a *Agent) shutdown(cancel context.CancelFunc) {
 // sidecar has it now if connected, or at its next connect: the newest
 // command is what the sidecar is to do. It fails only for an invalid
 // command or an agent that is not serving.
-func (a *Agent) Command(c podsignal.Command) error {
+func (a *Server) Command(c podsignal.Command) error {
 	c.Version = podsignal.Version
 	b, err := podsignal.EncodeCommand(&c)
 	if err != nil {
@@ -383,7 +383,7 @@ func (a *Agent) Command(c podsignal.Command) error {
 }
 
 // Run listens and serves until ctx ends.
-func (a *Agent) Run(ctx context.Context) error {
+func (a *Server) Run(ctx context.Context) error {
 	if err := a.Listen(); err != nil {
 		return err
 	}
@@ -392,10 +392,10 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // Started is closed once Serve has the broker and the HTTP endpoint up: a
 // caller that must not race with the start (a test, a supervisor) waits on it.
-func (a *Agent) Started() <-chan struct{} { return a.started }
+func (a *Server) Started() <-chan struct{} { return a.started }
 
 // healthz answers 200 while the broker serves, 503 with the phase otherwise.
-func (a *Agent) healthz(w http.ResponseWriter, _ *http.Request) {
+func (a *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch a.phase.Load() {
 	case phaseStarting:

@@ -125,7 +125,7 @@ func lineIs(msg string, kv ...string) func(map[string]any) bool {
 }
 
 type testAgent struct {
-	*Agent
+	*Server
 	logs   *logSink
 	events <-chan podsignal.Observation
 	stop   func() // stops the agent and waits for Serve to return; idempotent
@@ -194,7 +194,7 @@ func startAgent(t *testing.T, mod func(*Config)) *testAgent {
 			}
 		}
 	})
-	return &testAgent{Agent: a, logs: logs, events: events, stop: stop}
+	return &testAgent{Server: a, logs: logs, events: events, stop: stop}
 }
 
 // nextEvent returns the next event of id. It skips the events of other pods

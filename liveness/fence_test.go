@@ -51,7 +51,7 @@ func TestCutOffAgentFencesItsPrimariesAndLiftsOnceItRenewsAgain(t *testing.T) {
 		}
 	}
 	tm := Timing{Period: 100 * time.Millisecond, Fence: time.Second, Lost: 1200 * time.Millisecond} // a second of margin: no second fence on a busy machine
-	a, err := Listen(AgentConfig{Cluster: c, Namespace: "amf-system", Node: "n1", Listen: "127.0.0.1:0", Advertise: "127.0.0.1:1", Timing: tm})
+	a, err := Listen(PeerConfig{Cluster: c, Namespace: "amf-system", Node: "n1", Listen: "127.0.0.1:0", Advertise: "127.0.0.1:1", Timing: tm})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 // Run heartbeats, answers probes, guards and fences until ctx ends; a
 // failed probe listener or heartbeat ends it with the error. Each role is a
 // method of run below; this loop only hands them the actuator's guards.
-func (l *Agent) Run(ctx context.Context, act Failover) error {
-	r := &run{Agent: l, act: act, t: l.timing, sights: NewSights(), guardAddrs: map[string]string{}, stopGuard: func() {}}
+func (l *Peer) Run(ctx context.Context, act Failover) error {
+	r := &run{Peer: l, act: act, t: l.timing, sights: NewSights(), guardAddrs: map[string]string{}, stopGuard: func() {}}
 	defer r.wg.Wait() // after cancel (deferred later, so run first)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -49,7 +49,7 @@ func (l *Agent) Run(ctx context.Context, act Failover) error {
 
 // run is one Run's state, shared by its roles.
 type run struct {
-	*Agent
+	*Peer
 	act Failover
 	t   Timing
 	wg  sync.WaitGroup

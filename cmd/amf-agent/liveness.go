@@ -72,14 +72,14 @@ func (f *livenessFlags) check(actuation bool, node string) error {
 // nodeLiveness is package liveness's Agent wired to the actuator: nil
 // without --liveness, and then every method does nothing.
 type nodeLiveness struct {
-	agent *liveness.Agent
+	agent *liveness.Peer
 	log   *slog.Logger
 }
 
 // listenLiveness binds the probe address, so a taken port stops the agent at
 // start with the address in the error.
 func listenLiveness(f *livenessFlags, client kubernetes.Interface, node string, log *slog.Logger, reg prometheus.Registerer) (*nodeLiveness, error) {
-	a, err := liveness.Listen(liveness.AgentConfig{Cluster: cluster.NewKube(client), Namespace: f.namespace, Node: node, Listen: f.listen, Advertise: f.advertise,
+	a, err := liveness.Listen(liveness.PeerConfig{Cluster: cluster.NewKube(client), Namespace: f.namespace, Node: node, Listen: f.listen, Advertise: f.advertise,
 		Timing: f.timing, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("--liveness: %w", err)

@@ -236,7 +236,7 @@ type nodewatchFlags struct {
 
 // startNodeMode starts the node-mode watcher (package nodewatch) feeding
 // a's tracker; wait returns once it stopped (after ctx ends).
-func startNodeMode(ctx context.Context, cfg *rest.Config, a *agent.Agent, f nodewatchFlags, log *slog.Logger) (wait func() error, err error) {
+func startNodeMode(ctx context.Context, cfg *rest.Config, a *agent.Server, f nodewatchFlags, log *slog.Logger) (wait func() error, err error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("node mode client: %w", err)

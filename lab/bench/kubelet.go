@@ -192,7 +192,7 @@ type nodeBench struct {
 	cp     *controlplane.ControlPlane
 	node   *kubenode.Node
 	client kubernetes.Interface
-	agent  *testbed.Agent
+	agent  *testbed.AgentPod
 	feed   *feed
 	rep    *NodeReport
 }

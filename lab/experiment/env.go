@@ -38,7 +38,7 @@ type env struct {
 	node     *kubenode.Node
 	rds, obu *testbed.Broker
 	probe    *probe.Probe
-	agent    *testbed.Agent // the DaemonSet's pod, as the current mode runs it
+	agent    *testbed.AgentPod // the DaemonSet's pod, as the current mode runs it
 	// podDir holds what the pods must read from the host (a model file):
 	// under the system's temporary folder, not the results folder, whose
 	// parents may be private (e.g. /root).
@@ -133,7 +133,7 @@ func (e *env) close() {
 
 // startAgent deploys the agent DaemonSet for a mode: acting (amf, healthy) or
 // observing; debug logging, so that each signal is a line.
-func (e *env) startAgent(ctx context.Context, m Mode) (*testbed.Agent, error) {
+func (e *env) startAgent(ctx context.Context, m Mode) (*testbed.AgentPod, error) {
 	if e.agent != nil {
 		e.agent.Stop()
 		e.agent = nil
@@ -157,7 +157,7 @@ func (e *env) startAgent(ctx context.Context, m Mode) (*testbed.Agent, error) {
 
 // edge describes the edge broker Deployments of a run in namespace ns. Each
 // pod has its own network, so both brokers use 1883 and the sidecars 8086.
-func (e *env) edge(ns string, _ *testbed.Agent) (testbed.Edge, error) {
+func (e *env) edge(ns string, _ *testbed.AgentPod) (testbed.Edge, error) {
 	ed := testbed.Edge{Namespace: ns, Node: NodeName, RDS: e.rds.Addr, OBU: e.obu.Addr, Bridge: e.cfg.Bridge,
 		BrokerPortA: 1883, BrokerPortB: 1883, Policy: e.cfg.Policy,
 		SidecarModel: e.model.arg, BrokerImage: images.MosquittoRef}

@@ -144,7 +144,7 @@ func (e *env) mode(ctx context.Context, m Mode) ([]RunResult, error) {
 }
 
 // agentRun is one run with the sidecar and agent (modes amf, observe, healthy).
-func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.Agent) (res RunResult, err error) {
+func (e *env) agentRun(ctx context.Context, m Mode, i int, agent *testbed.AgentPod) (res RunResult, err error) {
 	ns := fmt.Sprintf("%s-%d", m, i)
 	res = RunResult{Mode: m, Index: i, Namespace: ns, Model: e.model.Name, ModelSHA256: e.model.SHA256}
 	defer func() {

@@ -176,7 +176,7 @@ type rig struct {
 	cp    *controlplane.ControlPlane
 	node  *kubenode.Node
 	probe *probe.Probe
-	agent *testbed.Agent
+	agent *testbed.AgentPod
 	ns    string
 }
 

@@ -36,7 +36,7 @@ const BrokerNamespace = "mqtt"
 type Pair struct {
 	Client kubernetes.Interface
 	Nodes  []*kubenode.Node
-	Agents map[string]*testbed.Agent // by node
+	Agents map[string]*testbed.AgentPod // by node
 	Probe  *probe.Probe
 	// RDS and OBU are the remote brokers' addresses (host:port on node 2).
 	RDS, OBU string
@@ -60,7 +60,7 @@ func StartPair(ctx context.Context, cfg PairConfig) (_ *Pair, err error) {
 		return nil, errors.New("nodeloss: a Pair needs a cluster of three nodes")
 	}
 	nodes := cfg.Cluster.Nodes
-	p := &Pair{Client: cfg.ControlPlane.Client(), Nodes: nodes, Agents: map[string]*testbed.Agent{}}
+	p := &Pair{Client: cfg.ControlPlane.Client(), Nodes: nodes, Agents: map[string]*testbed.AgentPod{}}
 	defer func() {
 		if err != nil {
 			p.Stop()

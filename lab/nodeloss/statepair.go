@@ -31,7 +31,7 @@ import (
 type StateRig struct {
 	Client kubernetes.Interface
 	Nodes  []*kubenode.Node
-	Agents map[string]*testbed.Agent // by node
+	Agents map[string]*testbed.AgentPod // by node
 }
 
 // StartStateRig deploys the agents on cl's nodes and returns once each is
@@ -41,7 +41,7 @@ func StartStateRig(ctx context.Context, cp *controlplane.ControlPlane, cl *kuben
 	if cl == nil || len(cl.Nodes) < 2 {
 		return nil, errors.New("nodeloss: a stateful pair across nodes needs a cluster of two nodes at least")
 	}
-	r := &StateRig{Client: cp.Client(), Nodes: cl.Nodes, Agents: map[string]*testbed.Agent{}}
+	r := &StateRig{Client: cp.Client(), Nodes: cl.Nodes, Agents: map[string]*testbed.AgentPod{}}
 	var names []string
 	for _, n := range cl.Nodes {
 		names = append(names, n.Name)

@@ -50,8 +50,8 @@ type AgentLine struct {
 	Raw string `json:"-"`
 }
 
-// Agent is the agent DaemonSet's pod on a node (DeployAgent) and what it logged.
-type Agent struct {
+// AgentPod is the agent DaemonSet's pod on a node (DeployAgent) and what it logged.
+type AgentPod struct {
 	Addr string // MQTT listener, host:port (the node's IP, the DaemonSet's hostPort)
 	Pod  string
 
@@ -67,7 +67,7 @@ type Agent struct {
 }
 
 // onLine passes on a JSON log line (others are ignored).
-func (a *Agent) onLine(s string) {
+func (a *AgentPod) onLine(s string) {
 	var l AgentLine
 	if json.Unmarshal([]byte(s), &l) != nil || l.Msg == "" {
 		return
@@ -85,7 +85,7 @@ func (a *Agent) onLine(s string) {
 }
 
 // Lines returns a copy of every line logged so far.
-func (a *Agent) Lines() []AgentLine {
+func (a *AgentPod) Lines() []AgentLine {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]AgentLine(nil), a.lines...)
@@ -93,7 +93,7 @@ func (a *Agent) Lines() []AgentLine {
 
 // Subscribe returns the lines logged from now on (buffered; a slow reader loses
 // lines here, never in Lines) and a function that ends the subscription.
-func (a *Agent) Subscribe() (<-chan AgentLine, func()) {
+func (a *AgentPod) Subscribe() (<-chan AgentLine, func()) {
 	c := make(chan AgentLine, 1024)
 	a.mu.Lock()
 	a.subs = append(a.subs, c)
@@ -113,7 +113,7 @@ func (a *Agent) Subscribe() (<-chan AgentLine, func()) {
 // Reconnect ends the log stream being read, and a new one starts where it
 // left off: after a power cut or a partition of the agent's node the old
 // stream hangs (no reset ever came) until TCP gives up, minutes later.
-func (a *Agent) Reconnect() {
+func (a *AgentPod) Reconnect() {
 	select {
 	case a.reconnect <- struct{}{}:
 	default:
@@ -121,7 +121,7 @@ func (a *Agent) Reconnect() {
 }
 
 // Stop stops following the pod's log (the pod stays until its namespace goes).
-func (a *Agent) Stop() {
+func (a *AgentPod) Stop() {
 	a.stop()
 	<-a.followed
 }

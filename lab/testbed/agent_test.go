@@ -18,7 +18,7 @@ func TestAgentLogLinesAreNotRepeatedWhenAStreamStartsAgain(t *testing.T) {
 		at := func(ms int) string { return t0.Add(time.Duration(ms) * time.Millisecond).Format(time.RFC3339Nano) }
 		return fmt.Sprintf(`%s {"time":%q,"level":"INFO","msg":"decision","action":"a%d"}`, at(w), at(own), w)
 	}
-	a := &Agent{}
+	a := &AgentPod{}
 	var r logResume
 	stream := func(lines ...string) {
 		for _, l := range lines {

@@ -30,13 +30,13 @@ const AgentDaemonSet = "amf-agent"
 // returns once the agent's pod on node runs those arguments and is Ready, with
 // its log followed (Lines, Subscribe). Applying it again with other extra
 // arguments rolls the pod and follows the new one.
-func DeployAgent(ctx context.Context, cp *controlplane.ControlPlane, repo, node string, extra []string) (*Agent, error) {
+func DeployAgent(ctx context.Context, cp *controlplane.ControlPlane, repo, node string, extra []string) (*AgentPod, error) {
 	return DeployAgentLayout(ctx, cp, repo, "base", node, extra)
 }
 
 // DeployAgentLayout is DeployAgent from another kustomize layout of
 // manifests/ (e.g. "overlays/node-mode").
-func DeployAgentLayout(ctx context.Context, cp *controlplane.ControlPlane, repo, layout, node string, extra []string) (*Agent, error) {
+func DeployAgentLayout(ctx context.Context, cp *controlplane.ControlPlane, repo, layout, node string, extra []string) (*AgentPod, error) {
 	as, err := deployAgents(ctx, cp, repo, layout, []string{node}, extra)
 	if err != nil {
 		return nil, err
@@ -47,11 +47,11 @@ func DeployAgentLayout(ctx context.Context, cp *controlplane.ControlPlane, repo,
 // DeployAgents is DeployAgent for several nodes of one cluster: one apply,
 // one change of the arguments, then the agent's pod on each node Ready and
 // its log followed, in the order of nodes.
-func DeployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo string, nodes []string, extra []string) ([]*Agent, error) {
+func DeployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo string, nodes []string, extra []string) ([]*AgentPod, error) {
 	return deployAgents(ctx, cp, repo, "base", nodes, extra)
 }
 
-func deployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo, layout string, nodes []string, extra []string) ([]*Agent, error) {
+func deployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo, layout string, nodes []string, extra []string) ([]*AgentPod, error) {
 	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "manifests", filepath.FromSlash(layout))); err != nil {
 		return nil, fmt.Errorf("kubectl apply -k manifests/%s: %w: %s", layout, err, out)
 	}
@@ -68,7 +68,7 @@ func deployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo, layo
 	if _, err := c.AppsV1().DaemonSets(AgentNamespace).Patch(ctx, AgentDaemonSet, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, fmt.Errorf("set the agent's arguments: %w", err)
 	}
-	var agents []*Agent
+	var agents []*AgentPod
 	for _, node := range nodes {
 		pod, err := waitAgentPod(ctx, c, node, args, 2*time.Minute)
 		if err != nil {
@@ -77,7 +77,7 @@ func deployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo, layo
 			}
 			return nil, err
 		}
-		a := &Agent{Addr: pod.Status.HostIP + ":1884", Pod: pod.Name}
+		a := &AgentPod{Addr: pod.Status.HostIP + ":1884", Pod: pod.Name}
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		a.stop = cancel
 		a.followed = make(chan struct{})
@@ -126,7 +126,7 @@ func waitAgentPod(ctx context.Context, c kubernetes.Interface, node string, args
 // logResume skips what was read before, so nothing is read twice and a
 // restarted container's first lines are not lost to a SinceTime taken after
 // it started.
-func (a *Agent) follow(ctx context.Context, c kubernetes.Interface, pod string) {
+func (a *AgentPod) follow(ctx context.Context, c kubernetes.Interface, pod string) {
 	var r logResume
 	for ctx.Err() == nil {
 		since := metav1.NewTime(time.Now().Add(-time.Hour))

@@ -26,9 +26,9 @@ type Failover interface {
 	Lift(ctx context.Context) (unsettled int)
 }
 
-// AgentConfig configures an Agent. All fields but Logger and Registerer are
+// PeerConfig configures a Peer. All fields but Logger and Registerer are
 // required.
-type AgentConfig struct {
+type PeerConfig struct {
 	Cluster   Cluster
 	Namespace string // of the Leases
 	Node      string // this agent's node
@@ -40,13 +40,13 @@ type AgentConfig struct {
 	Registerer        prometheus.Registerer
 }
 
-// Agent is the node-loss part of one node's agent: its Lease heartbeat,
+// Peer is the node-loss part of one node's agent: its Lease heartbeat,
 // the answers to its peers' probes, a guard of the nodes it is told to
 // guard, and the fence of its own primaries when it is cut off from the
 // API server and from every guard of its node. Whom it guards and who
 // guards it come from the actuator (SetGuards); a lost node goes to
 // Failover.
-type Agent struct {
+type Peer struct {
 	cluster   Cluster
 	namespace string
 	node      string
@@ -63,7 +63,7 @@ type guards struct{ guard, guardedBy []string }
 
 // Listen checks cfg and binds the probe address, so a taken port stops the
 // agent at start with the address in the error.
-func Listen(cfg AgentConfig) (*Agent, error) {
+func Listen(cfg PeerConfig) (*Peer, error) {
 	if err := cfg.Timing.Validate(); err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func Listen(cfg AgentConfig) (*Agent, error) {
 		}
 		return c
 	}
-	return &Agent{cluster: cfg.Cluster, namespace: cfg.Namespace, node: cfg.Node, advertise: cfg.Advertise, timing: cfg.Timing,
+	return &Peer{cluster: cfg.Cluster, namespace: cfg.Namespace, node: cfg.Node, advertise: cfg.Advertise, timing: cfg.Timing,
 		log: cfg.Logger, ln: ln, guards: make(chan guards, 1),
 		lost:        counter("amf_liveness_nodes_lost_total", "Guarded nodes declared lost."),
 		back:        counter("amf_liveness_nodes_back_total", "Lost nodes that heartbeat again."),
@@ -97,7 +97,7 @@ func Listen(cfg AgentConfig) (*Agent, error) {
 // SetGuards says which nodes this agent guards and which nodes guard it. It
 // keeps only the latest value and never blocks, so the actuator's
 // goroutine can call it (actuate.Config.OnGuards).
-func (l *Agent) SetGuards(guard, guardedBy []string) {
+func (l *Peer) SetGuards(guard, guardedBy []string) {
 	select {
 	case <-l.guards:
 	default:

@@ -15,16 +15,16 @@ func TestListenRefusesWhatCannotWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	ok := AgentConfig{Cluster: clusterfake.New(), Namespace: "amf-system", Node: "n0", Listen: "127.0.0.1:0", Advertise: "10.0.0.5:1885", Timing: DefaultTiming}
+	ok := PeerConfig{Cluster: clusterfake.New(), Namespace: "amf-system", Node: "n0", Listen: "127.0.0.1:0", Advertise: "10.0.0.5:1885", Timing: DefaultTiming}
 	for _, tc := range []struct {
 		name string
-		edit func(*AgentConfig)
+		edit func(*PeerConfig)
 		want string
 	}{
-		{"a guard that could act before the fence", func(c *AgentConfig) { c.Timing.Lost = c.Timing.Fence }, "at least fence"},
-		{"no node", func(c *AgentConfig) { c.Node = "" }, "needs a cluster, the Leases' namespace, its node"},
-		{"no advertised address", func(c *AgentConfig) { c.Advertise = "" }, "the address it advertises"},
-		{"the probe port taken", func(c *AgentConfig) { c.Listen = taken.Addr().String() }, "answer probes at " + taken.Addr().String()},
+		{"a guard that could act before the fence", func(c *PeerConfig) { c.Timing.Lost = c.Timing.Fence }, "at least fence"},
+		{"no node", func(c *PeerConfig) { c.Node = "" }, "needs a cluster, the Leases' namespace, its node"},
+		{"no advertised address", func(c *PeerConfig) { c.Advertise = "" }, "the address it advertises"},
+		{"the probe port taken", func(c *PeerConfig) { c.Listen = taken.Addr().String() }, "answer probes at " + taken.Addr().String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ok

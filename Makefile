@@ -70,7 +70,7 @@ arm64: ## static linux/arm64 binaries in bin/linux-arm64/
 	$(foreach c,$(CMDS),GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-arm64/$(c) ./cmd/$(c);)
 
 images: ## multi-arch (linux/amd64+arm64) OCI image layout of amf-sidecar and amf-agent FROM scratch -> bin/images (no Docker)
-	$(GO) run ./arm64/cmd/amf-images --out $(BIN)/images
+	$(GO) run ./cmd/amf-images --out $(BIN)/images
 
 # Packages that need no control plane, proven on arm64 under qemu-user. Tests that
 # re-execute their binary go through AMF_TEST_EXEC_WRAPPER (no binfmt_misc here).

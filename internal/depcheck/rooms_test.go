@@ -22,7 +22,7 @@ var rooms = map[string][]string{
 	"shared":  {"contract", "podsignal", "cgroup", "pause", "netns", "mosquittodb", "statehub", "detect", "infer", "infer/", "healthcheck", "internal/"},
 	"sidecar": {"sidecar", "sidecar/"},
 	"agent":   {"agent", "actuate", "brokerpod", "cluster", "cluster/", "liveness", "nodewatch", "inject", "connkill"},
-	"images":  {"arm64", "arm64/"},
+	"images":  {"ociimage"},
 	"lab":     {"lab", "lab/", "tools/"},
 	"cmd":     {"cmd/"},
 	// Its Go files are tests and the doc; the layouts are YAML.

@@ -11,7 +11,7 @@
 //     shared libraries, laid out like the eclipse-mosquitto image so that
 //     manifests written for that image run unchanged, plus the lab's
 //     amf-lab binary (its fault injector runs inside the broker container);
-//   - the project's amf-sidecar and amf-agent, as arm64/images builds them,
+//   - the project's amf-sidecar and amf-agent, as ociimage builds them,
 //     under the refs manifests/ deploy;
 //   - LabRef: amf-lab alone, for the E2E probe run as a pod.
 //

@@ -11,12 +11,12 @@ import (
 	"runtime"
 	"strings"
 
-	armimages "github.com/amf-edge/amf/arm64/images"
+	ociimage "github.com/amf-edge/amf/ociimage"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // Refs of the lab's own images. The project's images keep the refs
-// manifests/ deploy (arm64/images' DefaultRegistry and DefaultTag).
+// manifests/ deploy (ociimage's DefaultRegistry and DefaultTag).
 const (
 	PauseRef = "amf.lab/pause:v1"
 	// MosquittoRef is Debian's build of Mosquitto 2.0.11, not the Eclipse one:
@@ -125,7 +125,7 @@ func Binaries(ctx context.Context, opts Options, dir string) error {
 		return nil
 	}
 	// Import paths, not ./cmd/..., so that any folder of the module will do.
-	if err := armimages.GoBuild(ctx, opts.GoCmd, opts.ModuleDir, runtime.GOARCH, dir, pkgs...); err != nil {
+	if err := ociimage.GoBuild(ctx, opts.GoCmd, opts.ModuleDir, runtime.GOARCH, dir, pkgs...); err != nil {
 		return fmt.Errorf("images: %w (ModuleDir must be inside the AMF module)", err)
 	}
 	return nil
@@ -173,7 +173,7 @@ func Build(ctx context.Context, opts Options) ([]Image, error) {
 		return nil, err
 	}
 	recipes := []recipe{pause, mosq}
-	project := armimages.Options{Registry: armimages.DefaultRegistry, Tag: armimages.DefaultTag}
+	project := ociimage.Options{Registry: ociimage.DefaultRegistry, Tag: ociimage.DefaultTag}
 	for _, r := range []struct{ name, ref string }{{Sidecar, project.Ref(Sidecar)}, {Agent, project.Ref(Agent)}, {Lab, LabRef}} {
 		rc, err := projectRecipe(r.name, r.ref, arch, bins[r.name])
 		if err != nil {
@@ -225,15 +225,15 @@ func treeRecipe(name, ref, arch string, t *tree, cfg v1.Config) (recipe, error) 
 		if err != nil {
 			return nil, err
 		}
-		return armimages.FromScratch(arch, layer, cfg)
+		return ociimage.FromScratch(arch, layer, cfg)
 	}}, nil
 }
 
-// projectRecipe is the image arm64/images makes of the binary bin.
+// projectRecipe is the image ociimage makes of the binary bin.
 func projectRecipe(name, ref, arch string, bin []byte) (recipe, error) {
-	// The image of an empty binary stands for arm64/images' recipe: any change
+	// The image of an empty binary stands for ociimage's recipe: any change
 	// to its layout or config changes this digest, and so the key.
-	shape, err := armimages.Image(name, arch, nil)
+	shape, err := ociimage.Image(name, arch, nil)
 	if err != nil {
 		return recipe{}, fmt.Errorf("images: %s: %w", ref, err)
 	}
@@ -244,7 +244,7 @@ func projectRecipe(name, ref, arch string, bin []byte) (recipe, error) {
 	sum := sha256.Sum256(bin)
 	k := strings.Join([]string{cacheFormat, ref, arch, shapeDigest.String(), hex.EncodeToString(sum[:])}, "\n")
 	return recipe{name: name, ref: ref, key: hashKey([]byte(k)), build: func() (v1.Image, error) {
-		return armimages.Image(name, arch, bin)
+		return ociimage.Image(name, arch, bin)
 	}}, nil
 }
 

@@ -1,4 +1,4 @@
-package images
+package ociimage
 
 import (
 	"archive/tar"
@@ -22,7 +22,7 @@ func TestBuildLayout(t *testing.T) {
 		t.Skip("cross-compiles binaries")
 	}
 	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := filepath.Join(filepath.Dir(file), "..")
 	out := t.TempDir()
 	opts := Options{
 		Out:       out,

@@ -2,7 +2,7 @@
 // images of amf-sidecar and amf-agent FROM scratch into an OCI image layout
 // directory, without a Docker daemon.
 //
-//	go run ./arm64/cmd/amf-images --out bin/images
+//	go run ./cmd/amf-images --out bin/images
 //
 // By default it cross-compiles the binaries itself (static, trimmed,
 // stripped); --bin-dir uses prebuilt ones at <bin-dir>/linux-<arch>/<cmd>.
@@ -15,23 +15,23 @@ import (
 	"os"
 	"strings"
 
-	"github.com/amf-edge/amf/arm64/images"
+	"github.com/amf-edge/amf/ociimage"
 )
 
 func main() {
-	var opts images.Options
+	var opts ociimage.Options
 	var cmds, arches string
 	flag.StringVar(&opts.Out, "out", "bin/images", "OCI image layout directory")
-	flag.StringVar(&opts.Registry, "registry", images.DefaultRegistry, "registry/namespace of the image names")
-	flag.StringVar(&opts.Tag, "tag", images.DefaultTag, "image tag")
-	flag.StringVar(&cmds, "cmds", strings.Join(images.DefaultCommands, ","), "commands under ./cmd to package")
-	flag.StringVar(&arches, "arches", strings.Join(images.DefaultArches, ","), "linux architectures")
+	flag.StringVar(&opts.Registry, "registry", ociimage.DefaultRegistry, "registry/namespace of the image names")
+	flag.StringVar(&opts.Tag, "tag", ociimage.DefaultTag, "image tag")
+	flag.StringVar(&cmds, "cmds", strings.Join(ociimage.DefaultCommands, ","), "commands under ./cmd to package")
+	flag.StringVar(&arches, "arches", strings.Join(ociimage.DefaultArches, ","), "linux architectures")
 	flag.StringVar(&opts.BinDir, "bin-dir", "", "prebuilt binaries at DIR/linux-<arch>/<cmd> (default: go build into a temp dir)")
 	flag.Parse()
 	opts.Commands = strings.Split(cmds, ",")
 	opts.Arches = strings.Split(arches, ",")
 
-	res, err := images.Build(context.Background(), opts)
+	res, err := ociimage.Build(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "amf-images:", err)
 		os.Exit(1)

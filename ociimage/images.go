@@ -1,4 +1,4 @@
-// Package images builds multi-arch OCI images FROM scratch for the AMF
+// Package ociimage builds multi-arch OCI images FROM scratch for the AMF
 // commands and writes them into an OCI image layout directory, without a
 // Docker daemon, using github.com/google/go-containerregistry.
 //
@@ -7,7 +7,7 @@
 // "65532:65532" and WorkingDir "/", and no shell. Each command becomes one
 // image index (linux/amd64 + linux/arm64) annotated with
 // org.opencontainers.image.ref.name = <registry>/<name>:<tag>.
-package images
+package ociimage
 
 import (
 	"archive/tar"

@@ -20,6 +20,17 @@ type Finder interface {
 	Find(ctx context.Context) (*Target, error)
 }
 
+// Rechecker is a Finder that learns of its target's end by other means
+// than the target's watches (node mode: the pod status names another
+// container, whose predecessor's exit may not have been seen when no PID
+// of it was visible). At each receive on RunnerConfig.Wake the Runner asks
+// it whether the current target is stale.
+type Rechecker interface {
+	Finder
+	// Stale says whether t no longer runs, and why.
+	Stale(t *Target) (reason string, stale bool)
+}
+
 // Target is one broker found by a Finder, with what is pushed of its end.
 type Target struct {
 	// ID names it in logs and lets its finder tell it from the next one
@@ -87,6 +98,11 @@ type RunnerConfig struct {
 	// ProbeMuted, when set and true, has a probe result not taken in (the
 	// sidecar's fence pauses the broker: its probe fails by design).
 	ProbeMuted func() bool
+	// Wake, when set, is received from by the Runner: at each receive it
+	// ends a target its Finder (a Rechecker) calls stale, as a final end,
+	// and looks for a target at once if it has none. It saves its owner a
+	// goroutine that would hand the same work in with Do.
+	Wake <-chan struct{}
 }
 
 // Runner is the loop around one watched broker's Pipeline, the same in the
@@ -172,6 +188,8 @@ func (r *Runner) Run(ctx context.Context) {
 			f()
 		case <-tick.C:
 			r.Sample(ctx)
+		case <-r.cfg.Wake:
+			r.recheck(ctx)
 		case _, ok := <-exit:
 			if !ok {
 				r.cur.Exit = nil
@@ -247,6 +265,18 @@ func (r *Runner) End(ctx context.Context, e End) {
 		return
 	}
 	r.drop()
+	r.Find(ctx)
+}
+
+// recheck ends the current target if its Finder calls it stale, and looks
+// for one if there is none.
+func (r *Runner) recheck(ctx context.Context) {
+	if rc, ok := r.cfg.Finder.(Rechecker); ok && r.cur != nil {
+		if reason, stale := rc.Stale(r.cur); stale {
+			r.End(ctx, End{Reason: reason, Final: true})
+			return // End looked for the next
+		}
+	}
 	r.Find(ctx)
 }
 

@@ -280,3 +280,78 @@ func TestRunnerTakesProbeAnswersInUnlessMuted(t *testing.T) {
 		t.Errorf("a probe answer was not taken in: %s", s)
 	}
 }
+
+// recheckingFinder is a fakeFinder that calls the targets named in stale
+// stale (node mode: the pod status names another container).
+type recheckingFinder struct {
+	*fakeFinder
+	mu    sync.Mutex
+	stale map[string]bool
+}
+
+func (f *recheckingFinder) Stale(t *Target) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stale[t.ID] {
+		return "container " + t.ID + " replaced", true
+	}
+	return "", false
+}
+
+func TestRunnerWakeRechecksItsTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		found     bool // c1 is found before the wake
+		stale     bool // the finder calls c1 stale at the wake
+		wantLines []string
+		wantEnded bool
+	}{
+		{name: "a stale target ends at once and the next is found without a tick", found: true, stale: true,
+			wantLines: []string{"emit unhealthy: container c1 replaced", "target c2"}, wantEnded: true},
+		{name: "a target still current is kept", found: true, stale: false},
+		{name: "with no target one is looked for at once", found: false,
+			wantLines: []string{"target c1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wake := make(chan struct{})
+			h := newRunner(t, RunnerConfig{Wake: wake})
+			rf := &recheckingFinder{fakeFinder: h.finder, stale: map[string]bool{}}
+			h.r.cfg.Finder = rf
+			var p pushes
+			if tc.found {
+				_, p = h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
+			}
+			h.start(t)
+			if tc.found {
+				h.sink.await(t, "sampled read")
+				h.target("c2", &synthSource{memory: 10 << 20, t0: time.Now().Add(time.Minute)})
+			} else {
+				h.sink.await(t, "target none")
+				h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
+			}
+			rf.mu.Lock()
+			rf.stale["c1"] = tc.stale
+			rf.mu.Unlock()
+			h.finder.mu.Lock()
+			calls := h.finder.calls
+			h.finder.mu.Unlock()
+
+			wake <- struct{}{}
+			for _, want := range tc.wantLines {
+				h.sink.await(t, want)
+			}
+			// Everything the wake did is done once a Do after it has run.
+			done := make(chan struct{})
+			h.r.Do(h.ctx, func() { close(done) })
+			<-done
+			if tc.found && isClosed(p.closed) != tc.wantEnded {
+				t.Errorf("c1's watches ended: %v, want %v", isClosed(p.closed), tc.wantEnded)
+			}
+			h.finder.mu.Lock()
+			defer h.finder.mu.Unlock()
+			if searched := h.finder.calls > calls; searched != (tc.wantEnded || !tc.found) {
+				t.Errorf("searched at the wake: %v", searched)
+			}
+		})
+	}
+}

@@ -89,7 +89,10 @@ func (r *podRun) loop(ctx context.Context) {
 		return
 	}
 	f := &finder{r: r}
-	runner, err := detect.NewRunner(detect.RunnerConfig{Pipeline: pipe, Interval: r.w.cfg.Interval, Finder: f, Sink: verdicts{sess, r.log}, Probe: prober})
+	// The pod status naming another container (or none) wakes the runner,
+	// which ends the one it samples (finder.Stale): its exit may not have
+	// been seen (no PID of it was visible).
+	runner, err := detect.NewRunner(detect.RunnerConfig{Pipeline: pipe, Interval: r.w.cfg.Interval, Finder: f, Sink: verdicts{sess, r.log}, Probe: prober, Wake: r.change})
 	if err != nil { // checked by desired; a bug if it happens
 		r.log.Error("node pipeline's runner not built", slog.String("error", err.Error()))
 		return
@@ -99,27 +102,6 @@ func (r *podRun) loop(ctx context.Context) {
 	now := time.Now()
 	sess.Observe(&podsignal.Message{State: podsignal.Starting, Reason: "watched by the node agent (node mode)", Seq: 0, Time: now}, now)
 
-	// The pod status naming another container (or none) reaches the runner
-	// as an end of the one it samples: its exit may not have been seen (no
-	// PID of it was visible).
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.change:
-				runner.Do(ctx, func() {
-					r.mu.Lock()
-					id := bareID(r.latest)
-					r.mu.Unlock()
-					if t := runner.Target(); t != nil && id != t.ID {
-						runner.End(ctx, detect.End{Reason: "broker container " + short(t.ID) + " no longer runs (per the pod status)", Final: true})
-					}
-					runner.Find(ctx)
-				})
-			}
-		}
-	}()
 	runner.Run(ctx)
 
 	r.mu.Lock()
@@ -160,12 +142,25 @@ func (s verdicts) Sampled(_ context.Context, st *detect.Step, _ time.Duration) {
 	}
 }
 
+var _ detect.Rechecker = (*finder)(nil)
+
 // finder is node mode's side of a pod's detect.Runner where the target
 // comes from: the broker container the pod status names, never one seen
 // to end, with its exit and OOM kills pushed.
 type finder struct {
 	r    *podRun
 	dead []string // IDs of containers seen to end: never the target again
+}
+
+// Stale: the pod status names another container than t (or none).
+func (f *finder) Stale(t *detect.Target) (string, bool) {
+	f.r.mu.Lock()
+	id := bareID(f.r.latest)
+	f.r.mu.Unlock()
+	if id == t.ID {
+		return "", false
+	}
+	return "broker container " + short(t.ID) + " no longer runs (per the pod status)", true
 }
 
 func (f *finder) Find(ctx context.Context) (*detect.Target, error) {

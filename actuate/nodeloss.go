@@ -67,6 +67,7 @@ type nodeLoss struct {
 	retryAt time.Time            // when failLostNodes runs again
 	syncAt  time.Time            // when syncNodes runs again without an input (writeNode)
 	guards  Guards
+	guarded map[podKey]string    // the primaries guarded → their nodes, as syncNodes last saw them
 	wrote   map[podKey]time.Time // node annotations last written
 }
 
@@ -143,6 +144,13 @@ func (a *Actuator) nodeEvent(ctx context.Context, e nodeEvent) {
 	if !e.lost {
 		delete(a.nl.lost, e.node)
 		a.log.Info("node back", slog.String("node", e.node))
+		return
+	}
+	if !slices.Contains(a.nl.guards.Guard, e.node) {
+		// Liveness watches only the nodes it was given (OnGuards); one
+		// dropped since is not this agent's to act on, and no NodeBack
+		// would ever clear it.
+		a.log.Info("node lost, but no longer guarded here: ignored", slog.String("node", e.node))
 		return
 	}
 	a.nl.lost[e.node] = e.at
@@ -245,6 +253,7 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 	}
 	var g Guards
 	var here []fencedPod
+	guarded := map[podKey]string{} // the primaries guarded → their nodes
 	for _, w := range a.workloads {
 		if !pairOf(w) {
 			continue
@@ -267,6 +276,7 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 			}
 			if n, ok := a.guarded(w); ok {
 				g.Guard = append(g.Guard, n)
+				guarded[w.key] = n
 			}
 		}
 	}
@@ -282,6 +292,31 @@ func (a *Actuator) syncNodes(ctx context.Context) {
 		if a.nl.onGuards != nil {
 			a.nl.onGuards(g)
 		}
+		// A loss holds only while its node stays guarded: liveness stops
+		// watching a node dropped from the guards, so no NodeBack would
+		// ever come for it, and a stale loss would fail over the primary
+		// of a later pair on that node, healthy by then (the agents of the
+		// lab's three nodes did so after a heal, back and forth). A node
+		// guarded again is declared lost again by liveness if it still is.
+		for n := range a.nl.lost {
+			if !slices.Contains(g.Guard, n) {
+				delete(a.nl.lost, n)
+				a.log.Info("lost node no longer guarded here: its loss forgotten", slog.String("node", n))
+			}
+		}
+	}
+	// A primary guarded from now on, on a node lost and guarded since (its
+	// pair's nodes learnt after the loss, the node guarded for another
+	// pair), is failed over now: the loss is said once.
+	fresh := false
+	for k, n := range guarded {
+		if _, lost := a.nl.lost[n]; lost && a.nl.guarded[k] != n {
+			fresh = true
+		}
+	}
+	a.nl.guarded = guarded
+	if fresh {
+		a.failLostNodes(ctx)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -374,6 +375,90 @@ func TestAnOldPodsLastSignalsKeepTheNewPodOfItsDeploymentHere(t *testing.T) {
 			got, ok := n.pod(dep)
 			if got != tt.want || ok != (tt.want != "") || fresh != tt.newPods {
 				t.Errorf("current pod %q (%v), %d new; want %q, %d", got, ok, fresh, tt.want, tt.newPods)
+			}
+		})
+	}
+}
+
+// TestALossHoldsOnlyWhileItsNodeIsGuarded: liveness says a node is lost
+// once, and only of a node it was given to guard; it stops watching a node
+// dropped from the guards, so no NodeBack comes for it. A loss is
+// therefore acted on only while its node is guarded since: a loss of a
+// node not guarded, or guarded once and dropped since, must not fail over
+// a primary guarded there later (stale, it did so back and forth on the
+// lab's three nodes), while a primary newly guarded on a node lost and
+// guarded all along is failed over (the loss comes once).
+func TestALossHoldsOnlyWhileItsNodeIsGuarded(t *testing.T) {
+	unreachable := errors.New("dial tcp 10.0.0.1:6443: i/o timeout")
+	barrier := func(g *guardRig) { g.act.NodeBack(context.Background(), "node-x", g.act.now()) } // Run took what came before
+	guarding := func(g *guardRig, nodes ...string) func() bool {
+		return func() bool { return slices.Equal(g.latest().Guard, nodes) }
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, f *fakeCluster, g *guardRig, sp string)
+		want string // the write of a failover that must come, "" for none
+	}{
+		{"a loss said before its node was guarded: ignored", func(t *testing.T, f *fakeCluster, g *guardRig, sp string) {
+			g.act.NodeLost(context.Background(), "node-a", g.act.now())
+			g.send(podsignal.Healthy, sp)
+			f.await(t, "guarding node-a", guarding(g, "node-a"))
+		}, ""},
+		{"a loss whose node was dropped from the guards since: forgotten", func(t *testing.T, f *fakeCluster, g *guardRig, sp string) {
+			g.send(podsignal.Healthy, sp)
+			f.await(t, "guarding node-a", guarding(g, "node-a"))
+			f.Lock()
+			f.Fail["get"] = unreachable // the failover's fresh read fails: the loss stays pending
+			f.Unlock()
+			g.act.NodeLost(context.Background(), "node-a", g.act.now())
+			g.send(podsignal.Gone, sp)
+			f.await(t, "node-a no longer guarded", guarding(g))
+			f.Lock()
+			delete(f.Fail, "get")
+			f.Unlock()
+			g.send(podsignal.Healthy, sp)
+			f.await(t, "guarding node-a again", guarding(g, "node-a"))
+		}, ""},
+		{"a primary newly guarded on a node lost and guarded since: failed over", func(t *testing.T, f *fakeCluster, g *guardRig, sp string) {
+			// The first pair keeps node-a guarded; its primary is
+			// retired already, so the loss retires nothing of it.
+			_, sp1 := f.addHotPair(ns, "primary1", "standby1", map[string]string{contract.AnnPrimaryNode: "node-a"})
+			f.Lock()
+			d := f.depLocked(ns, "primary1")
+			*d.Spec.Replicas, d.Status.ReadyReplicas, d.Status.Replicas = 0, 0, 0
+			f.Unlock()
+			g.send(podsignal.Healthy, sp1)
+			g.send(podsignal.Healthy, sp)
+			f.await(t, "guarding node-a", guarding(g, "node-a"))
+			g.act.NodeLost(context.Background(), "node-a", g.act.now())
+			barrier(g)
+			f.Lock()
+			d = f.depLocked(ns, "standby")
+			d.Annotations[contract.AnnPrimaryNode] = "node-a" // the second pair's primary's agent, late
+			f.ChangedLocked(d)
+			f.Unlock()
+		}, "scale edge/primary 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			ann := map[string]string{contract.AnnPrimaryNode: "node-a"}
+			if tc.want != "" {
+				ann = nil // learnt late, in run
+			}
+			_, sp := f.addHotPair(ns, "primary", "standby", ann)
+			g := startGuard(t, f, "node-b")
+			tc.run(t, f, g, sp)
+			if tc.want != "" {
+				f.await(t, "failed over", func() bool { return slices.Contains(f.Writes, tc.want) })
+				return
+			}
+			barrier(g)
+			f.Lock()
+			defer f.Unlock()
+			for _, w := range f.Writes {
+				if strings.HasPrefix(w, "scale edge/primary") || strings.HasPrefix(w, "record edge/primary Failover") {
+					t.Errorf("acted on a stale loss: %q", f.Writes)
+				}
 			}
 		})
 	}

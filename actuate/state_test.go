@@ -360,6 +360,11 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 		}},
 		{"the primary's node lost", statehub.Snapshot, func(t *testing.T, n *twoNodes) {
 			n.snapshotOnB(t)
+			// Liveness says a node is lost only once it guards it.
+			n.b.logs.wait(t, "node-b guarding node-a", func(l map[string]any) bool {
+				g, _ := l["guard"].([]any)
+				return l["msg"] == "guards" && slices.Contains(g, any("node-a"))
+			})
 			n.b.act.NodeLost(t.Context(), "node-a", time.Now())
 		}},
 	} {

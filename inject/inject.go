@@ -1,8 +1,9 @@
-// Package inject adds the AMF sidecar to Kubernetes Deployments, as
-// `linkerd inject` or `istioctl kube-inject` do for their proxies: YAML in,
-// YAML out, no cluster access.
+// Package inject writes into the Deployments of MQTT brokers what AMF needs
+// to keep them available, as `linkerd inject` or `istioctl kube-inject` do
+// for their proxies: YAML in, YAML out, no cluster access (amf-agent inject).
 //
-// Each apps/v1 Deployment of a (multi-document) YAML stream gets:
+// In sidecar mode, the default, each apps/v1 Deployment of a
+// (multi-document) YAML stream gets:
 //
 //   - the amf-sidecar as a native sidecar (an init container with
 //     restartPolicy Always) running `amf-sidecar run` in pod mode, with
@@ -25,6 +26,14 @@
 //   - on the primary, the policy annotations amf.io/standby (default
 //     <name>-standby) and amf.io/redundancy (default cold), unless already set.
 //
+// In node mode (Options.Mode) the Deployment gets annotations only
+// (amf.io/mode=node and the policy), and its pod template is left as it is:
+// the node agent watches its pods instead of a sidecar. With Options.Admission
+// the pod template gets, instead of the sidecar, the label and annotations
+// that the admission policy of manifests/overlays/admission reads, which
+// writes the same sidecar into each pod (manifests/admission_test.go keeps
+// the two equal field by field).
+//
 // With Options.Standby each primary is followed by its standby Deployment
 // (0 replicas when cold), unless the stream already holds it. A Deployment
 // that is a standby (annotation amf.io/role=standby, or named by another's
@@ -43,32 +52,28 @@
 // and a warning names them (storage.go). StatefulSets are refused: the agent
 // pairs Deployments.
 //
-// With Options.Admission the pod template gets, instead of the sidecar, the
-// label and annotations that the admission policy of
-// manifests/overlays/admission reads, which writes the same sidecar into each
-// pod (manifests/admission_test.go keeps the two equal field by field).
-//
 // A v1 List (kubectl get -o yaml of several objects) is written as its items,
 // one document each. Fields the server writes (uid, resourceVersion,
 // generation, creationTimestamp, managedFields, status) are dropped from
-// Deployments, so the output is a manifest to apply. Documents of other kinds pass through byte for byte, comments included;
-// injected Deployments are re-serialized (keys sorted, comments dropped except
-// the comment lines that open the document).
-// Injection is idempotent: injecting its own output changes nothing. What it
-// cannot inject safely it refuses with an error naming the document and the
-// reason, and then writes nothing.
+// Deployments, so the output is a manifest to apply. Documents of other
+// kinds pass through byte for byte, comments included; injected Deployments
+// are re-serialized (keys sorted, comments dropped except the comment lines
+// that open the document). Injection is idempotent: injecting its own output
+// changes nothing. What it cannot inject safely it refuses with an error
+// naming the document and the reason, and then writes nothing.
+//
+// Inject (this file) is the steps; each is in the file of its concern:
+// stream.go reads and writes the YAML stream, pod.go the pod template (the
+// sidecar, the admission label, node mode), pair.go the policy, the standby
+// and the spread, storage.go what a standby would share with its primary.
 package inject
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
-	"strings"
 
 	"github.com/amf-edge/amf/contract"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -214,6 +219,32 @@ const (
 // Inject injects the sidecar into every Deployment of a YAML stream and
 // returns the new stream. On error it returns no output.
 func Inject(in []byte, opts Options) ([]byte, Result, error) {
+	opts, err := opts.checked()
+	if err != nil {
+		return nil, Result{}, err
+	}
+	docs, err := parse(in)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	// The whole stream is read first: a standby may come before the primary
+	// naming it, and a claim after the Deployment mounting it.
+	inj := injection{opts: opts, pairs: readPairs(docs), claims: readClaims(docs)}
+	for _, d := range docs {
+		if d.deployment == nil {
+			inj.out.add(nil, d.raw) // byte for byte
+			continue
+		}
+		if err := inj.deployment(d); err != nil {
+			return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
+		}
+	}
+	inj.warn(modelPathWarning(opts, slices.Concat(inj.res.Injected, inj.res.Standbys)))
+	return inj.out.bytes(), inj.res, nil
+}
+
+// checked is opts with its defaults set, or why Inject cannot do as they say.
+func (opts Options) checked() (Options, error) {
 	if opts.SidecarImage == "" {
 		opts.SidecarImage = DefaultSidecarImage
 	}
@@ -223,214 +254,110 @@ func Inject(in []byte, opts Options) ([]byte, Result, error) {
 	case contract.ModeSidecar:
 	case contract.ModeNode:
 		if isPath(opts.Model) {
-			return nil, Result{}, fmt.Errorf("model %q is a path: in node mode the agent scores with a model embedded in its own image; give its name", opts.Model)
+			return Options{}, fmt.Errorf("model %q is a path: in node mode the agent scores with a model embedded in its own image; give its name", opts.Model)
 		}
 	default:
-		return nil, Result{}, fmt.Errorf("mode %q: want %s or %s", opts.Mode, contract.ModeSidecar, contract.ModeNode)
+		return Options{}, fmt.Errorf("mode %q: want %s or %s", opts.Mode, contract.ModeSidecar, contract.ModeNode)
 	}
 	if opts.ProbeMQTT != "" {
 		if err := contract.CheckBrokerURL(opts.ProbeMQTT); err != nil {
-			return nil, Result{}, fmt.Errorf("probe: %w", err)
+			return Options{}, fmt.Errorf("probe: %w", err)
 		}
 	}
 	if err := checkModel(opts.Model, opts.EmbeddedModels); err != nil {
-		return nil, Result{}, err
+		return Options{}, err
 	}
 	if opts.Admission && opts.Mode == contract.ModeNode {
-		return nil, Result{}, errors.New("admission is for the sidecar, which the policy writes into each pod: node mode has none")
+		return Options{}, errors.New("admission is for the sidecar, which the policy writes into each pod: node mode has none")
 	}
 	if opts.Admission && isPath(opts.Model) {
-		return nil, Result{}, fmt.Errorf("model %q is a path: the admission policy writes the sidecar, so nothing can mount a model file into it; give the name of a model embedded in the sidecar", opts.Model)
+		return Options{}, fmt.Errorf("model %q is a path: the admission policy writes the sidecar, so nothing can mount a model file into it; give the name of a model embedded in the sidecar", opts.Model)
 	}
 	if opts.StateDir != "" && opts.Mode == contract.ModeNode {
-		return nil, Result{}, errors.New("a state folder is for the sidecar, which saves and loads the broker's state: node mode has none")
+		return Options{}, errors.New("a state folder is for the sidecar, which saves and loads the broker's state: node mode has none")
 	}
 	switch opts.Spread {
 	case "":
 		opts.Spread = SpreadPreferred
 	case SpreadPreferred, SpreadRequired:
 	default:
-		return nil, Result{}, fmt.Errorf("spread %q: want %s or %s", opts.Spread, SpreadPreferred, SpreadRequired)
+		return Options{}, fmt.Errorf("spread %q: want %s or %s", opts.Spread, SpreadPreferred, SpreadRequired)
 	}
-	docs, err := parse(in)
-	if err != nil {
-		return nil, Result{}, err
-	}
-	present := map[string]bool{}                 // namespace/name of every Deployment in the stream
-	standbyOf := map[string]bool{}               // namespace/name named as a standby by another
-	hotStandby := map[string]bool{}              // of those, the hot ones
-	byKey := map[string]*appsv1.Deployment{}     // the stream's Deployments as read
-	primaryOf := map[string]*appsv1.Deployment{} // a standby's namespace/name → the primary naming it
-	claims := map[string]*corev1.PersistentVolumeClaim{}
-	for _, d := range docs {
-		if c := d.claim; c != nil {
-			claims[key(c.Namespace, c.Name)] = c
-		}
-		if dep := d.deployment; dep != nil {
-			present[key(dep.Namespace, dep.Name)] = true
-			byKey[key(dep.Namespace, dep.Name)] = dep.DeepCopy()
-			if s := dep.Annotations[contract.AnnStandby]; s != "" {
-				standbyOf[key(dep.Namespace, s)] = true
-				hotStandby[key(dep.Namespace, s)] = contract.Redundancy(dep.Annotations[contract.AnnRedundancy]) == contract.Hot
-				primaryOf[key(dep.Namespace, s)] = dep.DeepCopy()
-			}
-		}
-	}
+	return opts, nil
+}
 
-	var (
-		out bytes.Buffer
-		res Result
-	)
-	for i, d := range docs {
-		if i > 0 {
-			out.WriteString("---\n")
-		}
-		dep := d.deployment
-		if dep == nil {
-			out.Write(d.raw)
-			continue
-		}
-		isStandby := dep.Annotations[contract.AnnRole] == "standby" || standbyOf[key(dep.Namespace, dep.Name)]
-		hot := hotStandby[key(dep.Namespace, dep.Name)] || !isStandby && contract.Redundancy(dep.Annotations[contract.AnnRedundancy]) == contract.Hot
-		var broker corev1.Container
-		switch {
-		case opts.Mode == contract.ModeNode:
-			broker, err = annotateNodeMode(dep, opts)
-		case opts.Admission:
-			var w []string
-			broker, w, err = labelForAdmission(dep, opts, hot)
-			res.Warnings = append(res.Warnings, w...)
-		default:
-			broker, err = injectSidecar(dep, opts)
-		}
-		if err != nil {
-			return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
-		}
-		res.Warnings = append(res.Warnings, limitWarnings(dep.Name, broker)...)
-		res.Injected = append(res.Injected, dep.Name)
-		var (
-			standby, partner *appsv1.Deployment // partner: the other of dep's pair in the stream
-			standbyClaimsOut []ownClaim
-			shared           []string // what the written standby shares with dep
-		)
-		if !isStandby {
-			if err := setPolicy(dep); err != nil {
-				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
-			}
-		}
-		if opts.StateDir != "" && opts.Mode == contract.ModeSidecar && !opts.Admission {
-			// Before the standby is derived, which copies the pod template.
-			w, err := stateLever(dep.Name, &dep.Spec.Template.Spec, broker, opts.StateDir)
-			if err != nil {
-				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
-			}
-			// What tells the agent that the pods hold state to carry.
-			if dep.Spec.Template.Annotations == nil {
-				dep.Spec.Template.Annotations = map[string]string{}
-			}
-			dep.Spec.Template.Annotations[contract.AnnStateDir] = path.Clean(opts.StateDir)
-			if w != "" {
-				res.Warnings = append(res.Warnings, w)
-			}
-		}
-		if hot && opts.Mode == contract.ModeSidecar && !opts.Admission {
-			// Before the standby is derived, which copies the pod template:
-			// after a role exchange the standby is the primary.
-			if w := fenceLever(dep.Name, &dep.Spec.Template.Spec, broker); w != "" {
-				res.Warnings = append(res.Warnings, w)
-			}
-		}
-		if !isStandby {
-			name := dep.Annotations[contract.AnnStandby]
-			partner = byKey[key(dep.Namespace, name)]
-			if opts.Standby && !present[key(dep.Namespace, name)] {
-				if standby, err = standbyFor(dep); err != nil {
-					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
-				}
-				var w []string
-				standbyClaimsOut, shared, w, err = standbyClaims(standby, dep, claims)
-				if err != nil {
-					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
-				}
-				res.Warnings = append(res.Warnings, w...)
-				shared = append(sharedConfig(&standby.Spec.Template.Spec), shared...)
-				present[key(dep.Namespace, name)] = true
-				// Each avoids the other's pods; the new standby in
-				// either mode, the primary unless its template is to
-				// stay as it is (node mode).
-				w, err := spreadPair(standby, dep, opts.Spread)
-				if err == nil && opts.Mode == contract.ModeSidecar {
-					w, err = spreadPair(dep, standby, opts.Spread)
-				}
-				if err != nil {
-					return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
-				}
-				res.Warnings = append(res.Warnings, w...)
-				partner = nil
-			}
-		} else if p := primaryOf[key(dep.Namespace, dep.Name)]; p != nil {
-			partner = p
-		} else {
-			partner = byKey[key(dep.Namespace, dep.Annotations[contract.AnnPrimary])]
-		}
-		if partner != nil {
-			if c := sharedClaim(dep, partner); c != "" {
-				return nil, Result{}, fmt.Errorf("%s: %s and %s, a pair, both mount PersistentVolumeClaim %q writable: two brokers cannot share one persistence file, and a ReadWriteOnce claim attaches to one node, where a standby kept off its primary's node never starts; "+
-					"give the standby a claim of its own (remove the standby from the input and inject --standby writes it one, with the claim in the input)", d.where, dep.Name, partner.Name, c)
-			}
-		}
-		if opts.Standby && opts.Mode == contract.ModeSidecar && partner != nil {
-			// A pair both in the stream (written earlier, or by hand):
-			// dep avoids its partner's pods.
-			w, err := spreadPair(dep, partner, opts.Spread)
-			if err != nil {
-				return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
-			}
-			res.Warnings = append(res.Warnings, w...)
-		}
-		b, err := marshal(dep)
-		if err != nil {
-			return nil, Result{}, fmt.Errorf("%s: %w", d.where, err)
-		}
-		out.Write(leadingComments(d.raw))
-		out.Write(b)
-		if standby != nil {
-			b, err := marshal(standby)
-			if err != nil {
-				return nil, Result{}, fmt.Errorf("%s: standby: %w", d.where, err)
-			}
-			redundancy := contract.Redundancy(dep.Annotations[contract.AnnRedundancy])
-			out.WriteString("---\n")
-			out.WriteString(standbyComment(dep.Name, redundancy, shared))
-			out.Write(b)
-			res.Standbys = append(res.Standbys, standby.Name)
-			if len(shared) > 0 {
-				res.Warnings = append(res.Warnings, fmt.Sprintf(
-					"standby %s shares %s with %s: where they set MQTT client IDs (a bridge's local_clientid/remote_clientid, a client's ID), give the standby its own before both run at once",
-					standby.Name, joinNames(shared), dep.Name))
-			}
-			if w := recreateWarning(dep, standby.Name, redundancy == contract.Hot); w != "" {
-				res.Warnings = append(res.Warnings, w)
-			}
-			for _, c := range standbyClaimsOut {
-				b, err := marshalClaim(c.PersistentVolumeClaim)
-				if err != nil {
-					return nil, Result{}, fmt.Errorf("%s: claim of the standby: %w", d.where, err)
-				}
-				out.WriteString("---\n")
-				out.WriteString(claimComment(c.From, standby.Name))
-				out.Write(b)
-			}
+// injection is one Inject: what it read of the whole stream, and what it
+// has written so far.
+type injection struct {
+	opts   Options
+	pairs  *pairs
+	claims map[string]*corev1.PersistentVolumeClaim // by namespace/name, with the standbys' own once written
+	out    output
+	res    Result
+}
+
+// deployment injects the Deployment of d and writes it, and after it the
+// standby it derives, if any. The order of the steps is the order of the
+// warnings, and decides which of two faults is reported.
+func (inj *injection) deployment(d document) error {
+	dep, opts := d.deployment, inj.opts
+	isStandby, hot := inj.pairs.role(dep)
+	broker, warnings, err := podTemplate(dep, opts, hot)
+	if err != nil {
+		return err
+	}
+	inj.warn(warnings...)
+	inj.res.Injected = append(inj.res.Injected, dep.Name)
+	if !isStandby {
+		if err := setPolicy(dep); err != nil {
+			return err
 		}
 	}
-	if isPath(opts.Model) && len(res.Injected) > 0 && opts.Mode == contract.ModeSidecar && !opts.Admission {
-		res.Warnings = append(res.Warnings, fmt.Sprintf(
-			"the sidecar's model %s is a path: mount the model file and its manifest (%s) into the %s container of %s at that path, or give the name of a model embedded in the sidecar image",
-			// The rule of model.ManifestPathFor, spelled out so that the agent
-			// does not link the model package.
-			opts.Model, strings.TrimSuffix(opts.Model, ".txt")+".manifest.json", SidecarName, strings.Join(append(slices.Clone(res.Injected), res.Standbys...), ", ")))
+	if opts.Mode == contract.ModeSidecar && !opts.Admission {
+		// Before the standby is derived, which copies the pod template:
+		// after a role exchange the standby is the primary.
+		w, err := sidecarLevers(dep, broker, opts.StateDir, hot)
+		if err != nil {
+			return err
+		}
+		inj.warn(w...)
 	}
-	return out.Bytes(), res, nil
+	// The other of dep's pair is in the stream, or is to be written.
+	var s *standby
+	switch partner := inj.pairs.partner(dep, isStandby); {
+	case partner != nil:
+		w, err := pairInStream(dep, partner, opts)
+		if err != nil {
+			return err
+		}
+		inj.warn(w...)
+	case !isStandby && opts.Standby && inj.pairs.lacksStandby(dep):
+		if s, warnings, err = newStandby(dep, opts, inj.claims); err != nil {
+			return err
+		}
+		inj.pairs.wrote(s)
+		inj.warn(warnings...)
+	}
+	if err := inj.out.deployment(d.raw, dep); err != nil {
+		return err
+	}
+	if s != nil {
+		if err := inj.out.standby(dep, s); err != nil {
+			return err
+		}
+		inj.res.Standbys = append(inj.res.Standbys, s.Name)
+		inj.warn(s.warnings(dep)...)
+	}
+	return nil
+}
+
+// warn adds the warnings that are not "".
+func (inj *injection) warn(warnings ...string) {
+	for _, w := range warnings {
+		if w != "" {
+			inj.res.Warnings = append(inj.res.Warnings, w)
+		}
+	}
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }

@@ -18,6 +18,130 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// pairs is what the stream says of its pairs, read before any Deployment
+// of it is injected, and the standbys Inject has written since.
+type pairs struct {
+	byKey     map[string]*appsv1.Deployment // the stream's Deployments as read, by namespace/name
+	primaryOf map[string]*appsv1.Deployment // a standby's namespace/name → the primary naming it (amf.io/standby), as read
+	written   map[string]bool               // namespace/name of each standby Inject wrote
+}
+
+// readPairs reads the pairs of the stream's Deployments.
+func readPairs(docs []document) *pairs {
+	p := &pairs{byKey: map[string]*appsv1.Deployment{}, primaryOf: map[string]*appsv1.Deployment{}, written: map[string]bool{}}
+	for _, d := range docs {
+		dep := d.deployment
+		if dep == nil {
+			continue
+		}
+		p.byKey[key(dep.Namespace, dep.Name)] = dep.DeepCopy()
+		if s := dep.Annotations[contract.AnnStandby]; s != "" {
+			p.primaryOf[key(dep.Namespace, s)] = dep.DeepCopy()
+		}
+	}
+	return p
+}
+
+// role says whether dep is a standby (amf.io/role=standby, or named by
+// another's amf.io/standby), and whether its pair is hot: a standby's by its
+// primary's amf.io/redundancy, a primary's by its own.
+func (p *pairs) role(dep *appsv1.Deployment) (isStandby, hot bool) {
+	primary := p.primaryOf[key(dep.Namespace, dep.Name)]
+	isStandby = dep.Annotations[contract.AnnRole] == "standby" || primary != nil
+	hot = primary != nil && redundancy(primary) == contract.Hot || !isStandby && redundancy(dep) == contract.Hot
+	return isStandby, hot
+}
+
+// partner is the other of dep's pair as the stream holds it, or nil. A
+// primary's is named by its amf.io/standby, so setPolicy comes first.
+func (p *pairs) partner(dep *appsv1.Deployment, isStandby bool) *appsv1.Deployment {
+	if !isStandby {
+		return p.byKey[key(dep.Namespace, dep.Annotations[contract.AnnStandby])]
+	}
+	if primary := p.primaryOf[key(dep.Namespace, dep.Name)]; primary != nil {
+		return primary
+	}
+	return p.byKey[key(dep.Namespace, dep.Annotations[contract.AnnPrimary])]
+}
+
+// lacksStandby says whether the standby the primary dep names is neither in
+// the stream nor written for an earlier primary naming it too.
+func (p *pairs) lacksStandby(dep *appsv1.Deployment) bool {
+	k := key(dep.Namespace, dep.Annotations[contract.AnnStandby])
+	return p.byKey[k] == nil && !p.written[k]
+}
+
+func (p *pairs) wrote(s *standby) { p.written[key(s.Namespace, s.Name)] = true }
+
+// pairInStream refuses dep and its partner, the other of its pair in the
+// stream (written earlier, or by hand), when they share a writable claim,
+// and with Options.Standby makes dep avoid its partner's pods.
+func pairInStream(dep, partner *appsv1.Deployment, opts Options) (warnings []string, err error) {
+	if err := checkSharedClaim(dep, partner); err != nil {
+		return nil, err
+	}
+	if !opts.Standby || opts.Mode != contract.ModeSidecar {
+		return nil, nil
+	}
+	return spreadPair(dep, partner, opts.Spread)
+}
+
+// standby is a standby Deployment Inject writes after its primary, with the
+// claims of its own written after it and what it still shares with the
+// primary (ConfigMaps, Secrets, claims mounted read-only).
+type standby struct {
+	*appsv1.Deployment
+	claims []ownClaim
+	shared []string
+}
+
+// newStandby derives primary's standby, gives it claims of its own copied
+// from claims (which it adds them to), and keeps each of the two off the
+// other's node.
+func newStandby(primary *appsv1.Deployment, opts Options, claims map[string]*corev1.PersistentVolumeClaim) (*standby, []string, error) {
+	s, err := standbyFor(primary)
+	if err != nil {
+		return nil, nil, err
+	}
+	own, shared, warnings, err := standbyClaims(s, primary, claims)
+	if err != nil {
+		return nil, nil, err
+	}
+	shared = append(sharedConfig(&s.Spec.Template.Spec), shared...)
+	// Each avoids the other's pods; the new standby in either mode, the
+	// primary unless its template is to stay as it is (node mode).
+	w, err := spreadPair(s, primary, opts.Spread)
+	if err == nil && opts.Mode == contract.ModeSidecar {
+		var wp []string
+		wp, err = spreadPair(primary, s, opts.Spread)
+		w = append(w, wp...)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return &standby{Deployment: s, claims: own, shared: shared}, append(warnings, w...), nil
+}
+
+// warnings are what the user must still see to once s is written: what it
+// shares with its primary, and what strategy Recreate means to the pair.
+func (s *standby) warnings(primary *appsv1.Deployment) []string {
+	var ws []string
+	if len(s.shared) > 0 {
+		ws = append(ws, fmt.Sprintf(
+			"standby %s shares %s with %s: where they set MQTT client IDs (a bridge's local_clientid/remote_clientid, a client's ID), give the standby its own before both run at once",
+			s.Name, joinNames(s.shared), primary.Name))
+	}
+	if w := recreateWarning(primary, s.Name, redundancy(primary) == contract.Hot); w != "" {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// redundancy is d's amf.io/redundancy as written ("" when unset).
+func redundancy(d *appsv1.Deployment) contract.Redundancy {
+	return contract.Redundancy(d.Annotations[contract.AnnRedundancy])
+}
+
 func standbyComment(primary string, r contract.Redundancy, shared []string) string {
 	c := "# " + strings.ToUpper(string(r[:1])) + string(r[1:]) + " standby of " + primary + " written by amf-agent inject --standby.\n"
 	if len(shared) > 0 {
@@ -48,7 +172,7 @@ func setPolicy(d *appsv1.Deployment) error {
 func standbyFor(primary *appsv1.Deployment) (*appsv1.Deployment, error) {
 	name := primary.Annotations[contract.AnnStandby]
 	var replicas int32
-	switch r := contract.Redundancy(primary.Annotations[contract.AnnRedundancy]); r {
+	switch r := redundancy(primary); r {
 	case contract.Cold:
 	case contract.Hot:
 		replicas = ptr.Deref(primary.Spec.Replicas, 1)
@@ -70,30 +194,37 @@ func standbyFor(primary *appsv1.Deployment) (*appsv1.Deployment, error) {
 	s.Annotations[contract.AnnRole] = "standby"
 	s.Annotations[contract.AnnPrimary] = primary.Name
 	s.Spec.Replicas = ptr.To(replicas)
-
-	// The standby's selector must not match the primary's pods. The primary's
-	// selector is immutable and may match the standby's pods; that is harmless,
-	// as each ReplicaSet owns its pods and a Deployment adopts only orphans.
-	sel := s.Spec.Selector.MatchLabels
-	if s.Spec.Template.Labels == nil {
-		s.Spec.Template.Labels = map[string]string{}
-	}
-	if sel[labelInstance] == primary.Name {
-		sel[labelInstance] = name
-		s.Spec.Template.Labels[labelInstance] = name
-		if s.Labels[labelInstance] == primary.Name {
-			s.Labels[labelInstance] = name
-		}
-	} else {
-		sel[LabelStandbyOf] = primary.Name
-		s.Spec.Template.Labels[LabelStandbyOf] = primary.Name
-	}
+	labelStandbyPods(s, primary.Name)
 	// The primary's own spread term (a primary injected before) is against
 	// the standby's pods: not the standby's to keep.
 	if err := dropSpread(s, primary); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// labelStandbyPods tells the pods of s, a standby just copied from its
+// primary, apart from the primary's, so that the standby's selector matches
+// none of the primary's pods: app.kubernetes.io/instance becomes the
+// standby's name where the primary's selector has the primary's, else
+// LabelStandbyOf is added. The primary's selector is immutable and may match
+// the standby's pods; that is harmless, as each ReplicaSet owns its pods and
+// a Deployment adopts only orphans.
+func labelStandbyPods(s *appsv1.Deployment, primary string) {
+	sel := s.Spec.Selector.MatchLabels
+	if s.Spec.Template.Labels == nil {
+		s.Spec.Template.Labels = map[string]string{}
+	}
+	if sel[labelInstance] == primary {
+		sel[labelInstance] = s.Name
+		s.Spec.Template.Labels[labelInstance] = s.Name
+		if s.Labels[labelInstance] == primary {
+			s.Labels[labelInstance] = s.Name
+		}
+	} else {
+		sel[LabelStandbyOf] = primary
+		s.Spec.Template.Labels[LabelStandbyOf] = primary
+	}
 }
 
 // spreadPair makes d's pods avoid the nodes of other's pods (the other

@@ -21,6 +21,25 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// podTemplate writes into dep's pod template what opts ask: the sidecar,
+// or the label and annotations the admission policy reads, or in node mode
+// nothing (dep's annotations instead). It returns the broker container, and
+// the warnings about it.
+func podTemplate(dep *appsv1.Deployment, opts Options, hot bool) (broker corev1.Container, warnings []string, err error) {
+	switch {
+	case opts.Mode == contract.ModeNode:
+		broker, err = annotateNodeMode(dep, opts)
+	case opts.Admission:
+		broker, warnings, err = labelForAdmission(dep, opts, hot)
+	default:
+		broker, err = injectSidecar(dep, opts)
+	}
+	if err != nil {
+		return corev1.Container{}, nil, err
+	}
+	return broker, append(warnings, limitWarnings(dep.Name, broker)...), nil
+}
+
 // injectSidecar injects the sidecar into dep's pod template, unless dep is
 // in node mode: a pod with both would be refused by the agent.
 func injectSidecar(dep *appsv1.Deployment, opts Options) (corev1.Container, error) {
@@ -58,51 +77,22 @@ func labelForAdmission(dep *appsv1.Deployment, opts Options, hot bool) (corev1.C
 		return corev1.Container{}, nil, fmt.Errorf("the Deployment is in node mode (%s=%s): the node agent watches its pods, and refuses a pod that also carries the sidecar; remove the annotation to have the sidecar admitted, or inject with --mode node", contract.AnnMode, mode)
 	}
 	t := &dep.Spec.Template
-	if slices.ContainsFunc(t.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }) {
+	if slices.ContainsFunc(t.Spec.InitContainers, isSidecar) {
 		return corev1.Container{}, nil, fmt.Errorf("the pod template carries the %s container: the admission policy leaves such pods as they are; remove it, its volumes and the readiness gate %s, or inject without --admission", SidecarName, contract.ConditionHealthy)
 	}
-	ann := t.Annotations
-	want := map[string]string{
-		contract.AnnContainer: cmp.Or(opts.Container, ann[contract.AnnContainer]),
-		contract.AnnModel:     cmp.Or(opts.Model, ann[contract.AnnModel]),
-		contract.AnnProbeMQTT: cmp.Or(opts.ProbeMQTT, ann[contract.AnnProbeMQTT]),
-		contract.AnnStateDir:  cmp.Or(opts.StateDir, ann[contract.AnnStateDir]),
-	}
-	if hot || ann[contract.AnnPauseOnFence] == "true" {
-		want[contract.AnnPauseOnFence] = "true"
-	}
-	trial := opts
-	trial.Container, trial.Model, trial.ProbeMQTT, trial.StateDir = want[contract.AnnContainer], want[contract.AnnModel], want[contract.AnnProbeMQTT], want[contract.AnnStateDir]
-	if err := checkModel(trial.Model, opts.EmbeddedModels); err != nil {
-		return corev1.Container{}, nil, fmt.Errorf("%s: %w", contract.AnnModel, err)
-	}
-	if isPath(trial.Model) {
-		return corev1.Container{}, nil, fmt.Errorf("%s %q is a path: the admission policy writes the sidecar, so nothing can mount a model file into it; give the name of a model embedded in the sidecar", contract.AnnModel, trial.Model)
-	}
-	if trial.ProbeMQTT != "" {
-		if err := contract.CheckBrokerURL(trial.ProbeMQTT); err != nil {
-			return corev1.Container{}, nil, fmt.Errorf("%s: %w", contract.AnnProbeMQTT, err)
-		}
+	want := admissionAnnotations(t.Annotations, opts, hot)
+	trial, err := admissionTrial(opts, want)
+	if err != nil {
+		return corev1.Container{}, nil, err
 	}
 	spec := t.Spec.DeepCopy()
 	broker, err := injectPod(spec, trial)
 	if err != nil {
 		return corev1.Container{}, nil, err
 	}
-	var warnings []string
-	if trial.StateDir != "" {
-		w, err := stateLever(dep.Name, spec, broker, trial.StateDir)
-		if err != nil {
-			return corev1.Container{}, nil, err
-		}
-		if w != "" {
-			warnings = append(warnings, w)
-		}
-	}
-	if want[contract.AnnPauseOnFence] == "true" {
-		if w := fenceLever(dep.Name, spec, broker); w != "" {
-			warnings = append(warnings, w)
-		}
+	warnings, err := levers(dep.Name, spec, broker, trial.StateDir, want[contract.AnnPauseOnFence] == "true")
+	if err != nil {
+		return corev1.Container{}, nil, err
 	}
 	if t.Labels == nil {
 		t.Labels = map[string]string{}
@@ -120,13 +110,48 @@ func labelForAdmission(dep *appsv1.Deployment, opts Options, hot bool) (corev1.C
 	return broker, warnings, nil
 }
 
+// admissionAnnotations are the pod template annotations the admission
+// policy injects by: opts' where they give one, else those the template
+// has (ann). A "" value is none.
+func admissionAnnotations(ann map[string]string, opts Options, hot bool) map[string]string {
+	want := map[string]string{
+		contract.AnnContainer: cmp.Or(opts.Container, ann[contract.AnnContainer]),
+		contract.AnnModel:     cmp.Or(opts.Model, ann[contract.AnnModel]),
+		contract.AnnProbeMQTT: cmp.Or(opts.ProbeMQTT, ann[contract.AnnProbeMQTT]),
+		contract.AnnStateDir:  cmp.Or(opts.StateDir, ann[contract.AnnStateDir]),
+	}
+	if hot || ann[contract.AnnPauseOnFence] == "true" {
+		want[contract.AnnPauseOnFence] = "true"
+	}
+	return want
+}
+
+// admissionTrial is opts as the policy would inject by the annotations
+// want, checked as Inject checks its own options: the template's
+// annotations have not been.
+func admissionTrial(opts Options, want map[string]string) (Options, error) {
+	trial := opts
+	trial.Container, trial.Model, trial.ProbeMQTT, trial.StateDir = want[contract.AnnContainer], want[contract.AnnModel], want[contract.AnnProbeMQTT], want[contract.AnnStateDir]
+	if err := checkModel(trial.Model, opts.EmbeddedModels); err != nil {
+		return Options{}, fmt.Errorf("%s: %w", contract.AnnModel, err)
+	}
+	if isPath(trial.Model) {
+		return Options{}, fmt.Errorf("%s %q is a path: the admission policy writes the sidecar, so nothing can mount a model file into it; give the name of a model embedded in the sidecar", contract.AnnModel, trial.Model)
+	}
+	if trial.ProbeMQTT != "" {
+		if err := contract.CheckBrokerURL(trial.ProbeMQTT); err != nil {
+			return Options{}, fmt.Errorf("%s: %w", contract.AnnProbeMQTT, err)
+		}
+	}
+	return trial, nil
+}
+
 // annotateNodeMode writes node mode's annotations on dep and nothing in its
 // pod template. The broker container must be one the agent can tell
 // (brokerContainer's rule); a pod template carrying the sidecar is refused.
 func annotateNodeMode(dep *appsv1.Deployment, opts Options) (corev1.Container, error) {
 	spec := &dep.Spec.Template.Spec
-	if slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }) ||
-		slices.ContainsFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == SidecarName }) {
+	if slices.ContainsFunc(spec.InitContainers, isSidecar) || slices.ContainsFunc(spec.Containers, isSidecar) {
 		return corev1.Container{}, fmt.Errorf("the pod template carries the %s container: remove it before switching to node mode (the agent refuses a pod with both, and removing it restarts the pods once)", SidecarName)
 	}
 	name := opts.Container
@@ -156,26 +181,15 @@ func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 	if spec.HostNetwork {
 		return corev1.Container{}, errors.New("hostNetwork pods are not supported: the sidecar's health port and network counters would be the node's")
 	}
-	var apps []string
-	for _, c := range spec.Containers {
-		if c.Name == SidecarName {
-			return corev1.Container{}, fmt.Errorf("container %q is a regular container; the sidecar must be the native sidecar (init container) of that name: rename or remove it", SidecarName)
-		}
-		apps = append(apps, c.Name)
+	company, err := brokersCompany(spec)
+	if err != nil {
+		return corev1.Container{}, err
 	}
-	company := len(apps) - 1 // containers that run beside the broker and the sidecar
-	for _, c := range spec.InitContainers {
-		if c.Name != SidecarName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			company++
-		}
+	existing, err := injectedSidecar(spec, opts.SidecarImage)
+	if err != nil {
+		return corev1.Container{}, err
 	}
-	existing := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
-	if existing >= 0 {
-		if have := spec.InitContainers[existing].Image; repository(have) != repository(opts.SidecarImage) {
-			return corev1.Container{}, fmt.Errorf("init container %q has image %q, not the sidecar (%s): rename it or remove it", SidecarName, have, repository(opts.SidecarImage))
-		}
-	}
-	name := opts.Container
+	name := opts.Container // else the one the injected sidecar watches
 	if name == "" && existing >= 0 {
 		name = argValue(spec.InitContainers[existing].Args, flagContainer)
 	}
@@ -183,21 +197,12 @@ func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 	if err != nil {
 		return corev1.Container{}, err
 	}
-
-	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
-		for _, p := range c.Ports {
-			if c.Name != SidecarName && p.ContainerPort == HealthPort && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
-				return corev1.Container{}, fmt.Errorf("container %q declares port %d/TCP, where the sidecar serves its health endpoint (its liveness probe): the two cannot share it in one pod; move that container's port", c.Name, HealthPort)
-			}
-		}
+	if err := checkHealthPort(spec); err != nil {
+		return corev1.Container{}, err
 	}
-	probe := opts.ProbeMQTT
-	if probe == "" {
-		port, err := mqttPort(broker)
-		if err != nil {
-			return corev1.Container{}, err
-		}
-		probe = "tcp://127.0.0.1:" + strconv.Itoa(int(port))
+	probe, err := probeURL(opts.ProbeMQTT, broker)
+	if err != nil {
+		return corev1.Container{}, err
 	}
 	sidecar := sidecarContainer(opts.SidecarImage, probe, opts.Model, broker.Name, company > 0)
 	if existing >= 0 {
@@ -206,9 +211,78 @@ func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 		// First, so that it starts before any other init container.
 		spec.InitContainers = append([]corev1.Container{sidecar}, spec.InitContainers...)
 	}
+	if err := sidecarVolumes(spec, company > 0); err != nil {
+		return corev1.Container{}, err
+	}
+	gate := corev1.PodReadinessGate{ConditionType: contract.ConditionHealthy}
+	if !slices.Contains(spec.ReadinessGates, gate) {
+		spec.ReadinessGates = append(spec.ReadinessGates, gate)
+	}
+	return broker, nil
+}
 
+// brokersCompany counts the containers that run beside the broker and the
+// sidecar: the other app containers and native sidecars. A regular
+// container named like the sidecar is refused.
+func brokersCompany(spec *corev1.PodSpec) (int, error) {
+	if slices.ContainsFunc(spec.Containers, isSidecar) {
+		return 0, fmt.Errorf("container %q is a regular container; the sidecar must be the native sidecar (init container) of that name: rename or remove it", SidecarName)
+	}
+	company := len(spec.Containers) - 1
+	for _, c := range spec.InitContainers {
+		if c.Name != SidecarName && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			company++
+		}
+	}
+	return company, nil
+}
+
+// injectedSidecar is the index in spec's init containers of the sidecar an
+// earlier injection wrote, or -1. One of another repository than image is
+// not the sidecar, and refused.
+func injectedSidecar(spec *corev1.PodSpec, image string) (int, error) {
+	i := slices.IndexFunc(spec.InitContainers, isSidecar)
+	if i >= 0 {
+		if have := spec.InitContainers[i].Image; repository(have) != repository(image) {
+			return -1, fmt.Errorf("init container %q has image %q, not the sidecar (%s): rename it or remove it", SidecarName, have, repository(image))
+		}
+	}
+	return i, nil
+}
+
+// checkHealthPort refuses a container that declares the TCP port where the
+// sidecar serves its health endpoint.
+func checkHealthPort(spec *corev1.PodSpec) error {
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		for _, p := range c.Ports {
+			if c.Name != SidecarName && p.ContainerPort == HealthPort && (p.Protocol == "" || p.Protocol == corev1.ProtocolTCP) {
+				return fmt.Errorf("container %q declares port %d/TCP, where the sidecar serves its health endpoint (its liveness probe): the two cannot share it in one pod; move that container's port", c.Name, HealthPort)
+			}
+		}
+	}
+	return nil
+}
+
+// probeURL is the sidecar's --probe-mqtt: probe when given, else the
+// broker's MQTT port on loopback.
+func probeURL(probe string, broker corev1.Container) (string, error) {
+	if probe != "" {
+		return probe, nil
+	}
+	port, err := mqttPort(broker)
+	if err != nil {
+		return "", err
+	}
+	return "tcp://127.0.0.1:" + strconv.Itoa(int(port)), nil
+}
+
+// sidecarVolumes adds the sidecar's volumes to spec, the kubelet's logs
+// only when the broker has company (logs), and refuses a volume of one of
+// their names that is not the sidecar's, or an app container mounting the
+// sidecar's token.
+func sidecarVolumes(spec *corev1.PodSpec, logs bool) error {
 	volumes := []corev1.Volume{tokenVolume(), cgroupVolume()}
-	if company > 0 {
+	if logs {
 		volumes = append(volumes, logsVolume())
 	} else if i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == LogsVolume }); i >= 0 && equality.Semantic.DeepEqual(spec.Volumes[i], logsVolume()) {
 		// Injected when the broker had company it no longer has.
@@ -220,23 +294,20 @@ func injectPod(spec *corev1.PodSpec, opts Options) (corev1.Container, error) {
 		case i < 0:
 			spec.Volumes = append(spec.Volumes, v)
 		case !equality.Semantic.DeepEqual(spec.Volumes[i], v):
-			return corev1.Container{}, fmt.Errorf("volume %q exists and is not the sidecar's: rename it", v.Name)
+			return fmt.Errorf("volume %q exists and is not the sidecar's: rename it", v.Name)
 		}
 	}
 	for _, c := range spec.Containers {
 		for _, m := range c.VolumeMounts {
 			if m.Name == TokenVolume {
-				return corev1.Container{}, fmt.Errorf("container %q mounts %q: the ServiceAccount token for the agent is the sidecar's only", c.Name, TokenVolume)
+				return fmt.Errorf("container %q mounts %q: the ServiceAccount token for the agent is the sidecar's only", c.Name, TokenVolume)
 			}
 		}
 	}
-
-	gate := corev1.PodReadinessGate{ConditionType: contract.ConditionHealthy}
-	if !slices.Contains(spec.ReadinessGates, gate) {
-		spec.ReadinessGates = append(spec.ReadinessGates, gate)
-	}
-	return broker, nil
+	return nil
 }
+
+func isSidecar(c corev1.Container) bool { return c.Name == SidecarName }
 
 // brokerContainer picks the container the sidecar watches: the one named
 // (Options.Container, or the injected sidecar's --container), else the only
@@ -337,6 +408,18 @@ func repository(image string) string {
 	return image
 }
 
+// modelPathWarning says that a Model path must be mounted into the sidecars
+// of the Deployments named, or is "".
+func modelPathWarning(opts Options, deployments []string) string {
+	if !isPath(opts.Model) || len(deployments) == 0 || opts.Mode != contract.ModeSidecar || opts.Admission {
+		return ""
+	}
+	return fmt.Sprintf("the sidecar's model %s is a path: mount the model file and its manifest (%s) into the %s container of %s at that path, or give the name of a model embedded in the sidecar image",
+		// The rule of model.ManifestPathFor, spelled out so that the agent
+		// does not link the model package.
+		opts.Model, strings.TrimSuffix(opts.Model, ".txt")+".manifest.json", SidecarName, strings.Join(deployments, ", "))
+}
+
 // isPath says whether a --model value is a path rather than an embedded name
 // (names never hold a slash), to warn that the file must be in the container.
 func isPath(model string) bool { return strings.Contains(model, "/") }
@@ -393,6 +476,45 @@ func sidecarContainer(image, probe, model, broker string, logs bool) corev1.Cont
 	}
 }
 
+// sidecarLevers gives the sidecar in dep's pod template its levers (see
+// levers) and, with stateDir, tells the agent that the pods hold state to
+// carry.
+func sidecarLevers(dep *appsv1.Deployment, broker corev1.Container, stateDir string, hot bool) ([]string, error) {
+	warnings, err := levers(dep.Name, &dep.Spec.Template.Spec, broker, stateDir, hot)
+	if err != nil {
+		return nil, err
+	}
+	if stateDir != "" {
+		if dep.Spec.Template.Annotations == nil {
+			dep.Spec.Template.Annotations = map[string]string{}
+		}
+		dep.Spec.Template.Annotations[contract.AnnStateDir] = path.Clean(stateDir)
+	}
+	return warnings, nil
+}
+
+// levers gives the sidecar in spec what it needs to save and load the
+// broker's state in stateDir ("": none, stateLever), and to pause the broker
+// for the fence (fenceLever), and returns what the user must still do.
+func levers(deployment string, spec *corev1.PodSpec, broker corev1.Container, stateDir string, fence bool) ([]string, error) {
+	var warnings []string
+	if stateDir != "" {
+		w, err := stateLever(deployment, spec, broker, stateDir)
+		if err != nil {
+			return nil, err
+		}
+		if w != "" {
+			warnings = append(warnings, w)
+		}
+	}
+	if fence {
+		if w := fenceLever(deployment, spec, broker); w != "" {
+			warnings = append(warnings, w)
+		}
+	}
+	return warnings, nil
+}
+
 // fenceLever lets a hot pair's sidecar pause its broker when the node
 // agent fences (DESIGN.md, "Losing a whole node"; pause), by
 // brokerUser. A broker whose user is not in the pod template (the image's) or
@@ -423,7 +545,7 @@ func brokerUser(spec *corev1.PodSpec, broker corev1.Container) (cannot string) {
 		return map[bool]string{true: "root", false: "not in the pod template"}[uid != nil]
 	}
 	spec.ShareProcessNamespace = ptr.To(true)
-	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	i := slices.IndexFunc(spec.InitContainers, isSidecar)
 	sc := spec.InitContainers[i].SecurityContext
 	sc.RunAsUser = ptr.To(*uid)
 	if gid != nil {
@@ -448,7 +570,7 @@ func stateLever(deployment string, spec *corev1.PodSpec, broker corev1.Container
 	}
 	m := broker.VolumeMounts[i]
 	mount := corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, SubPath: m.SubPath, SubPathExpr: m.SubPathExpr}
-	j := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName })
+	j := slices.IndexFunc(spec.InitContainers, isSidecar)
 	sc := &spec.InitContainers[j]
 	if k := slices.IndexFunc(sc.VolumeMounts, func(v corev1.VolumeMount) bool { return path.Clean(v.MountPath) == path.Clean(m.MountPath) }); k >= 0 {
 		return "", fmt.Errorf("the %s container already mounts %s at %s", SidecarName, sc.VolumeMounts[k].Name, m.MountPath)

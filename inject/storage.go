@@ -1,17 +1,5 @@
 package inject
 
-import (
-	"fmt"
-	"slices"
-	"strings"
-
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/yaml"
-)
-
 // What a standby copied from its primary would share with it, and what
 // Inject does about each (DESIGN.md, "Broker state"):
 //
@@ -24,6 +12,18 @@ import (
 //   - a claim every container mounts read-only is shared, and said;
 //   - ConfigMaps and Secrets are shared, and said by name: they may set
 //     MQTT client IDs, which two brokers running at once must not share.
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
 
 // claimVolumes are the volumes of spec that mount a PersistentVolumeClaim,
 // with whether any container (init and native sidecars included) may write
@@ -53,16 +53,29 @@ func claimVolumes(spec *corev1.PodSpec) (vols []corev1.Volume, writable map[stri
 // convention, <volume>-<owner>.
 func standbyClaimName(volume, standby string) string { return volume + "-" + standby }
 
-// standbyClaims gives standby, just copied from primary, a claim of its own
-// for every claim it would write to, from the claims of the input. It
-// returns the claims to write (none that the input already has) and the
-// names of the claims left shared (mounted read-only).
+// readClaims are the stream's PersistentVolumeClaims by namespace/name: a
+// standby's own are copied from them.
+func readClaims(docs []document) map[string]*corev1.PersistentVolumeClaim {
+	claims := map[string]*corev1.PersistentVolumeClaim{}
+	for _, d := range docs {
+		if c := d.claim; c != nil {
+			claims[key(c.Namespace, c.Name)] = c
+		}
+	}
+	return claims
+}
+
 // ownClaim is a claim Inject writes for a standby, copied from the claim From.
 type ownClaim struct {
 	*corev1.PersistentVolumeClaim
 	From string
 }
 
+// standbyClaims gives standby, just copied from primary, a claim of its own
+// for every claim it would write to, from the claims of the input, which it
+// adds them to. It returns the claims to write (none that the input already
+// has), the names of the claims left shared (mounted read-only), and
+// warnings about the claims written.
 func standbyClaims(standby, primary *appsv1.Deployment, claims map[string]*corev1.PersistentVolumeClaim) (written []ownClaim, shared []string, warnings []string, err error) {
 	spec := &standby.Spec.Template.Spec
 	vols, writable := claimVolumes(spec)
@@ -121,18 +134,20 @@ func standbyClaim(src *corev1.PersistentVolumeClaim, name string) *corev1.Persis
 	}
 }
 
-// sharedClaim is the first claim both of a pair in the input mount writable.
-func sharedClaim(a, b *appsv1.Deployment) string {
+// checkSharedClaim refuses a and b, a pair both in the input, when they
+// mount one claim writable, naming the first.
+func checkSharedClaim(a, b *appsv1.Deployment) error {
 	va, wa := claimVolumes(&a.Spec.Template.Spec)
 	vb, wb := claimVolumes(&b.Spec.Template.Spec)
 	for _, x := range va {
 		for _, y := range vb {
-			if x.PersistentVolumeClaim.ClaimName == y.PersistentVolumeClaim.ClaimName && wa[x.Name] && wb[y.Name] {
-				return x.PersistentVolumeClaim.ClaimName
+			if c := x.PersistentVolumeClaim.ClaimName; c == y.PersistentVolumeClaim.ClaimName && wa[x.Name] && wb[y.Name] {
+				return fmt.Errorf("%s and %s, a pair, both mount PersistentVolumeClaim %q writable: two brokers cannot share one persistence file, and a ReadWriteOnce claim attaches to one node, where a standby kept off its primary's node never starts; "+
+					"give the standby a claim of its own (remove the standby from the input and inject --standby writes it one, with the claim in the input)", a.Name, b.Name, c)
 			}
 		}
 	}
-	return ""
+	return nil
 }
 
 // sharedConfig names the ConfigMaps and Secrets the pod template refers to

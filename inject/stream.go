@@ -170,3 +170,51 @@ func marshal(d *appsv1.Deployment) ([]byte, error) {
 	}
 	return yaml.Marshal(u)
 }
+
+// output is the stream Inject writes: documents joined by "---" lines.
+type output struct {
+	buf bytes.Buffer
+	n   int // documents written
+}
+
+// add writes one document: the comment lines that open it, then its body.
+func (o *output) add(comments, body []byte) {
+	if o.n > 0 {
+		o.buf.WriteString("---\n")
+	}
+	o.n++
+	o.buf.Write(comments)
+	o.buf.Write(body)
+}
+
+// bytes is the stream written; nil if no document was.
+func (o *output) bytes() []byte { return o.buf.Bytes() }
+
+// deployment writes dep, injected from the document raw, after the comment
+// lines that opened raw.
+func (o *output) deployment(raw []byte, dep *appsv1.Deployment) error {
+	b, err := marshal(dep)
+	if err != nil {
+		return err
+	}
+	o.add(leadingComments(raw), b)
+	return nil
+}
+
+// standby writes s, derived from primary, and after it the claims of its
+// own, each under a comment saying where it comes from.
+func (o *output) standby(primary *appsv1.Deployment, s *standby) error {
+	b, err := marshal(s.Deployment)
+	if err != nil {
+		return fmt.Errorf("standby: %w", err)
+	}
+	o.add([]byte(standbyComment(primary.Name, redundancy(primary), s.shared)), b)
+	for _, c := range s.claims {
+		b, err := marshalClaim(c.PersistentVolumeClaim)
+		if err != nil {
+			return fmt.Errorf("claim of the standby: %w", err)
+		}
+		o.add([]byte(claimComment(c.From, s.Name)), b)
+	}
+	return nil
+}

@@ -198,13 +198,23 @@ func standbyReady(d *appsv1.Deployment) bool {
 	return d.Annotations[contract.AnnStandbyReady] != "" && scaled && d.Status.ObservedGeneration >= d.Generation && d.Status.Replicas >= 1
 }
 
-// New returns an Actuator; call Run.
+// Validate says what is wrong with c, if anything. It is the one check of
+// c's values: New makes it, and the agent calls it before it starts
+// anything. A zero value that takes a default is valid.
+func (c Config) Validate() error {
+	if c.Cluster == nil && c.Client == nil {
+		return errors.New("actuate: Config.Cluster or Config.Client is required")
+	}
+	return nil
+}
+
+// New checks cfg (Validate) and returns an Actuator; call Run.
 func New(cfg Config) (*Actuator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	c := cfg.Cluster
 	if c == nil {
-		if cfg.Client == nil {
-			return nil, errors.New("actuate: Config.Cluster or Config.Client is required")
-		}
 		c = cluster.NewKube(cfg.Client)
 	}
 	if cfg.DryRun {

@@ -106,38 +106,66 @@ const (
 	phaseStopping
 )
 
-// New validates cfg and builds an agent; nothing is bound yet.
-func New(cfg Config) (*Server, error) {
-	if cfg.Authenticator == nil {
-		return nil, errors.New("agent: Config.Authenticator is required")
+// Validate says what is wrong with c, if anything. It is the one check of
+// c's values: New makes it, and a command calls it before it starts
+// anything, so that a bad value stops it before the broker binds. A zero
+// value that takes a default is valid.
+func (c Config) Validate() error {
+	if c.Authenticator == nil {
+		return errors.New("agent: Config.Authenticator is required")
 	}
-	if cfg.MQTTAddr == "" {
-		cfg.MQTTAddr = DefaultMQTTAddr
-	}
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = DefaultHTTPAddr
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	cfg.MaxClients = cmpOr(cfg.MaxClients, 256)
-	cfg.MaxPending = cmpOr(cfg.MaxPending, 256)
-	cfg.MaxPendingPerSource = cmpOr(cfg.MaxPendingPerSource, 8)
-	cfg.MaxKeepalive = cmpOr(cfg.MaxKeepalive, 60*time.Second)
-	cfg.ConnectTimeout = cmpOr(cfg.ConnectTimeout, 3*time.Second)
-	cfg.AuthTimeout = cmpOr(cfg.AuthTimeout, 5*time.Second)
-	cfg.HistoryLen = cmpOr(cfg.HistoryLen, 16)
-	cfg.Retention = cmpOr(cfg.Retention, time.Hour)
+	c = c.withDefaults()
 	switch {
-	case cfg.MaxClients < 1:
-		return nil, fmt.Errorf("agent: MaxClients %d, want at least 1", cfg.MaxClients)
-	case cfg.MaxPending < 1 || cfg.MaxPendingPerSource < 1:
-		return nil, fmt.Errorf("agent: MaxPending %d and MaxPendingPerSource %d, want at least 1 each", cfg.MaxPending, cfg.MaxPendingPerSource)
-	case cfg.MaxKeepalive < time.Second || cfg.MaxKeepalive > 65535*time.Second:
-		return nil, fmt.Errorf("agent: MaxKeepalive %v, want 1 s to 65535 s", cfg.MaxKeepalive)
-	case cfg.ConnectTimeout < 0 || cfg.AuthTimeout < 0 || cfg.HistoryLen < 0 || cfg.Retention < 0:
-		return nil, errors.New("agent: negative timeout, history length or retention")
+	case c.MaxClients < 1:
+		return fmt.Errorf("agent: MaxClients %d, want at least 1", c.MaxClients)
+	case c.MaxPending < 1 || c.MaxPendingPerSource < 1:
+		return fmt.Errorf("agent: MaxPending %d and MaxPendingPerSource %d, want at least 1 each", c.MaxPending, c.MaxPendingPerSource)
+	case c.MaxKeepalive < time.Second || c.MaxKeepalive > 65535*time.Second:
+		return fmt.Errorf("agent: MaxKeepalive %v, want 1 s to 65535 s", c.MaxKeepalive)
+	case c.ConnectTimeout < 0:
+		return fmt.Errorf("%s: ConnectTimeout %v", errNegative, c.ConnectTimeout)
+	case c.AuthTimeout < 0:
+		return fmt.Errorf("%s: AuthTimeout %v", errNegative, c.AuthTimeout)
+	case c.HistoryLen < 0:
+		return fmt.Errorf("%s: HistoryLen %d", errNegative, c.HistoryLen)
+	case c.Retention < 0:
+		return fmt.Errorf("%s: Retention %v", errNegative, c.Retention)
 	}
+	return nil
+}
+
+// errNegative starts Validate's error for a negative duration or length.
+const errNegative = "agent: negative timeout, history length or retention"
+
+// withDefaults returns c with the defaults noted on Config in place of its
+// zero values.
+func (c Config) withDefaults() Config {
+	if c.MQTTAddr == "" {
+		c.MQTTAddr = DefaultMQTTAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.MaxClients = cmpOr(c.MaxClients, 256)
+	c.MaxPending = cmpOr(c.MaxPending, 256)
+	c.MaxPendingPerSource = cmpOr(c.MaxPendingPerSource, 8)
+	c.MaxKeepalive = cmpOr(c.MaxKeepalive, 60*time.Second)
+	c.ConnectTimeout = cmpOr(c.ConnectTimeout, 3*time.Second)
+	c.AuthTimeout = cmpOr(c.AuthTimeout, 5*time.Second)
+	c.HistoryLen = cmpOr(c.HistoryLen, 16)
+	c.Retention = cmpOr(c.Retention, time.Hour)
+	return c
+}
+
+// New checks cfg (Validate) and builds an agent; nothing is bound yet.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 
 	log := cfg.Logger
 	m := newMetrics()

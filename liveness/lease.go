@@ -159,17 +159,30 @@ type GuardConfig struct {
 	OnEvent        func(node string)
 }
 
+// Validate says what is wrong with c, if anything: the timing must be safe
+// (Timing.Validate) and there must be nodes to guard. It is the one check
+// of c's values, which RunGuard makes.
+func (c GuardConfig) Validate() error {
+	if err := c.Timing.Validate(); err != nil {
+		return err
+	}
+	if len(c.Nodes) == 0 {
+		return errors.New("liveness: RunGuard needs nodes to guard")
+	}
+	return nil
+}
+
 // RunGuard watches the Leases of cfg.Nodes and of cfg.Self only (one watch,
 // selected by LabelNode), probes the guarded agents every period, and calls
 // OnLost when Guard declares a node lost, until ctx ends. To guard other
 // nodes, end it and run it again.
 func RunGuard(ctx context.Context, cfg GuardConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	g, err := NewGuard(cfg.Timing, cfg.Self)
 	if err != nil {
 		return err
-	}
-	if len(cfg.Nodes) == 0 {
-		return errors.New("liveness: RunGuard needs nodes to guard")
 	}
 	var mu sync.Mutex
 	addrs := map[string]string{} // node → AnnProbe, under mu

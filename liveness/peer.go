@@ -2,11 +2,11 @@ package liveness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,14 +61,34 @@ type Peer struct {
 
 type guards struct{ guard, guardedBy []string }
 
-// Listen checks cfg and binds the probe address, so a taken port stops the
-// agent at start with the address in the error.
-func Listen(cfg PeerConfig) (*Peer, error) {
-	if err := cfg.Timing.Validate(); err != nil {
-		return nil, err
+// Validate says what is wrong with c, if anything: the timing must be safe
+// (Timing.Validate) and the fields but Logger and Registerer set. It is the
+// one check of c's values: Listen makes it, and the agent calls it before
+// it starts anything.
+func (c PeerConfig) Validate() error {
+	if err := c.Timing.Validate(); err != nil {
+		return err
 	}
-	if cfg.Cluster == nil || cfg.Namespace == "" || cfg.Node == "" || cfg.Advertise == "" {
-		return nil, errors.New("liveness: an agent needs a cluster, the Leases' namespace, its node and the address it advertises")
+	var missing []string
+	for _, f := range []struct {
+		name  string
+		unset bool
+	}{{"Cluster", c.Cluster == nil}, {"Namespace", c.Namespace == ""}, {"Node", c.Node == ""}, {"Advertise", c.Advertise == ""}} {
+		if f.unset {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("liveness: an agent needs a cluster, the Leases' namespace, its node and the address it advertises (missing: %s)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// Listen checks cfg (Validate) and binds the probe address, so a taken port
+// stops the agent at start with the address in the error.
+func Listen(cfg PeerConfig) (*Peer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -145,15 +145,25 @@ type runner interface {
 	wait()
 }
 
-// New checks cfg and builds a Watcher; Run starts it.
-func New(cfg Config) (*Watcher, error) {
+// Validate says what is wrong with c, if anything. It is the one check of
+// c's values: New makes it, and the agent calls it before it starts
+// anything. A zero value that takes a default is valid.
+func (c Config) Validate() error {
 	switch {
-	case cfg.Client == nil || cfg.Metadata == nil:
-		return nil, errors.New("nodewatch: the Kubernetes clients are required")
-	case cfg.NodeName == "":
-		return nil, errors.New("nodewatch: the node name is required (amf-agent --node-name, from spec.nodeName)")
-	case cfg.Begin == nil:
-		return nil, errors.New("nodewatch: Begin (the tracker) is required")
+	case c.Client == nil || c.Metadata == nil:
+		return errors.New("nodewatch: the Kubernetes clients are required")
+	case c.NodeName == "":
+		return errors.New("nodewatch: the node name is required (amf-agent --node-name, from spec.nodeName)")
+	case c.Begin == nil:
+		return errors.New("nodewatch: Begin (the tracker) is required")
+	}
+	return nil
+}
+
+// New checks cfg (Validate) and builds a Watcher; Run starts it.
+func New(cfg Config) (*Watcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Cluster == nil {
 		cfg.Cluster = cluster.NewKube(cfg.Client)

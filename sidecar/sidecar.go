@@ -105,16 +105,37 @@ type Sidecar struct {
 	status healthcheck.Status
 }
 
-// New checks cfg and builds a sidecar whose feature windows come from the model's
-// manifest (detect.FeatureConfig): a model is only valid with the windows it was
-// trained with.
+// Validate says what is wrong with c, if anything: a target (or a way to
+// find it) and a model are required, and the model must be computable at
+// Interval (detect.FeatureConfig; default 1 s). It is the one check of c's
+// values: New makes it, and the command calls it before it starts
+// anything.
+func (c Config) Validate() error {
+	if (c.Source == nil && c.Rediscover == nil) || c.Model == nil {
+		return errors.New("sidecar: a target (or a way to find it) and a model are required")
+	}
+	if _, err := detect.FeatureConfig(c.Model, c.interval()); err != nil {
+		return fmt.Errorf("sidecar: %w", err)
+	}
+	return nil
+}
+
+// interval is Interval, or its default.
+func (c Config) interval() time.Duration {
+	if c.Interval <= 0 {
+		return time.Second
+	}
+	return c.Interval
+}
+
+// New checks cfg (Validate) and builds a sidecar whose feature windows come
+// from the model's manifest (detect.FeatureConfig): a model is only valid
+// with the windows it was trained with.
 func New(cfg Config) (*Sidecar, error) {
-	if (cfg.Source == nil && cfg.Rediscover == nil) || cfg.Model == nil {
-		return nil, errors.New("sidecar: a target (or a way to find it) and a model are required")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
-	}
+	cfg.Interval = cfg.interval()
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}

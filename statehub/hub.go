@@ -110,16 +110,26 @@ type Hub struct {
 	received chan State    // states taken in, for the agent; newest kept when full
 }
 
-// New returns a Hub.
+// Validate says what is wrong with c, if anything. It is the one check of
+// c's values: New makes it, and the agent calls it before it starts
+// anything. A zero value that takes a default is valid.
+func (c Config) Validate() error {
+	if c.Authenticator == nil {
+		return errors.New("statehub: Config.Authenticator is required")
+	}
+	if c.MaxBytes > 0 && c.MaxBytes < MaxStateBytes {
+		return fmt.Errorf("statehub: a budget of %d bytes is below one state's bound (%d bytes): MaxBytes must be at least that, or 0 for the default", c.MaxBytes, MaxStateBytes)
+	}
+	return nil
+}
+
+// New checks cfg (Validate) and returns a Hub.
 func New(cfg Config) (*Hub, error) {
-	if cfg.Authenticator == nil {
-		return nil, errors.New("statehub: Config.Authenticator is required")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = MaxStateBytes
-	}
-	if cfg.MaxBytes < MaxStateBytes {
-		return nil, fmt.Errorf("statehub: a budget of %d bytes is below one state's bound (%d bytes)", cfg.MaxBytes, MaxStateBytes)
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = 2 * time.Minute

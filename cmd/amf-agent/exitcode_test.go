@@ -24,6 +24,7 @@ func TestExitStatusesFollowTheConvention(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("s3cret-token-of-a-test ns/pod\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	kubeconfig := unreachableKubeconfig(t)
 	for _, tt := range []struct {
 		name  string
 		args  []string
@@ -36,6 +37,15 @@ func TestExitStatusesFollowTheConvention(t *testing.T) {
 		{"agent stray argument", []string{"serve"}, "", exitcode.Usage, `unexpected arguments ["serve"]`},
 		{"agent bad log level", []string{"--log-level=loud"}, "", exitcode.Usage, "--log-level"},
 		{"agent flags that exclude each other", []string{"--resume-on-start"}, "", exitcode.Usage, "--resume-on-start needs --actuate"},
+		// A package's Config.Validate refuses the value before anything
+		// binds: the taken address would say "address already in use".
+		{"agent setting its package refuses", []string{"--token-file", tokens, "--max-clients=-1", "--listen", taken.Addr().String(), "--http", "127.0.0.1:0"}, "", exitcode.Usage, "agent: MaxClients -1, want at least 1"},
+		{"agent keepalive its package refuses", []string{"--token-file", tokens, "--max-keepalive=500ms", "--listen", taken.Addr().String(), "--http", "127.0.0.1:0"}, "", exitcode.Usage, "agent: MaxKeepalive 500ms"},
+		// ... and before anything connects: the API server of kubeconfig
+		// is unreachable, and the probe address is the taken one.
+		{"agent liveness setting its package refuses", []string{"--kubeconfig", kubeconfig, "--actuate", "--liveness", "--node-name=n1", "--liveness-advertise=10.0.0.5:1885",
+			"--lease-namespace=", "--liveness-listen", taken.Addr().String(), "--listen", taken.Addr().String(), "--http", "127.0.0.1:0"}, "", exitcode.Usage, "--liveness: liveness: an agent needs a cluster, the Leases' namespace, its node and the address it advertises (missing: Namespace)"},
+		{"agent node mode at an interval its model cannot run at", []string{"--kubeconfig", kubeconfig, "--node-mode", "--node-name=n1", "--interval=-1s", "--listen", taken.Addr().String()}, "", exitcode.Usage, "amf-agent: --interval: model (embedded leadtime)"},
 		{"agent listen address taken", []string{"--token-file", tokens, "--listen", taken.Addr().String(), "--http", "127.0.0.1:0"}, "", exitcode.Failure, "address already in use"},
 		{"inject help", []string{"inject", "--help"}, "", exitcode.OK, "Usage: amf-agent inject"},
 		{"inject unknown flag", []string{"inject", "--bogus"}, "", exitcode.Usage, "flag provided but not defined: -bogus"},
@@ -55,6 +65,34 @@ func TestExitStatusesFollowTheConvention(t *testing.T) {
 			if !strings.Contains(errb.String(), tt.say) {
 				t.Errorf("stderr lacks %q:\n%s", tt.say, errb.String())
 			}
+			if tt.want == exitcode.Usage && strings.Contains(errb.String(), "serving") {
+				t.Errorf("refused after something started serving:\n%s", errb.String())
+			}
 		})
 	}
+}
+
+// unreachableKubeconfig writes a kubeconfig whose API server nothing
+// answers at: a test that uses it shows the agent gave up before it
+// connected.
+func unreachableKubeconfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	const cfg = `apiVersion: v1
+kind: Config
+clusters:
+- name: nowhere
+  cluster: {server: "https://127.0.0.1:1"}
+users:
+- name: test
+  user: {token: not-a-real-token}
+contexts:
+- name: test
+  context: {cluster: nowhere, user: test}
+current-context: test
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -69,32 +69,42 @@ func (f *livenessFlags) check(actuation bool, node string) error {
 	return nil
 }
 
-// nodeLiveness is package liveness's Agent wired to the actuator: nil
+// config is the node-loss peer's configuration (checked by its Validate).
+func (f *livenessFlags) config(client kubernetes.Interface, node string, log *slog.Logger, reg prometheus.Registerer) *liveness.PeerConfig {
+	return &liveness.PeerConfig{Cluster: cluster.NewKube(client), Namespace: f.namespace, Node: node, Listen: f.listen, Advertise: f.advertise,
+		Timing: f.timing, Logger: log, Registerer: reg}
+}
+
+// nodeLiveness is package liveness's Peer wired to the actuator: nil
 // without --liveness, and then every method does nothing.
 type nodeLiveness struct {
 	agent *liveness.Peer
+	node  string
 	log   *slog.Logger
 }
 
 // listenLiveness binds the probe address, so a taken port stops the agent at
-// start with the address in the error.
-func listenLiveness(f *livenessFlags, client kubernetes.Interface, node string, log *slog.Logger, reg prometheus.Registerer) (*nodeLiveness, error) {
-	a, err := liveness.Listen(liveness.PeerConfig{Cluster: cluster.NewKube(client), Namespace: f.namespace, Node: node, Listen: f.listen, Advertise: f.advertise,
-		Timing: f.timing, Logger: log, Registerer: reg})
+// start with the address in the error. Without --liveness (cfg nil) it
+// binds nothing and returns nil.
+func listenLiveness(cfg *liveness.PeerConfig) (*nodeLiveness, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	a, err := liveness.Listen(*cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--liveness: %w", err)
 	}
-	return &nodeLiveness{agent: a, log: log}, nil
+	return &nodeLiveness{agent: a, node: cfg.Node, log: cfg.Logger}, nil
 }
 
 // configure sets the actuator's part of node loss (nothing without
 // --liveness): command is the fence's lever, the agent's commands to the
 // sidecars.
-func (l *nodeLiveness) configure(c *actuate.Config, node string, command func(podsignal.Command) error) {
+func (l *nodeLiveness) configure(c *actuate.Config, command func(podsignal.Command) error) {
 	if l == nil {
 		return
 	}
-	c.Node, c.OnGuards = node, func(g actuate.Guards) { l.agent.SetGuards(g.Guard, g.GuardedBy) }
+	c.Node, c.OnGuards = l.node, func(g actuate.Guards) { l.agent.SetGuards(g.Guard, g.GuardedBy) }
 	c.Command = command
 }
 

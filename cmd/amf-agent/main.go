@@ -10,6 +10,11 @@
 //
 // Signals: SIGINT/SIGTERM stop it; SIGHUP reloads --token-file.
 //
+// Exit status (package exitcode): 2 for a wrong command line, flags that do
+// not go together (options.validate) or a value a package refuses (each
+// package Config's Validate, which run calls before anything listens or
+// connects); 1 for a failure while running.
+//
 // `amf-agent inject` writes Deployments with the sidecar injected (see inject.go).
 package main
 
@@ -23,7 +28,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -36,9 +40,8 @@ import (
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/connkill"
-	"github.com/amf-edge/amf/detect"
-	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/internal/exitcode"
+	"github.com/amf-edge/amf/liveness"
 	"github.com/amf-edge/amf/nodewatch"
 	"github.com/amf-edge/amf/podsignal"
 )
@@ -75,6 +78,10 @@ func mainCode(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return exitcode.Of(err)
 }
 
+// run is the agent: the options are checked (options.validate), then every
+// package's Config is built from them and checked by its Validate, so that
+// a bad value is a usage error before anything listens or connects; then
+// the parts start, and run waits for them once the broker stops.
 func run(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("amf-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -96,36 +103,78 @@ func run(args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	var (
-		auth    agent.Authenticator
-		kubeCfg *rest.Config
-	)
+	auth, err := chooseAuthenticator(o, log)
+	if err != nil {
+		return err
+	}
+	acfg := o.agentConfig(auth.Authenticator, log)
+	if err := acfg.Validate(); err != nil {
+		return exitcode.UsageErr(err)
+	}
+	a, err := agent.New(acfg) // binds nothing yet
+	if err != nil {
+		return err
+	}
+	p, err := configure(o, auth, a, log)
+	if err != nil {
+		return err
+	}
+	if err := p.validate(); err != nil {
+		return exitcode.UsageErr(err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if auth.tokens != nil {
+		go reloadOnHangup(ctx, auth.tokens, o.tokenFile, log)
+	}
+	waits, err := p.start(ctx, a, log)
+	if err != nil {
+		return err
+	}
+	err = a.Run(ctx)
+	cancel()
+	return waitAll(err, waits)
+}
+
+// authenticator is how the agent proves the sidecars' identities: a static
+// token file, or TokenReview on the Kubernetes API whose configuration the
+// agent's other clients share.
+type authenticator struct {
+	agent.Authenticator
+	tokens  *agent.StaticTokens // with --token-file, reloaded on SIGHUP
+	kubeCfg *rest.Config        // without it
+}
+
+// chooseAuthenticator loads --token-file, or sets up TokenReview.
+func chooseAuthenticator(o *options, log *slog.Logger) (authenticator, error) {
 	if o.tokenFile != "" {
 		tokens, err := agent.LoadStaticTokens(o.tokenFile)
 		if err != nil {
-			return err
+			return authenticator{}, err
 		}
 		log.Info("static token file loaded", slog.String("path", o.tokenFile), slog.Int("tokens", tokens.Len()))
-		go reloadOnHangup(ctx, tokens, o.tokenFile, log)
-		auth = tokens
-	} else {
-		cfg, err := restConfig(o.kubeconfig)
-		if err != nil {
-			return err
-		}
-		// Many sidecars reconnect at once when the agent restarts; client-go's
-		// default of 5 requests/s would admit 110 of them in 22 s.
-		cfg.QPS, cfg.Burst = 50, 100
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("TokenReview client: %w", err)
-		}
-		auth = agent.NewTokenReviewAuthenticator(cluster.NewKube(client), agent.TokenReviewOptions{Audience: o.audience, NodeName: o.nodeName})
-		log.Info("authenticating with TokenReview", slog.String("api_server", cfg.Host), slog.String("audience", o.audience), slog.String("node", o.nodeName))
-		kubeCfg = cfg
+		return authenticator{Authenticator: tokens, tokens: tokens}, nil
 	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return authenticator{}, err
+	}
+	// Many sidecars reconnect at once when the agent restarts; client-go's
+	// default of 5 requests/s would admit 110 of them in 22 s.
+	cfg.QPS, cfg.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return authenticator{}, fmt.Errorf("TokenReview client: %w", err)
+	}
+	auth := agent.NewTokenReviewAuthenticator(cluster.NewKube(client), agent.TokenReviewOptions{Audience: o.audience, NodeName: o.nodeName})
+	log.Info("authenticating with TokenReview", slog.String("api_server", cfg.Host), slog.String("audience", o.audience), slog.String("node", o.nodeName))
+	return authenticator{Authenticator: auth, kubeCfg: cfg}, nil
+}
 
-	a, err := agent.New(agent.Config{
+// agentConfig is the control plane's configuration (package agent).
+func (o *options) agentConfig(auth agent.Authenticator, log *slog.Logger) agent.Config {
+	return agent.Config{
 		MQTTAddr:      o.listen,
 		HTTPAddr:      o.httpAddr,
 		Authenticator: auth,
@@ -137,82 +186,153 @@ func run(args []string, stderr io.Writer) error {
 
 		MaxPendingPerSource: o.perSource,
 		ConnectTimeout:      o.connTimeout,
-	})
-	if err != nil {
-		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	waitWatch := func() error { return nil }
-	if o.connkillSocket != "" {
-		if waitWatch, err = startConnkill(ctx, kubeCfg, o.connkillSocket, log.With("component", "connkill")); err != nil {
-			return err
-		}
-	}
+}
+
+// parts are what the agent runs beside its broker, each as its flags ask:
+// configured by configure and checked by validate before any starts.
+type parts struct {
+	kubeCfg        *rest.Config
+	connkillSocket string            // "": no connkill watch
+	node           *nodewatch.Config // nil without --node-mode
+	act            *actuation        // nil without --actuate
+}
+
+// configure builds the configuration of every part the options ask for;
+// a is the control plane they feed and act for. Nothing is started.
+func configure(o *options, auth authenticator, a *agent.Server, log *slog.Logger) (*parts, error) {
+	p := &parts{kubeCfg: auth.kubeCfg, connkillSocket: o.connkillSocket}
+	var err error
 	if o.nodeMode {
-		waitConnkill := waitWatch
-		waitNode, err := startNodeMode(ctx, kubeCfg, a, nodewatchFlags{node: o.nodeName, cgroupRoot: o.hostCgroup, kubeletRoot: o.kubeletRoot, interval: o.interval}, log)
-		if err != nil {
+		if p.node, err = nodewatchConfig(auth.kubeCfg, a, o, log.With("component", "nodewatch")); err != nil {
+			return nil, err
+		}
+	}
+	if o.actuation {
+		if p.act, err = configureActuation(o, auth, a, log); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// validate checks each part's configuration with its package's Validate.
+func (p *parts) validate() error {
+	if p.node != nil {
+		if err := p.node.Validate(); err != nil {
 			return err
 		}
-		waitWatch = func() error { return errors.Join(waitNode(), waitConnkill()) }
 	}
-	if !o.actuation {
-		err := a.Run(ctx)
-		cancel()
-		if werr := waitWatch(); werr != nil && err == nil {
+	if p.act != nil {
+		return p.act.validate()
+	}
+	return nil
+}
+
+// start starts the parts: the connkill watch, node mode, then actuation.
+// waits return once each has stopped (after ctx ends), in the order their
+// errors count (waitAll).
+func (p *parts) start(ctx context.Context, a *agent.Server, log *slog.Logger) (waits []func() error, err error) {
+	waitConnkill, waitNode := noWait, noWait
+	if p.connkillSocket != "" {
+		if waitConnkill, err = startConnkill(ctx, p.kubeCfg, p.connkillSocket, log.With("component", "connkill")); err != nil {
+			return nil, err
+		}
+	}
+	if p.node != nil {
+		if waitNode, err = startNodeMode(ctx, *p.node, log); err != nil {
+			return nil, err
+		}
+	}
+	if p.act != nil {
+		if waits, err = p.act.start(ctx, a, log); err != nil {
+			return nil, err
+		}
+	}
+	// The watches' errors count after the actuation's.
+	return append(waits, func() error { return errors.Join(waitNode(), waitConnkill()) }), nil
+}
+
+// noWait is the wait of a part not started.
+func noWait() error { return nil }
+
+// waitAll waits for every part in order and returns err, else the first
+// part's error: the first to say why the agent stopped.
+func waitAll(err error, waits []func() error) error {
+	for _, wait := range waits {
+		if werr := wait(); werr != nil && err == nil {
 			err = werr
 		}
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(kubeCfg)
-	if err != nil {
-		return fmt.Errorf("actuation client: %w", err)
-	}
-	var nl *nodeLiveness
-	if o.live.on {
-		if nl, err = listenLiveness(o.live, cs, o.nodeName, log.With("component", "liveness"), a.MetricsRegisterer()); err != nil {
-			return err
-		}
-	}
-	acfg := actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: o.observeOnly, Instance: o.nodeName, ResumeOnStart: o.resume, Registerer: a.MetricsRegisterer()}
-	waitState := func() error { return nil }
-	if o.stateListen != "" {
-		peers := stateHubPeers{advertise: o.stateAdvertise, tokenFile: o.statePeerToken}
-		if o.statePeerToken != "" {
-			reviews, err := kubernetes.NewForConfig(kubeCfg)
-			if err != nil {
-				return fmt.Errorf("TokenReview client: %w", err)
-			}
-			peers.reviews = cluster.NewKube(reviews)
-		}
-		if acfg.States, waitState, err = serveStateHub(ctx, o.stateListen, auth, peers, &acfg, a.MetricsRegisterer(), log.With("component", "statehub")); err != nil {
-			return err
-		}
-	}
-	nl.configure(&acfg, o.nodeName, a.Command)
-	act, err := actuate.New(acfg)
-	if err != nil {
-		return err
-	}
-	log.Info("actuation on", slog.Bool("dry_run", o.observeOnly), slog.Bool("resume_on_start", o.resume))
-	wait := agent.StartActuation(ctx, a.Tracker(), act)
-	waitLiveness := nl.start(ctx, act)
-	err = a.Run(ctx)
-	cancel()
-	if aerr := wait(); aerr != nil && err == nil {
-		err = aerr
-	}
-	if serr := waitState(); serr != nil && err == nil {
-		err = serr
-	}
-	if lerr := waitLiveness(); lerr != nil && err == nil {
-		err = lerr
-	}
-	if werr := waitWatch(); werr != nil && err == nil {
-		err = werr
 	}
 	return err
+}
+
+// actuation is --actuate's part: the actuator, with --liveness the node-loss
+// peer that works with it, and with --state-listen the state hub.
+type actuation struct {
+	cfg  actuate.Config
+	live *liveness.PeerConfig // nil without --liveness
+	hub  *stateHub            // nil without --state-listen
+}
+
+// configureActuation builds the actuator's configuration and its parts'.
+func configureActuation(o *options, auth authenticator, a *agent.Server, log *slog.Logger) (*actuation, error) {
+	cs, err := kubernetes.NewForConfig(auth.kubeCfg)
+	if err != nil {
+		return nil, fmt.Errorf("actuation client: %w", err)
+	}
+	ac := &actuation{cfg: actuate.Config{Client: cs, Logger: log.With("component", "actuate"), DryRun: o.observeOnly, Instance: o.nodeName,
+		ResumeOnStart: o.resume, Registerer: a.MetricsRegisterer()}}
+	if o.live.on {
+		ac.live = o.live.config(cs, o.nodeName, log.With("component", "liveness"), a.MetricsRegisterer())
+	}
+	if o.stateListen != "" {
+		if ac.hub, err = configureStateHub(o, auth, a.MetricsRegisterer(), log.With("component", "statehub")); err != nil {
+			return nil, err
+		}
+	}
+	return ac, nil
+}
+
+// validate checks the actuator's, the peer's and the hub's configurations.
+func (ac *actuation) validate() error {
+	if err := ac.cfg.Validate(); err != nil {
+		return err
+	}
+	if ac.live != nil {
+		if err := ac.live.Validate(); err != nil {
+			return fmt.Errorf("--liveness: %w", err)
+		}
+	}
+	if ac.hub != nil {
+		return ac.hub.cfg.Validate()
+	}
+	return nil
+}
+
+// start binds the liveness probe address and the state hub, then starts the
+// actuator on a's tracker and the liveness peer beside it. waits return
+// once each has stopped (after ctx ends): the actuator's, the hub's, the
+// peer's.
+func (ac *actuation) start(ctx context.Context, a *agent.Server, log *slog.Logger) (waits []func() error, err error) {
+	nl, err := listenLiveness(ac.live)
+	if err != nil {
+		return nil, err
+	}
+	waitState := noWait
+	if ac.hub != nil {
+		if waitState, err = ac.hub.serve(ctx, &ac.cfg); err != nil {
+			return nil, err
+		}
+	}
+	nl.configure(&ac.cfg, a.Command)
+	act, err := actuate.New(ac.cfg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("actuation on", slog.Bool("dry_run", ac.cfg.DryRun), slog.Bool("resume_on_start", ac.cfg.ResumeOnStart))
+	wait := agent.StartActuation(ctx, a.Tracker(), act)
+	return []func() error{wait, waitState, nl.start(ctx, act)}, nil
 }
 
 // startConnkill starts the EndpointSlice watch of --connkill-socket; wait
@@ -228,15 +348,9 @@ func startConnkill(ctx context.Context, cfg *rest.Config, socket string, log *sl
 	return func() error { return <-done }, nil
 }
 
-// nodewatchFlags are --node-mode's settings.
-type nodewatchFlags struct {
-	node, cgroupRoot, kubeletRoot string
-	interval                      time.Duration
-}
-
-// startNodeMode starts the node-mode watcher (package nodewatch) feeding
-// a's tracker; wait returns once it stopped (after ctx ends).
-func startNodeMode(ctx context.Context, cfg *rest.Config, a *agent.Server, f nodewatchFlags, log *slog.Logger) (wait func() error, err error) {
+// nodewatchConfig is --node-mode's watcher (package nodewatch) of the pods
+// of --node-name, feeding a's tracker.
+func nodewatchConfig(cfg *rest.Config, a *agent.Server, o *options, log *slog.Logger) (*nodewatch.Config, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("node mode client: %w", err)
@@ -245,36 +359,34 @@ func startNodeMode(ctx context.Context, cfg *rest.Config, a *agent.Server, f nod
 	if err != nil {
 		return nil, fmt.Errorf("node mode metadata client: %w", err)
 	}
-	m, err := model.Default()
-	if err == nil {
-		_, err = detect.FeatureConfig(m, f.interval)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("--interval: %w", err)
-	}
 	var opts []cgroup.Option
-	if f.cgroupRoot != "" {
-		opts = append(opts, cgroup.WithCgroupRoot(f.cgroupRoot))
+	if o.hostCgroup != "" {
+		opts = append(opts, cgroup.WithCgroupRoot(o.hostCgroup))
 	}
-	if f.kubeletRoot != "" {
-		opts = append(opts, cgroup.WithKubeletCgroupRoot(f.kubeletRoot))
+	if o.kubeletRoot != "" {
+		opts = append(opts, cgroup.WithKubeletCgroupRoot(o.kubeletRoot))
 	}
-	w, err := nodewatch.New(nodewatch.Config{
-		Client: cs, Metadata: md, NodeName: f.node, Interval: f.interval, Cgroup: opts,
-		Log: log.With("component", "nodewatch"),
+	return &nodewatch.Config{
+		Client: cs, Metadata: md, NodeName: o.nodeName, Interval: o.interval, Cgroup: opts, Log: log,
 		Begin: func(id podsignal.PodID) nodewatch.Session {
 			if s := a.Tracker().BeginLocal(id); s != nil {
 				return s
 			}
 			return nil // not a nil *LocalSession in an interface
 		},
-	})
+	}, nil
+}
+
+// startNodeMode starts the node-mode watcher; wait returns once it stopped
+// (after ctx ends).
+func startNodeMode(ctx context.Context, cfg nodewatch.Config, log *slog.Logger) (wait func() error, err error) {
+	w, err := nodewatch.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	log.Info("node mode on", slog.String("node", f.node), slog.String("interval", f.interval.String()))
+	log.Info("node mode on", slog.String("node", cfg.NodeName), slog.String("interval", cfg.Interval.String()))
 	return func() error { return <-done }, nil
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"github.com/amf-edge/amf/agent"
 	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/detect"
+	"github.com/amf-edge/amf/infer/model"
 )
 
 // options are amf-agent's flags; validate says whether they go together,
@@ -57,9 +59,10 @@ func addFlags(fs *flag.FlagSet) *options {
 }
 
 // validate says what is wrong with the options, if anything, and returns
-// the log level they give. The values of each package's settings are that
-// package's to check (agent.New, actuate.New, nodewatch.New); here is only
-// what the command line combines.
+// the log level they give. Here is only what the command line combines;
+// the values of each package's settings are checked by that package's
+// Config.Validate (agent, actuate, nodewatch, liveness, statehub), which
+// run calls before it starts anything.
 func (o *options) validate() (slog.Level, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
@@ -93,6 +96,18 @@ func (o *options) validate() (slog.Level, error) {
 		return 0, errors.New("--connkill-socket needs the Kubernetes API (--kubeconfig or in-cluster), not --token-file: it watches the EndpointSlices")
 	case o.tokenFile != "" && (o.kubeconfig != "" || o.nodeName != ""):
 		return 0, errors.New("--token-file excludes --kubeconfig and --node-name (TokenReview options)")
+	}
+	if o.nodeMode {
+		// Node mode samples every --interval with the model a pod names,
+		// by default the default one: an interval it cannot run at would
+		// leave every pod that names none unwatched.
+		m, err := model.Default()
+		if err == nil {
+			_, err = detect.FeatureConfig(m, o.interval)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("--interval: %w", err)
+		}
 	}
 	return level, nil
 }

@@ -35,6 +35,9 @@ func TestOptionsThatDoNotGoTogetherAreRefusedBeforeAnythingStarts(t *testing.T) 
 		{"connkill", []string{"--connkill-socket=/run/amf/connkill.sock", "--node-name=n1"}, ""},
 		{"liveness without actuation", []string{"--liveness", "--node-name=n1", "--liveness-advertise=10.0.0.5:1885"}, "--liveness needs --actuate"},
 		{"liveness without an address", []string{"--liveness", "--actuate", "--node-name=n1"}, "--liveness needs --liveness-advertise"},
+		{"node mode at a negative interval", []string{"--node-mode", "--node-name=n1", "--interval=-1s"}, "sampling interval -1s is not positive"},
+		{"node mode slower than the default model samples", []string{"--node-mode", "--node-name=n1", "--interval=10s"}, "slower than the model's sample_interval"},
+		{"an interval without node mode is not node mode's", []string{"--interval=10s"}, ""},
 		{"liveness on a bad port", []string{"--liveness", "--actuate", "--node-name=n1", "--liveness-advertise=10.0.0.5:0"}, "is not a TCP port"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -91,30 +91,57 @@ func (t *targetFlags) open() (detect.Source, func(context.Context) (detect.Sourc
 	return r, find, err
 }
 
+// runFlags are amf-sidecar run's flags.
+type runFlags struct {
+	target    targetFlags
+	windows   *windowFlags
+	memoryRef *memoryReferenceFlag
+	interval  time.Duration
+	modelPath string
+	httpAddr  string
+	logLevel  string
+	// The app-logic probe.
+	probeMQTT, probeTCP         string
+	probeInterval, probeTimeout time.Duration
+	// The signals to the node agent.
+	agent, tokenFile string
+	keepAlive        time.Duration
+	// The broker's state.
+	stateFile, stateHub, stateProcess string
+	stateEvery                        time.Duration
+}
+
+func registerRunFlags(fs *flag.FlagSet) *runFlags {
+	f := &runFlags{}
+	f.target.register(fs)
+	fs.DurationVar(&f.interval, "interval", time.Second, intervalHelp)
+	fs.StringVar(&f.modelPath, "model", "", modelHelp()+" to run on; the feature windows come from its manifest. An unusable one (unknown name, bad file, or a feature spec this build cannot compute at --interval) is refused, and the sidecar runs on the default model and says so")
+	f.windows = registerWindowFlags(fs)
+	fs.StringVar(&f.httpAddr, "http", healthcheck.DefaultAddr, "health endpoint address (/healthz /readyz /status /metrics, POST /signal from loopback); empty disables it")
+	fs.StringVar(&f.probeMQTT, "probe-mqtt", "", "app-logic probe: MQTT broker beside the sidecar, e.g. tcp://127.0.0.1:1883")
+	fs.StringVar(&f.probeTCP, "probe-tcp", "", "app-logic probe for non-MQTT apps: host:port to connect to")
+	fs.DurationVar(&f.probeInterval, "probe-interval", healthcheck.DefaultInterval, "time between app-logic probes")
+	fs.DurationVar(&f.probeTimeout, "probe-timeout", healthcheck.DefaultTimeout, "app-logic probe timeout")
+	fs.StringVar(&f.agent, "agent", os.Getenv("AMF_AGENT"), "node agent's control-plane broker, e.g. tcp://$(NODE_IP):1884 (env AMF_AGENT); empty: no signals")
+	fs.StringVar(&f.target.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "this pod's namespace (env POD_NAMESPACE)")
+	fs.StringVar(&f.target.podName, "pod", os.Getenv("POD_NAME"), "this pod's name (env POD_NAME)")
+	fs.StringVar(&f.tokenFile, "token-file", "/var/run/secrets/amf/token", "projected ServiceAccount token (audience amf-agent), or a static token file")
+	fs.DurationVar(&f.keepAlive, "keepalive", 5*time.Second, "MQTT keep-alive to the agent: bounds how long a frozen sidecar goes unnoticed")
+	fs.StringVar(&f.stateFile, "state-file", "", "the broker's persistence file as this sidecar sees it (Mosquitto's persistence_location + persistence_file, on the data volume inject --state-dir mounts here): its final state is handed to the node agent, and a state the agent hands this pod is put in; empty: the broker's state is not carried")
+	fs.StringVar(&f.stateHub, "state-hub", os.Getenv("AMF_STATE_HUB"), "the node agent's state hub, e.g. http://$(NODE_IP):1886 (env AMF_STATE_HUB); needed with --state-file")
+	fs.DurationVar(&f.stateEvery, "state-snapshot-every", 5*time.Second, "with --state-file: how often the broker writes its state (SIGUSR1) to be handed to the node agent when it changed, for a failover to restart the standby on (a crashed broker writes no final state); what it took in since is lost. Mosquitto writes its whole state each time. 0: none")
+	fs.StringVar(&f.stateProcess, "state-process", handover.DefaultComm, "with --state-file: the broker's process `name` in the pod's shared process namespace")
+	f.memoryRef = registerMemoryReference(fs)
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	return f
+}
+
+// runRun is the sidecar: its configuration is built from the flags and
+// checked by sidecar.Config.Validate, so that a bad value is a usage error
+// before the health endpoint binds or the agent is dialled; then it runs.
 func runRun(ctx context.Context, args []string, io stdio) int {
 	fs := newFlagSet("run", io)
-	var target targetFlags
-	target.register(fs)
-	interval := fs.Duration("interval", time.Second, intervalHelp)
-	modelPath := fs.String("model", "", modelHelp()+" to run on; the feature windows come from its manifest. An unusable one (unknown name, bad file, or a feature spec this build cannot compute at --interval) is refused, and the sidecar runs on the default model and says so")
-	windows := registerWindowFlags(fs)
-	httpAddr := fs.String("http", healthcheck.DefaultAddr, "health endpoint address (/healthz /readyz /status /metrics, POST /signal from loopback); empty disables it")
-	probeMQTT := fs.String("probe-mqtt", "", "app-logic probe: MQTT broker beside the sidecar, e.g. tcp://127.0.0.1:1883")
-	probeTCP := fs.String("probe-tcp", "", "app-logic probe for non-MQTT apps: host:port to connect to")
-	probeInterval := fs.Duration("probe-interval", healthcheck.DefaultInterval, "time between app-logic probes")
-	probeTimeout := fs.Duration("probe-timeout", healthcheck.DefaultTimeout, "app-logic probe timeout")
-	agent := fs.String("agent", os.Getenv("AMF_AGENT"), "node agent's control-plane broker, e.g. tcp://$(NODE_IP):1884 (env AMF_AGENT); empty: no signals")
-	fs.StringVar(&target.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "this pod's namespace (env POD_NAMESPACE)")
-	fs.StringVar(&target.podName, "pod", os.Getenv("POD_NAME"), "this pod's name (env POD_NAME)")
-	namespace, pod := &target.namespace, &target.podName
-	tokenFile := fs.String("token-file", "/var/run/secrets/amf/token", "projected ServiceAccount token (audience amf-agent), or a static token file")
-	keepAlive := fs.Duration("keepalive", 5*time.Second, "MQTT keep-alive to the agent: bounds how long a frozen sidecar goes unnoticed")
-	stateFile := fs.String("state-file", "", "the broker's persistence file as this sidecar sees it (Mosquitto's persistence_location + persistence_file, on the data volume inject --state-dir mounts here): its final state is handed to the node agent, and a state the agent hands this pod is put in; empty: the broker's state is not carried")
-	stateHub := fs.String("state-hub", os.Getenv("AMF_STATE_HUB"), "the node agent's state hub, e.g. http://$(NODE_IP):1886 (env AMF_STATE_HUB); needed with --state-file")
-	stateEvery := fs.Duration("state-snapshot-every", 5*time.Second, "with --state-file: how often the broker writes its state (SIGUSR1) to be handed to the node agent when it changed, for a failover to restart the standby on (a crashed broker writes no final state); what it took in since is lost. Mosquitto writes its whole state each time. 0: none")
-	stateProcess := fs.String("state-process", handover.DefaultComm, "with --state-file: the broker's process `name` in the pod's shared process namespace")
-	memoryRef := registerMemoryReference(fs)
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	f := registerRunFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitcode.ForParse(err)
 	}
@@ -123,98 +150,31 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		return exitUsage
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar run: --log-level: %v\n", err)
 		return exitUsage
 	}
 	log := slog.New(slog.NewJSONHandler(io.err, &slog.HandlerOptions{Level: level}))
 	// First, so that whoever reads the log learns where to look before
 	// anything can go wrong ("health endpoint serving" follows once bound).
-	log.Info("sidecar starting", "http", *httpAddr)
+	log.Info("sidecar starting", "http", f.httpAddr)
 
-	if *interval <= 0 {
-		fmt.Fprintln(io.err, "amf-sidecar run: --interval must be positive")
-		return exitUsage
-	}
-
-	// The model first: what it needs decides whether this command line works.
-	m, warning, err := sidecar.ChooseModel(*modelPath, *interval)
+	cfg, err := f.config(log)
 	if err == nil {
-		_, err = windows.forModel(m, *interval)
+		err = exitcode.UsageErr(cfg.Validate())
 	}
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
-		if errors.Is(err, model.ErrFeatureSpec) || errors.Is(err, detect.ErrWindowGiven) {
-			return exitUsage
-		}
-		return exitFail
+		return exitcode.Of(err)
 	}
-
-	src, rediscover, openErr := target.open()
-	targetErr := ""
-	switch {
-	case openErr != nil && rediscover == nil:
-		fmt.Fprintf(io.err, "amf-sidecar run: target: %v\n", openErr)
-		return exitUsage
-	case openErr != nil:
-		targetErr = openErr.Error()
-	}
-
-	var probe healthcheck.Prober
-	switch {
-	case *probeMQTT != "" && *probeTCP != "":
-		fmt.Fprintln(io.err, "amf-sidecar run: give at most one of --probe-mqtt and --probe-tcp")
-		return exitUsage
-	case *probeMQTT != "":
-		probe, err = healthcheck.NewMQTTProber(healthcheck.MQTTConfig{Broker: *probeMQTT, Interval: *probeInterval, Timeout: *probeTimeout})
-	case *probeTCP != "":
-		probe, err = healthcheck.NewTCPProber(healthcheck.TCPConfig{Address: *probeTCP, Interval: *probeInterval, Timeout: *probeTimeout})
-	}
-	if err != nil {
-		fmt.Fprintf(io.err, "amf-sidecar run: probe: %v\n", err)
-		return exitUsage
-	}
-
-	var pub sidecar.Publisher // nil, not a nil *Signaller, when there is no agent
-	if *agent != "" {
-		sig, err := sidecar.NewSignaller(sidecar.SignallerConfig{
-			Broker: *agent, Namespace: *namespace, Pod: *pod, TokenFile: *tokenFile,
-			KeepAlive: *keepAlive, Log: log,
-		})
-		if err != nil {
-			fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
-			return exitUsage
-		}
-		pub = sig
-	} else {
-		log.Warn("no --agent given: health is served locally but not signalled to a node agent")
-	}
-
-	var state *sidecar.StateConfig
-	if *stateFile != "" {
-		if err := statehub.CheckURL(*stateHub); err != nil {
-			fmt.Fprintf(io.err, "amf-sidecar run: --state-file needs --state-hub (or AMF_STATE_HUB): %v\n", err)
-			return exitUsage
-		}
-		state = &sidecar.StateConfig{
-			Broker:        handover.Broker{File: *stateFile, Comm: *stateProcess},
-			SnapshotEvery: *stateEvery,
-			Hub:           &statehub.Client{URL: *stateHub, Pod: podsignal.PodID{Namespace: *namespace, Pod: *pod}, TokenFile: *tokenFile},
-		}
-	}
-
-	sc, err := sidecar.New(sidecar.Config{
-		Source: src, Rediscover: rediscover, TargetError: targetErr, MemoryReference: memoryRef.ref, Interval: *interval,
-		Model: m, ModelWarning: warning, Probe: probe, Publisher: pub,
-		HTTPAddr: *httpAddr, Log: log, State: state,
-	})
+	sc, err := sidecar.New(cfg)
 	if err != nil {
 		fmt.Fprintf(io.err, "amf-sidecar run: %v\n", err)
 		return exitFail
 	}
-	started := []any{"target", sc.Status().Target, "model", m.Source(), "interval", *interval}
-	if targetErr != "" {
-		started = append(started, "target_error", targetErr)
+	started := []any{"target", sc.Status().Target, "model", cfg.Model.Source(), "interval", cfg.Interval}
+	if cfg.TargetError != "" {
+		started = append(started, "target_error", cfg.TargetError)
 	}
 	log.Info("sidecar started", started...)
 	if err := sc.Run(ctx); err != nil {
@@ -222,6 +182,104 @@ func runRun(ctx context.Context, args []string, io stdio) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// config builds the sidecar's configuration from the flags, in the order
+// the checks were always made: the interval and the model first (what the
+// model needs decides whether the command line works), then the target,
+// the probe, the signaller and the state. An error marked
+// exitcode.UsageErr is the command line's; any other a failure.
+func (f *runFlags) config(log *slog.Logger) (sidecar.Config, error) {
+	if f.interval <= 0 {
+		return sidecar.Config{}, exitcode.Usagef("--interval must be positive")
+	}
+	m, warning, err := sidecar.ChooseModel(f.modelPath, f.interval)
+	if err == nil {
+		_, err = f.windows.forModel(m, f.interval)
+	}
+	if errors.Is(err, model.ErrFeatureSpec) || errors.Is(err, detect.ErrWindowGiven) {
+		return sidecar.Config{}, exitcode.UsageErr(err)
+	}
+	if err != nil {
+		return sidecar.Config{}, err
+	}
+	src, rediscover, openErr := f.target.open()
+	targetErr := ""
+	switch {
+	case openErr != nil && rediscover == nil:
+		return sidecar.Config{}, exitcode.Usagef("target: %w", openErr)
+	case openErr != nil:
+		targetErr = openErr.Error()
+	}
+	probe, err := f.probe()
+	if err != nil {
+		return sidecar.Config{}, err
+	}
+	pub, err := f.publisher(log)
+	if err != nil {
+		return sidecar.Config{}, err
+	}
+	state, err := f.state()
+	if err != nil {
+		return sidecar.Config{}, err
+	}
+	return sidecar.Config{
+		Source: src, Rediscover: rediscover, TargetError: targetErr, MemoryReference: f.memoryRef.ref, Interval: f.interval,
+		Model: m, ModelWarning: warning, Probe: probe, Publisher: pub,
+		HTTPAddr: f.httpAddr, Log: log, State: state,
+	}, nil
+}
+
+// probe is the app-logic probe of --probe-mqtt or --probe-tcp; nil: none.
+func (f *runFlags) probe() (healthcheck.Prober, error) {
+	var (
+		probe healthcheck.Prober
+		err   error
+	)
+	switch {
+	case f.probeMQTT != "" && f.probeTCP != "":
+		return nil, exitcode.Usagef("give at most one of --probe-mqtt and --probe-tcp")
+	case f.probeMQTT != "":
+		probe, err = healthcheck.NewMQTTProber(healthcheck.MQTTConfig{Broker: f.probeMQTT, Interval: f.probeInterval, Timeout: f.probeTimeout})
+	case f.probeTCP != "":
+		probe, err = healthcheck.NewTCPProber(healthcheck.TCPConfig{Address: f.probeTCP, Interval: f.probeInterval, Timeout: f.probeTimeout})
+	}
+	if err != nil {
+		return nil, exitcode.Usagef("probe: %w", err)
+	}
+	return probe, nil
+}
+
+// publisher is the signaller to --agent; without one, nil (not a nil
+// *Signaller), and the sidecar only serves its endpoint.
+func (f *runFlags) publisher(log *slog.Logger) (sidecar.Publisher, error) {
+	if f.agent == "" {
+		log.Warn("no --agent given: health is served locally but not signalled to a node agent")
+		return nil, nil
+	}
+	sig, err := sidecar.NewSignaller(sidecar.SignallerConfig{
+		Broker: f.agent, Namespace: f.target.namespace, Pod: f.target.podName, TokenFile: f.tokenFile,
+		KeepAlive: f.keepAlive, Log: log,
+	})
+	if err != nil {
+		return nil, exitcode.UsageErr(err)
+	}
+	return sig, nil
+}
+
+// state is how the broker's state is carried (--state-file); nil: it is not.
+func (f *runFlags) state() (*sidecar.StateConfig, error) {
+	if f.stateFile == "" {
+		return nil, nil
+	}
+	if err := statehub.CheckURL(f.stateHub); err != nil {
+		return nil, exitcode.Usagef("--state-file needs --state-hub (or AMF_STATE_HUB): %w", err)
+	}
+	return &sidecar.StateConfig{
+		Broker:        handover.Broker{File: f.stateFile, Comm: f.stateProcess},
+		SnapshotEvery: f.stateEvery,
+		Hub:           &statehub.Client{URL: f.stateHub, Pod: podsignal.PodID{Namespace: f.target.namespace, Pod: f.target.podName}, TokenFile: f.tokenFile},
+	}, nil
 }
 
 // intervalHelp says why the sampling interval may be shorter than the model's

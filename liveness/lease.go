@@ -184,15 +184,9 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 	if err != nil {
 		return err
 	}
-	var mu sync.Mutex
-	addrs := map[string]string{} // node → AnnProbe, under mu
-	if cfg.Probe == nil && cfg.ProbeAt != nil {
-		cfg.Probe = func(ctx context.Context, node string) bool {
-			mu.Lock()
-			a := addrs[node]
-			mu.Unlock()
-			return a != "" && cfg.ProbeAt(ctx, a)
-		}
+	r := &guardRun{cfg: cfg, g: g, addrs: map[string]string{}}
+	if r.cfg.Probe == nil && r.cfg.ProbeAt != nil {
+		r.cfg.Probe = r.probeAt
 	}
 	now := time.Now()
 	for _, n := range cfg.Nodes {
@@ -202,88 +196,110 @@ func RunGuard(ctx context.Context, cfg GuardConfig) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	check := func(now time.Time) {
-		mu.Lock()
-		lost := g.Lost(now)
-		mu.Unlock()
-		for _, n := range lost {
-			if cfg.OnLost != nil {
-				cfg.OnLost(n, now)
-			}
-		}
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(cfg.Timing.Period / 5)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				check(now)
-			}
-		}
-	}()
-	if cfg.Probe != nil {
+	wg.Go(func() { r.checkEvery(ctx, cfg.Timing.Period/5) })
+	if r.cfg.Probe != nil {
 		for _, n := range cfg.Nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tick := time.NewTicker(cfg.Timing.Period)
-				defer tick.Stop()
-				for {
-					pctx, pcancel := context.WithTimeout(ctx, cfg.Timing.Period)
-					ok := cfg.Probe(pctx, n)
-					pcancel()
-					if ok {
-						at := time.Now()
-						mu.Lock()
-						g.Reached(n, at)
-						mu.Unlock()
-						cfg.Sights.Saw(n, at)
-					}
-					select {
-					case <-ctx.Done():
-						return
-					case <-tick.C:
-					}
-				}
-			}()
+			wg.Go(func() { r.probeEvery(ctx, n) })
 		}
 	}
 	nodes := append([]string{cfg.Self}, cfg.Nodes...)
 	sort.Strings(nodes)
 	sel := LabelNode + " in (" + strings.Join(nodes, ",") + ")"
-	_, err = watchtools.UntilWithSync(ctx, cfg.Cluster.LeaseListWatch(cfg.Namespace, sel), &coordinationv1.Lease{}, nil, func(ev watch.Event) (bool, error) {
-		l, ok := ev.Object.(*coordinationv1.Lease)
-		if !ok || ev.Type == watch.Deleted || l.Spec.RenewTime == nil {
-			return false, nil
-		}
-		at := time.Now()
-		node := l.Labels[LabelNode]
-		if cfg.OnEvent != nil {
-			cfg.OnEvent(node)
-		}
-		mu.Lock()
-		if a := l.Annotations[AnnProbe]; a != "" {
-			addrs[node] = a
-		}
-		beat, back := g.heartbeat(node, l.Spec.RenewTime.Time, at)
-		mu.Unlock()
-		if beat && node != cfg.Self && slices.Contains(cfg.Nodes, node) {
-			cfg.Sights.Saw(node, at)
-		}
-		if back && cfg.OnBack != nil {
-			cfg.OnBack(l.Labels[LabelNode], at)
-		}
-		return false, nil
-	})
+	_, err = watchtools.UntilWithSync(ctx, cfg.Cluster.LeaseListWatch(cfg.Namespace, sel), &coordinationv1.Lease{}, nil, r.lease)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return fmt.Errorf("liveness: watch of the guarded Leases: %w", err)
+}
+
+// guardRun is one RunGuard: its three roles (the loss check, the probes,
+// the Lease watch) share the Guard and the probe addresses under mu.
+type guardRun struct {
+	cfg   GuardConfig
+	mu    sync.Mutex
+	g     *Guard
+	addrs map[string]string // node → AnnProbe
+}
+
+// checkEvery declares the nodes lost that the Guard says are, every
+// interval, until ctx ends.
+func (r *guardRun) checkEvery(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			r.mu.Lock()
+			lost := r.g.Lost(now)
+			r.mu.Unlock()
+			for _, n := range lost {
+				if r.cfg.OnLost != nil {
+					r.cfg.OnLost(n, now)
+				}
+			}
+		}
+	}
+}
+
+// probeEvery probes node once a period (each probe bounded by it) until
+// ctx ends; an answer is a sight of the node.
+func (r *guardRun) probeEvery(ctx context.Context, node string) {
+	tick := time.NewTicker(r.cfg.Timing.Period)
+	defer tick.Stop()
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, r.cfg.Timing.Period)
+		ok := r.cfg.Probe(pctx, node)
+		pcancel()
+		if ok {
+			at := time.Now()
+			r.mu.Lock()
+			r.g.Reached(node, at)
+			r.mu.Unlock()
+			r.cfg.Sights.Saw(node, at)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// probeAt probes node at the address its Lease last advertised.
+func (r *guardRun) probeAt(ctx context.Context, node string) bool {
+	r.mu.Lock()
+	a := r.addrs[node]
+	r.mu.Unlock()
+	return a != "" && r.cfg.ProbeAt(ctx, a)
+}
+
+// lease takes one event of the guarded Leases' watch: a renewal is a
+// heartbeat of its node, and may bring it back.
+func (r *guardRun) lease(ev watch.Event) (bool, error) {
+	l, ok := ev.Object.(*coordinationv1.Lease)
+	if !ok || ev.Type == watch.Deleted || l.Spec.RenewTime == nil {
+		return false, nil
+	}
+	at := time.Now()
+	node := l.Labels[LabelNode]
+	if r.cfg.OnEvent != nil {
+		r.cfg.OnEvent(node)
+	}
+	r.mu.Lock()
+	if a := l.Annotations[AnnProbe]; a != "" {
+		r.addrs[node] = a
+	}
+	beat, back := r.g.heartbeat(node, l.Spec.RenewTime.Time, at)
+	r.mu.Unlock()
+	if beat && node != r.cfg.Self && slices.Contains(r.cfg.Nodes, node) {
+		r.cfg.Sights.Saw(node, at)
+	}
+	if back && r.cfg.OnBack != nil {
+		r.cfg.OnBack(node, at)
+	}
+	return false, nil
 }
 
 // ProbeAddrOf returns the probe address node's agent advertises on its

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -54,6 +55,34 @@ func (a *Actuator) scale(ctx context.Context, k podKey, replicas int32) error {
 	return nil
 }
 
+// namedPodGone says why the pod a stateful standby sb names ready
+// (contract.AnnStandbyReady) cannot take the primary's place, "" when it
+// can or sb is not stateful. The mark is written and cleared by the agent
+// of that pod's node; when the node is lost, its agent is too, and the
+// mark stands over a pod that is being deleted (evicted from the
+// unreachable node, Terminating until the node comes back) or gone, while
+// the Deployment still counts a pod (the replacement, Pending). An error
+// of the read counts as gone: the primary is kept rather than retired
+// onto what cannot be seen.
+func (a *Actuator) namedPodGone(ctx context.Context, sb *appsv1.Deployment) string {
+	name := sb.Annotations[contract.AnnStandbyReady]
+	if !statefulDeployment(sb) || name == "" {
+		return ""
+	}
+	pod, err := a.cluster.Pod(ctx, sb.Namespace, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "its pod " + name + ", named ready, is gone"
+	case err != nil:
+		return "its pod " + name + ", named ready, not read: " + err.Error()
+	case pod.DeletionTimestamp != nil:
+		return "its pod " + name + ", named ready, is being deleted"
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		return "its pod " + name + ", named ready, has ended (" + string(pod.Status.Phase) + ")"
+	}
+	return ""
+}
+
 // retire scales the primary to zero once the standby is Ready right now, then
 // exchanges the roles: the standby becomes the primary (with the policy and a
 // record carrying the switchover time for the flap guard) and the old primary
@@ -74,6 +103,14 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 		w.gate.Step(StandbyReadiness(a.now(), false))
 		_ = a.writeRecord(ctx, w)
 		return fmt.Errorf("%w (%s: %d ready, generation %d observed %d)", ErrStandbyNotReady, sk, sb.Status.ReadyReplicas, sb.Generation, sb.Status.ObservedGeneration)
+	}
+	if why := a.namedPodGone(ctx, sb); why != "" {
+		// The mark outlived its pod: the agent that would clear it went
+		// with the pod's node. Not ready, until a pod of the standby is
+		// named ready again.
+		w.gate.Step(StandbyReadiness(a.now(), false))
+		_ = a.writeRecord(ctx, w)
+		return fmt.Errorf("%w (%s: %s)", ErrStandbyNotReady, sk, why)
 	}
 	// Before the scale: the retired broker's final state may come at once.
 	handoverAnn, stateWarning, stateReason, stateNote := a.planHandover(w, sb, w.gate.Rec.Failover)

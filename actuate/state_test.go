@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/podsignal"
@@ -418,4 +420,41 @@ func TestAStatefulPairIsRetiredWithoutTheHold(t *testing.T) {
 	f.await(t, "the standby named ready", func() bool { return f.depLocked(ns, "standby").Annotations[contract.AnnStandbyReady] == sp })
 	r.switchOver()
 	f.await(t, "retired at once, not after the default hold of 15 s", func() bool { return slices.Contains(f.Writes, "scale edge/primary 0") })
+}
+
+// TestAStandbyNamedReadyByAnAgentGoneWithItsNodeIsNotRetiredOnto: the
+// agent of the standby's node writes and clears amf.io/standby-ready; when
+// that node is lost its agent goes with it, and the mark stands over a pod
+// evicted from the node (Terminating while the node is unreachable) or
+// deleted, while the Deployment still counts a pod (its replacement,
+// Pending). A switchover then keeps the primary.
+func TestAStandbyNamedReadyByAnAgentGoneWithItsNodeIsNotRetiredOnto(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(p *corev1.Pod, f *fakeCluster)
+		why  string
+	}{
+		{"its pod evicted, Terminating on the lost node", func(p *corev1.Pod, _ *fakeCluster) {
+			p.DeletionTimestamp = ptr.To(metav1.Now())
+		}, "is being deleted"},
+		{"its pod deleted", func(p *corev1.Pod, f *fakeCluster) { delete(f.Pods, key(ns, p.Name)) }, "is gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startStateful(t, time.Minute)
+			f := r.f
+			f.Lock()
+			tc.lose(f.Pods[key(ns, r.sp)], f)
+			f.Unlock()
+			r.switchOver()
+			r.logs.wait(t, "the retirement refused", func(l map[string]any) bool {
+				e, _ := l["error"].(string)
+				return l["msg"] == "decision" && strings.Contains(e, tc.why)
+			})
+			f.Lock()
+			defer f.Unlock()
+			if slices.Contains(f.Writes, "scale edge/primary 0") || f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary" {
+				t.Errorf("the primary retired onto a standby whose pod %s: %q", tc.why, f.Writes)
+			}
+		})
+	}
 }

@@ -18,8 +18,8 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 
+	"github.com/amf-edge/amf/lab/broker"
 	"github.com/amf-edge/amf/lab/proc"
 )
 
@@ -134,7 +134,7 @@ func (b *mochiBroker) start(t testing.TB) {
 	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
 		t.Fatal(err)
 	}
-	l := listeners.NewTCP(listeners.Config{ID: "tcp", Address: b.addr})
+	l := broker.NewTCP(srv, "tcp", b.addr)
 	if err := srv.AddListener(l); err != nil { // listens at once
 		t.Fatalf("mochi listener on %s: %v", b.addr, err)
 	}

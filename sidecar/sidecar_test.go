@@ -16,13 +16,13 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/infer/model/modeltest"
+	"github.com/amf-edge/amf/lab/broker"
 	"github.com/amf-edge/amf/podsignal"
 )
 
@@ -45,7 +45,7 @@ func startBroker(t *testing.T) (*mochi.Server, string) {
 	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
 		t.Fatal(err)
 	}
-	l := listeners.NewTCP(listeners.Config{ID: "tcp", Address: "127.0.0.1:0"})
+	l := broker.NewTCP(srv, "tcp", "127.0.0.1:0")
 	if err := srv.AddListener(l); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,8 @@ import rbacv1 "k8s.io/api/rbac/v1"
 //   - deployments/scale update: scale 0↔1 through the scale subresource (one
 //     unconditional update, safe to repeat, so no get).
 //   - replicasets get: map a pod to its Deployment.
-//   - pods get: owner and readiness gates of a signalling pod.
+//   - pods get: owner and readiness gates of a signalling pod; the pod a
+//     stateful standby names ready (amf.io/standby-ready), at the retirement.
 //   - pods/status patch: the amf.io/healthy condition only.
 //   - pods/resize patch: a resize in place of the broker container's
 //     memory (resize.go), only for workloads that set amf.io/memory-ceiling.

@@ -37,7 +37,8 @@ func oomCgroup(t *testing.T) (open string, procs []string) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		t.Fatal(err)
 	}
-	name := "amf-test-sidecar-" + hex.EncodeToString(rnd[:])
+	sweepTestCgroups(t)
+	name := testCgroupPrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(rnd[:])
 	const limit = "67108864"
 	var dirs []string
 	t.Cleanup(func() {
@@ -73,6 +74,30 @@ func oomCgroup(t *testing.T) (open string, procs []string) {
 		t.Fatal(err)
 	}
 	return d, []string{filepath.Join(d, "cgroup.procs")}
+}
+
+// testCgroupPrefix names the cgroups oomCgroup makes, followed by the PID
+// of the test process that made them.
+const testCgroupPrefix = "amf-test-sidecar-"
+
+// sweepTestCgroups removes the cgroups of earlier test processes that were
+// killed before their cleanup ran (SIGKILL, or SIGQUIT for a goroutine
+// dump, skips t.Cleanup): those whose creating process is gone. A cgroup
+// of a test process still running, another copy's, is left alone.
+func sweepTestCgroups(t *testing.T) {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", testCgroupPrefix+"*"))
+	v1, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", testCgroupPrefix+"*"))
+	for _, d := range append(dirs, v1...) {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(d), testCgroupPrefix), "-")
+		n, err := strconv.Atoi(pid)
+		if !ok || err != nil || n <= 0 || !errors.Is(syscall.Kill(n, 0), syscall.ESRCH) {
+			continue // not ours to judge, or its process still runs
+		}
+		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+			t.Logf("cgroup %s of a test process gone: not removed: %v", d, err)
+		}
+	}
 }
 
 // TestOOMKillIsSignalledWithoutWaitingForASample: a broker stand-in in a

@@ -98,16 +98,16 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	if err != nil {
 		return fmt.Errorf("get standby %s: %w", sk, err)
 	}
-	if !standbyReady(sb) {
-		// The watch was ahead of reality (or we resumed): wait for it again.
-		w.gate.Step(StandbyReadiness(a.now(), false))
-		_ = a.writeRecord(ctx, w)
-		return fmt.Errorf("%w (%s: %d ready, generation %d observed %d)", ErrStandbyNotReady, sk, sb.Status.ReadyReplicas, sb.Generation, sb.Status.ObservedGeneration)
+	// The watch may be ahead of reality (or we resumed); a stateful
+	// standby's mark may have outlived its pod, the agent that would clear
+	// it gone with the pod's node. Either way: wait for it again.
+	var why string
+	if standbyReady(sb) {
+		why = a.namedPodGone(ctx, sb)
+	} else {
+		why = fmt.Sprintf("%d ready, generation %d observed %d", sb.Status.ReadyReplicas, sb.Generation, sb.Status.ObservedGeneration)
 	}
-	if why := a.namedPodGone(ctx, sb); why != "" {
-		// The mark outlived its pod: the agent that would clear it went
-		// with the pod's node. Not ready, until a pod of the standby is
-		// named ready again.
+	if why != "" {
 		w.gate.Step(StandbyReadiness(a.now(), false))
 		_ = a.writeRecord(ctx, w)
 		return fmt.Errorf("%w (%s: %s)", ErrStandbyNotReady, sk, why)

@@ -9,11 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/amf-edge/amf/lab/controlplane"
@@ -119,26 +122,62 @@ func runChild() int {
 	select {} // until killed
 }
 
-// waitSlot takes a slot's lock (the janitor holds it until its teardown is
-// over: taking it waits for exactly that) and releases it at the test's end.
-func waitSlot(t *testing.T, name string) {
+// waitTeardown waits for the janitor of cgroup cg (amf-node<i> or
+// amf-lan<j>) to end, then tries to take its slot's lock, which it holds
+// until the test ends. It reports whether it got the lock: only then are the
+// names that belong to the slot, not to this node (its cgroup, links and
+// routes), free of another lab process that took the slot once the teardown
+// let it go — other packages' tests start nodes beside this one.
+func waitTeardown(t *testing.T, cg, lockName string) bool {
 	t.Helper()
-	lock, err := os.OpenFile(filepath.Join("/run/amf-lab/kubenode", name), os.O_RDWR, 0)
+	for _, pid := range janitors(t, cg) {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // already gone
+		}
+		if !slices.Contains(janitors(t, cg), pid) { // the PID was reused before the open
+			unix.Close(fd)
+			continue
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(time.Minute/time.Millisecond))
+		unix.Close(fd)
+		if err != nil {
+			t.Fatalf("await janitor %d of %s: %v", pid, cg, err)
+		}
+		if n == 0 {
+			t.Fatalf("the janitor of %s (process %d) still runs a minute after its lab process was killed", cg, pid)
+		}
+	}
+	lock, err := os.OpenFile(filepath.Join("/run/amf-lab/kubenode", lockName), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lock.Close() })
-	locked := make(chan error, 1)
-	go func() { locked <- syscall.Flock(int(lock.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-locked:
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Logf("slot %s was taken by another lab process after its teardown: the checks of its cgroup, links and routes are skipped", lockName)
+		return false
+	}
+	return true
+}
+
+// janitors lists the running janitors of cgroup cg.
+func janitors(t *testing.T, cg string) []int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if !strings.Contains(string(b), "\x00kubenode-janitor\x00"+cg+"\x00") {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(time.Minute):
-		t.Fatalf("slot %s is still taken a minute after its lab process was killed", name)
+		pids = append(pids, pid)
 	}
-	t.Cleanup(func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) })
+	return pids
 }
 
 // TestKilledLabProcessLeavesNothingBehind: a process that runs a node (with a
@@ -201,12 +240,11 @@ func killChild(t *testing.T, archives []string, cluster bool) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+	ours := map[int]bool{} // the node slots this test holds again
 	for _, n := range rep.Nodes {
-		waitSlot(t, fmt.Sprintf("%d.lock", n.Index))
+		ours[n.Index] = waitTeardown(t, n.Cgroup, fmt.Sprintf("%d.lock", n.Index))
 	}
-	if rep.LAN >= 0 {
-		waitSlot(t, fmt.Sprintf("lan%d.lock", rep.LAN))
-	}
+	lanOurs := rep.LAN >= 0 && waitTeardown(t, fmt.Sprintf("amf-lan%d", rep.LAN), fmt.Sprintf("lan%d.lock", rep.LAN))
 
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", rep.ContainerPID)); err == nil {
 		t.Errorf("the pod's container process %d is still running", rep.ContainerPID)
@@ -214,17 +252,20 @@ func killChild(t *testing.T, archives []string, cluster bool) {
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	routes, _ := exec.Command("ip", "route", "show").CombinedOutput()
 	for _, n := range rep.Nodes {
-		if left, _ := filepath.Glob("/sys/fs/cgroup/*/" + n.Cgroup); len(left) > 0 {
-			t.Errorf("cgroups left: %v", left)
-		}
 		if _, err := os.Stat(n.Dir); err == nil {
 			t.Errorf("node folder %s left", n.Dir)
 		}
-		if _, err := net.InterfaceByName(fmt.Sprintf("amfv%d", n.Index)); err == nil {
-			t.Errorf("the node's veth amfv%d is left", n.Index)
-		}
 		if strings.Contains(string(mounts), n.Dir) {
 			t.Errorf("mounts of %s left", n.Dir)
+		}
+		if !ours[n.Index] {
+			continue
+		}
+		if left, _ := filepath.Glob("/sys/fs/cgroup/*/" + n.Cgroup); len(left) > 0 {
+			t.Errorf("cgroups left: %v", left)
+		}
+		if _, err := net.InterfaceByName(fmt.Sprintf("amfv%d", n.Index)); err == nil {
+			t.Errorf("the node's veth amfv%d is left", n.Index)
 		}
 		for _, r := range strings.Split(string(routes), "\n") {
 			if strings.HasPrefix(r, fmt.Sprintf("10.214.%d.0/24 ", n.Index)) || strings.HasPrefix(r, fmt.Sprintf("10.215.%d.2 ", n.Index)) {
@@ -232,7 +273,7 @@ func killChild(t *testing.T, archives []string, cluster bool) {
 			}
 		}
 	}
-	if rep.LAN >= 0 {
+	if lanOurs {
 		if left, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/*/amf-lan%d", rep.LAN)); len(left) > 0 {
 			t.Errorf("LAN cgroups left: %v", left)
 		}

@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train test-cgroup2 model leadtime evaluate k8s bench arm64 test-arm64 images lint deps clean
+.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train test-cgroup2 model leadtime evaluate k8s containerd bench arm64 test-arm64 images lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -99,10 +99,13 @@ lint: ## gofmt, go vet, staticcheck
 k8s: ## build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kubelet, kube-proxy, kwok for tests into ~/.cache/amf/k8s/<version>/bin (once per machine and version; cold ~12 min)
 	tools/k8s/build.sh
 
+containerd: ## build containerd 2 for the lab's cgroup v2 guest node (lab/vmnode) into ~/.cache/amf/containerd/<version>/<arch>/bin (once per machine; cold ~2 min)
+	tools/containerd/build.sh amd64
+
 deps: ## install the Debian packages the tests use (root)
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-sklearn mosquitto mosquitto-clients qemu-user-static \
-		containerd runc containernetworking-plugins iptables iproute2 util-linux qemu-system-x86 e2fsprogs
+		containerd runc containernetworking-plugins iptables iproute2 util-linux qemu-system-x86 e2fsprogs mmdebstrap socat
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,477 @@
+package vmnode
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/images"
+)
+
+// Config configures Launch.
+type Config struct {
+	// ControlPlane is the cluster to join (lab/controlplane, on this host).
+	ControlPlane *controlplane.ControlPlane
+	// Repo is the repository root (for tools/containerd's pinned version).
+	Repo string
+	// Name is the Node's name (default amf-vmnode).
+	Name string
+	// Images are image archives (lab/images) imported before the kubelet
+	// starts; PauseImage (default images.PauseRef) must be among them.
+	Images     []string
+	PauseImage string
+	// CPUs and MemoryMiB size the guest (default 2 and 2048).
+	CPUs, MemoryMiB int
+	// Forward lists guest TCP ports reachable from the host: Node.Forwarded
+	// gives the address on 127.0.0.1 of each.
+	Forward []int
+	// Console receives the guest's console, line by line (it is kept in the
+	// node's folder too).
+	Console io.Writer
+	// Log reports progress (default: nothing).
+	Log func(format string, args ...any)
+}
+
+// Node is a running guest node.
+type Node struct {
+	Name string
+	// Dir holds the run's disk and the guest's console log.
+	Dir string
+	// KubeletVersion and RuntimeVersion are what the Node reports.
+	KubeletVersion, RuntimeVersion string
+	// Guest is what the guest said of itself before containerd started:
+	// cgroup (the file system at /sys/fs/cgroup: cgroup2fs), kernel, systemd,
+	// runc, ip.
+	Guest map[string]string
+	// Forwarded maps each of Config.Forward to its host address.
+	Forwarded map[int]string
+
+	cfg  Config
+	cmd  *exec.Cmd
+	done chan struct{} // closed when qemu has exited
+	err  error         // qemu's exit, once done
+
+	mu      sync.Mutex
+	failed  []string // the guest's reports of failed units
+	console *os.File
+}
+
+// Launch builds what is missing (the base image, once per machine), boots
+// the guest and returns once its Node is Ready. Stop ends it.
+func Launch(ctx context.Context, cfg Config) (_ *Node, err error) {
+	if cfg.ControlPlane == nil {
+		return nil, errors.New("vmnode: no control plane")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "amf-vmnode"
+	}
+	if cfg.PauseImage == "" {
+		cfg.PauseImage = images.PauseRef
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = 2
+	}
+	if cfg.MemoryMiB == 0 {
+		cfg.MemoryMiB = 2048
+	}
+	if cfg.Log == nil {
+		cfg.Log = func(string, ...any) {}
+	}
+	if err := Check(); err != nil {
+		return nil, err
+	}
+	base, err := buildBase(ctx, cfg.Log)
+	if err != nil {
+		return nil, fmt.Errorf("vmnode: %w", err)
+	}
+	sweepStale()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("amf-vmnode-%d-", os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Name: cfg.Name, Dir: dir, cfg: cfg, Guest: map[string]string{}, Forwarded: map[int]string{}, done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			n.Stop()
+		}
+	}()
+	disk, err := n.writeRunDisk()
+	if err != nil {
+		return nil, fmt.Errorf("vmnode: the run's disk: %w", err)
+	}
+	if err := n.boot(base, disk); err != nil {
+		return nil, fmt.Errorf("vmnode: %w", err)
+	}
+	if err := n.waitReady(ctx); err != nil {
+		return nil, fmt.Errorf("vmnode: %w", err)
+	}
+	return n, nil
+}
+
+// Check reports what this host lacks to run a guest node.
+func Check() error {
+	for _, c := range []string{"qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "socat"} {
+		if _, err := exec.LookPath(c); err != nil {
+			return fmt.Errorf("vmnode: no %s on this host (make deps installs it)", c)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("vmnode: building the node's root filesystem needs root")
+	}
+	return nil
+}
+
+// writeRunDisk writes the run's files (binaries, certificate, configs,
+// images, the guest's scripts) and makes them an ext4 disk labelled
+// amf-node, which the guest mounts read-only at /amf.
+func (n *Node) writeRunDisk() (string, error) {
+	root := filepath.Join(n.Dir, "amf")
+	k8sBin, err := controlplane.BinDir()
+	if err != nil {
+		return "", err
+	}
+	ctrBin, err := ContainerdBinDir(n.cfg.Repo, "amd64")
+	if err != nil {
+		return "", err
+	}
+	files := map[string]string{ // destination under /amf → source
+		"bin/kubelet": filepath.Join(k8sBin, "kubelet"),
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		files["bin/"+b] = filepath.Join(ctrBin, b)
+	}
+	for i, img := range n.cfg.Images {
+		files[fmt.Sprintf("images/%02d.tar", i)] = img
+	}
+	if err := goBuild(n.cfg.Repo, filepath.Join(root, "bin", "guestprobe"), "./lab/vmnode/guestprobe"); err != nil {
+		return "", err
+	}
+	for dst, src := range files {
+		if err := place(src, filepath.Join(root, dst)); err != nil {
+			if strings.HasPrefix(dst, "bin/") {
+				return "", fmt.Errorf("%w (run make k8s and make containerd)", err)
+			}
+			return "", err
+		}
+	}
+	cp := n.cfg.ControlPlane
+	cert, key, err := cp.ClientCertificate("system:node:"+n.Name, "system:nodes")
+	if err != nil {
+		return "", err
+	}
+	kc := clientcmdapi.NewConfig()
+	// The API server's certificate names 127.0.0.1, where the guest's
+	// forwarded address ends.
+	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: "https://" + apiGuestAddr, CertificateAuthorityData: cp.CAPEM(), TLSServerName: "127.0.0.1"}
+	kc.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	kc.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "node"}
+	kc.CurrentContext = "lab"
+	if err := clientcmd.WriteToFile(*kc, filepath.Join(root, "kubelet.kubeconfig")); err != nil {
+		return "", err
+	}
+	kubelet, err := kubeletConfig()
+	if err != nil {
+		return "", err
+	}
+	cni, err := cniConfig()
+	if err != nil {
+		return "", err
+	}
+	written := map[string][]byte{
+		"ca.crt":                     cp.CAPEM(),
+		"kubelet.yaml":               kubelet,
+		"containerd.toml":            []byte(containerdConfig(n.cfg.PauseImage)),
+		"cni/10-amf-vmnode.conflist": cni,
+		"env":                        []byte(envFile(n.Name)),
+		// Pods get no name server: nothing in the lab resolves names.
+		"resolv.conf": []byte("nameserver 127.0.0.1\noptions ndots:1\n"),
+	}
+	for _, s := range []string{"setup.sh", "images.sh", "failed.sh"} {
+		if written[s], err = guestFiles.ReadFile("guest/" + s); err != nil {
+			return "", err
+		}
+	}
+	for dst, data := range written {
+		p := filepath.Join(root, dst)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	var size int64
+	_ = filepath.Walk(root, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			size += fi.Size()
+		}
+		return nil
+	})
+	disk := filepath.Join(n.Dir, "amf.img")
+	mib := size*5/4>>20 + 64
+	if err := runLogged(context.Background(), "mkfs.ext4", "-q", "-F", "-L", "amf-node", "-d", root, disk, strconv.FormatInt(mib, 10)+"M"); err != nil {
+		return "", err
+	}
+	return disk, os.RemoveAll(root)
+}
+
+// goBuild builds a static linux/amd64 binary of the repository's package pkg.
+func goBuild(repo, out, pkg string) error {
+	goBin := os.Getenv("GO")
+	if goBin == "" {
+		goBin = "go"
+	}
+	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// place puts src at dst: a hard link where it can, else a copy.
+func place(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// kernelArgs boot the base without an initramfs (NVMe and ext4 are built
+// into Debian's cloud kernel) on the cgroup v2 hierarchy only.
+const kernelArgs = "root=/dev/nvme0n1 rw console=ttyS0 panic=-1 quiet cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 systemd.show_status=false"
+
+// boot starts qemu: TCG (KVM does not boot a guest in every VM), the base
+// booted copy-on-write, the run's disk read-only, and the user network
+// restricted to the forwards.
+func (n *Node) boot(base baseImage, disk string) error {
+	netdev := "user,id=net0,restrict=on,net=10.0.2.0/24,dhcpstart=" + guestIP
+	// One socat per guest connection, ended when qemu closes its end.
+	netdev += fmt.Sprintf(",guestfwd=tcp:%s-cmd:socat STDIO TCP:127.0.0.1:%d", apiGuestAddr, n.cfg.ControlPlane.APIServerPort())
+	for _, p := range append([]int{probePort}, n.cfg.Forward...) {
+		hp, err := freePort()
+		if err != nil {
+			return err
+		}
+		n.Forwarded[p] = net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+		netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", hp, p)
+	}
+	args := []string{
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		"-monitor", "none", "-serial", "stdio",
+		"-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
+		"-smp", strconv.Itoa(n.cfg.CPUs), "-m", strconv.Itoa(n.cfg.MemoryMiB),
+		"-kernel", base.Kernel, "-append", kernelArgs,
+		"-drive", "file=" + base.Root + ",if=none,id=root,format=raw,snapshot=on,cache=unsafe",
+		"-device", "nvme,drive=root,serial=amf-root",
+		"-drive", "file=" + disk + ",if=none,id=run,format=raw,readonly=on",
+		"-device", "nvme,drive=run,serial=amf-run",
+		"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0",
+	}
+	var err error
+	if n.console, err = os.Create(filepath.Join(n.Dir, "console.log")); err != nil {
+		return err
+	}
+	n.cmd = exec.Command("qemu-system-x86_64", args...)
+	// Its own process group, killed with this process if this process dies.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	n.cmd.Stderr = &stderr
+	out, err := n.cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := n.cmd.Start(); err != nil {
+		return fmt.Errorf("start qemu: %w", err)
+	}
+	n.cfg.Log("vmnode: booting %s (base %s, TCG, %d CPUs, %d MiB)", n.Name, base.Key, n.cfg.CPUs, n.cfg.MemoryMiB)
+	go func() {
+		n.readConsole(out)
+		err := n.cmd.Wait()
+		if s := strings.TrimSpace(stderr.String()); s != "" {
+			err = fmt.Errorf("%v: %s", err, s)
+		}
+		n.err = err
+		close(n.done)
+	}()
+	return nil
+}
+
+// escapes matches the terminal control sequences the firmware prints.
+var escapes = regexp.MustCompile(`\x1b(\[[0-9;?]*[A-Za-z]|c)`)
+
+// readConsole copies the console to the log and Config.Console and reads
+// the guest's own lines ("amf-vmnode: ...").
+func (n *Node) readConsole(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := strings.TrimRight(escapes.ReplaceAllString(sc.Text(), ""), "\r")
+		fmt.Fprintln(n.console, l)
+		if n.cfg.Console != nil {
+			fmt.Fprintln(n.cfg.Console, l)
+		}
+		// Lines of the guest's units come as "[ uptime] unit[pid]: text".
+		i := strings.Index(l, "amf-vmnode: ")
+		if i < 0 {
+			continue
+		}
+		rest := l[i+len("amf-vmnode: "):]
+		kind, fields, _ := strings.Cut(rest, " ")
+		n.mu.Lock()
+		switch kind {
+		case "guest":
+			for _, f := range strings.Fields(fields) {
+				if k, v, ok := strings.Cut(f, "="); ok {
+					n.Guest[k] = v
+				}
+			}
+		case "failed":
+			n.failed = append(n.failed, fields)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// waitReady watches the Node until it is Ready, or the guest ends.
+func (n *Node) waitReady(ctx context.Context) error {
+	c := n.cfg.ControlPlane.Client()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-n.done:
+			cancel(fmt.Errorf("qemu exited: %v; the console ends with:\n%s", n.err, n.ConsoleTail(4<<10)))
+		case <-ctx.Done():
+		}
+	}()
+	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", n.Name))
+	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
+		nd, ok := ev.Object.(*corev1.Node)
+		return ok && ev.Type != watch.Deleted && ready(nd), nil
+	})
+	if err != nil {
+		if c := context.Cause(ctx); c != nil {
+			err = c
+		}
+		return fmt.Errorf("waiting for Node %s to be Ready: %w (console: %s)", n.Name, err, filepath.Join(n.Dir, "console.log"))
+	}
+	nd := ev.Object.(*corev1.Node)
+	n.KubeletVersion, n.RuntimeVersion = nd.Status.NodeInfo.KubeletVersion, nd.Status.NodeInfo.ContainerRuntimeVersion
+	return nil
+}
+
+func ready(nd *corev1.Node) bool {
+	for _, t := range nd.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return false
+		}
+	}
+	for _, c := range nd.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Failed returns the guest's reports of units that ended other than by a
+// clean stop (containerd, the kubelet).
+func (n *Node) Failed() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.failed...)
+}
+
+// ConsoleTail returns the end of the guest's console.
+func (n *Node) ConsoleTail(max int64) string {
+	b, _ := os.ReadFile(filepath.Join(n.Dir, "console.log"))
+	return tail(b, int(max))
+}
+
+// Stop powers the guest off (kills qemu: its disk changes live only in
+// qemu's snapshot), deletes the Node and removes the run's folder.
+func (n *Node) Stop() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		<-n.done
+	}
+	if n.console != nil {
+		n.console.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = n.cfg.ControlPlane.Client().CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
+	_ = os.RemoveAll(n.Dir)
+}
+
+// sweepStale removes the folders of runs whose process is gone (killed
+// before its Stop).
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "amf-vmnode-*-*"))
+	for _, d := range dirs {
+		f := strings.SplitN(filepath.Base(d), "-", 4)
+		if len(f) < 4 {
+			continue
+		}
+		pid, err := strconv.Atoi(f[2])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

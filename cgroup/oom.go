@@ -119,11 +119,30 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// oomV2 is an inotify watch on memory.events.
+// oomV2 is an inotify watch on memory.events, the container's and its
+// parent's (the pod's).
+//
+// The parent is watched because of memory.oom.group, which the kubelet sets
+// on cgroup v2 (Kubernetes ≥ 1.32, singleProcessOOMKill false): an OOM kill
+// ends every process of the container, and the runtime removes the
+// container's cgroup at once — on a slow node before the watch has read the
+// kill from it, or before the kernel's rate-limited second notification
+// (cgroup_file_notify: one per 10 ms) is sent. The parent's memory.events
+// counts its descendants' kills too and outlives the container, so a kill
+// that the container's file no longer shows is read from there. A kill in
+// another container of the pod at the same moment would be taken for this
+// one's.
 type oomV2 struct {
 	events string
-	ino    *os.File // non-blocking, so a read parks only its goroutine and close ends it
-	once   sync.Once
+	parent string // the parent's memory.events; "" where it has none
+	// lastParent is the parent's oom_kill when the container's cgroup was
+	// last read.
+	lastParent uint64
+	// gone: the container's cgroup is gone and its last kills reported;
+	// later kills the parent counts are another container's.
+	gone bool
+	ino  *os.File // non-blocking, so a read parks only its goroutine and close ends it
+	once       sync.Once
 }
 
 func watchV2(dir string) (*oomV2, error) {
@@ -135,6 +154,15 @@ func watchV2(dir string) (*oomV2, error) {
 	if _, err := syscall.InotifyAddWatch(fd, w.events, syscall.IN_MODIFY); err != nil {
 		w.close()
 		return nil, fmt.Errorf("inotify on %s: %w", w.events, err)
+	}
+	// The root cgroup has no memory.events: then there is no parent to read.
+	if parent := filepath.Join(filepath.Dir(dir), "memory.events"); exists(parent) {
+		var f fileReader
+		if n, err := readKills(&f, parent); err == nil {
+			if _, err := syscall.InotifyAddWatch(fd, parent, syscall.IN_MODIFY); err == nil {
+				w.parent, w.lastParent = parent, n
+			}
+		}
 	}
 	return w, nil
 }
@@ -148,9 +176,30 @@ func (w *oomV2) wait() error {
 func (w *oomV2) kills(f *fileReader) (uint64, error) { return readKills(f, w.events) }
 
 // killsAfterSignal: the kernel marks memory.events modified after it has
-// counted the kill, so one read is enough.
-func (w *oomV2) killsAfterSignal(_ context.Context, f *fileReader, _ uint64) (uint64, error) {
-	return w.kills(f)
+// counted the kill, so one read is enough — of the container's file, or,
+// once the container's cgroup is gone, of its parent's: the kills the
+// parent counted since the container was last read are the container's.
+func (w *oomV2) killsAfterSignal(_ context.Context, f *fileReader, last uint64) (uint64, error) {
+	if w.gone {
+		return 0, fmt.Errorf("%s: %w", w.events, os.ErrNotExist)
+	}
+	var parent uint64
+	var perr error = os.ErrNotExist
+	if w.parent != "" {
+		parent, perr = readKills(f, w.parent) // first: a kill counted between the reads is then the container's
+	}
+	n, err := w.kills(f)
+	if err == nil {
+		if perr == nil {
+			w.lastParent = parent
+		}
+		return n, nil
+	}
+	if perr == nil && parent > w.lastParent {
+		n, w.lastParent, w.gone = last+parent-w.lastParent, parent, true
+		return n, nil
+	}
+	return 0, err
 }
 
 func (w *oomV2) close() { w.once.Do(func() { w.ino.Close() }) }

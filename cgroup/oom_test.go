@@ -166,6 +166,50 @@ func TestWatchOOMRecordedV2(t *testing.T) {
 	}
 }
 
+// A container's cgroup removed before the watch read its kill (cgroup v2's
+// memory.oom.group ends the whole container, and the runtime removes its
+// cgroup at once): the kill is read from the parent's (the pod's)
+// hierarchical counter, once; a later kill the parent counts is another
+// container's.
+func TestOOMV2ReadsTheParentOnceTheContainerIsGone(t *testing.T) {
+	pod := t.TempDir()
+	ctr := filepath.Join(pod, "cri-containerd-1.scope")
+	if err := os.Mkdir(ctr, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(dir string, kills int) {
+		t.Helper()
+		content := fmt.Sprintf("low 0\nhigh 0\nmax 3\noom %d\noom_kill %d\noom_group_kill 0\n", kills, kills)
+		if err := os.WriteFile(filepath.Join(dir, "memory.events"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(pod, 1) // an earlier container's kill
+	write(ctr, 0)
+	w, err := watchV2(ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	var f fileReader
+	for _, step := range []struct {
+		name       string
+		do         func()
+		last, want uint64
+		wantErr    bool
+	}{
+		{"a kill the container's cgroup still shows", func() { write(ctr, 1); write(pod, 2) }, 0, 1, false},
+		{"a kill counted, then the cgroup gone", func() { write(pod, 3); os.RemoveAll(ctr) }, 1, 2, false},
+		{"the parent's next kill is another container's", func() { write(pod, 4) }, 2, 0, true},
+	} {
+		step.do()
+		n, err := w.killsAfterSignal(t.Context(), &f, step.last)
+		if (err != nil) != step.wantErr || n != step.want {
+			t.Errorf("%s: %d kills, error %v; want %d, error %v", step.name, n, err, step.want, step.wantErr)
+		}
+	}
+}
+
 func TestWatchOOMErrorsSayWhatToPass(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -62,3 +62,17 @@ func (n *Node) probeExit(ctx context.Context, path string) ([]byte, string, erro
 	}
 	return b, resp.Header.Get("X-Exit"), nil
 }
+
+// GetIn GETs url from inside the network namespace of the guest's process
+// pid (a pod's: its loopback-only endpoints).
+func (n *Node) GetIn(ctx context.Context, pid int, url string) ([]byte, error) {
+	return n.probe(ctx, "/get?"+urlValues("pid", fmt.Sprint(pid), "url", url))
+}
+
+func urlValues(kv ...string) string {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		v.Add(kv[i], kv[i+1])
+	}
+	return v.Encode()
+}

@@ -1,7 +1,8 @@
 // Command guestprobe runs inside lab/vmnode's guest node and lets the host's
 // tests look in: it serves the guest's files (/file?path=), globs
 // (/glob?pattern=) and the output of a program on the run's disk
-// (/run?prog=/amf/...&arg=...) over HTTP on the guest's port 7070, which
+// (/run?prog=/amf/...&arg=...), and GETs a pod's loopback-only endpoints
+// from inside its network namespace (/get?pid=&url=), over HTTP on the guest's port 7070, which
 // qemu forwards from the host's loopback only. Test infrastructure.
 package main
 
@@ -9,13 +10,18 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -56,5 +62,55 @@ func main() {
 		}
 		w.Write(out)
 	})
+	mux.HandleFunc("GET /get", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		b, err := getIn(r.Context(), "/proc/"+q.Get("pid")+"/ns/net", q.Get("url"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.Write(b)
+	})
 	log.Fatal(http.ListenAndServe(*listen, mux))
+}
+
+// getIn GETs url from inside the network namespace netns (a pod's: its
+// loopback-only endpoints), dialling from an OS thread moved into it.
+func getIn(ctx context.Context, netns, url string) ([]byte, error) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			// The thread is never handed back: it ends with the goroutine.
+			runtime.LockOSThread()
+			f, err := os.Open(netns)
+			if err != nil {
+				ch <- result{err: err}
+				return
+			}
+			defer f.Close()
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				ch <- result{err: fmt.Errorf("setns %s: %w", netns, err)}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
 }

@@ -142,7 +142,7 @@ type oomV2 struct {
 	// later kills the parent counts are another container's.
 	gone bool
 	ino  *os.File // non-blocking, so a read parks only its goroutine and close ends it
-	once       sync.Once
+	once sync.Once
 }
 
 func watchV2(dir string) (*oomV2, error) {

@@ -80,7 +80,7 @@ func TestProductOnTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st struct {
-		State, Target   string
+		State, Target    string
 		TransitionReason string `json:"transition_reason"`
 		Features         json.RawMessage
 		MemoryReference  *struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/testbed"
+	"github.com/amf-edge/amf/lab/vmnode"
 )
 
 // TestProductOnTheNode is the install path as a user runs it, on the node as
@@ -109,56 +111,166 @@ func TestProductOnTheNode(t *testing.T) {
 		t.Errorf("the sidecar reports no features")
 	}
 
-	// An OOM kill in the broker's container: the lab's stress program, run
-	// in the container by containerd, grows past the 100 Mi limit.
-	before, err := n.ReadFile(ctx, path.Join(cg, "memory.events"))
+	// An OOM kill in the broker's container; the agent acts on the
+	// sidecar's signal: the standby is scaled up.
+	oomKill(ctx, t, n, primary)
+	awaitStandby(ctx, t, cs, n, agent, ns, "edge-broker-b")
+	awaitTransition(ctx, t, n, agent, primary, "publish", "OOM kill")
+}
+
+// TestNodeModeOnTheNode is node mode as a user installs it, on the node as
+// Kubernetes ships it now: kubectl apply -k manifests/overlays/node-mode
+// and two plain Mosquitto pairs annotated by amf-agent inject --mode node.
+// The agent pod finds each broker's container in the systemd driver's
+// layout; one broker's process killed (SIGKILL, by containerd) and the
+// other's container OOM-killed reach the agent as the pushed exit and the
+// OOM kill, and it fails each over to its standby.
+func TestNodeModeOnTheNode(t *testing.T) {
+	cp, n := start(t)
+	cs := cp.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	repo, err := testbed.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := cg[strings.LastIndex(cg, "cri-containerd-")+len("cri-containerd-") : len(cg)-len(".scope")]
-	out, _ := n.Run(ctx, "/amf/bin/ctr", "--namespace", "k8s.io", "tasks", "exec", "--exec-id", "oom", id,
+	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "overlays", "node-mode")); err != nil {
+		t.Fatalf("kubectl apply -k manifests/overlays/node-mode: %v: %s", err, out)
+	}
+	agent := waitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
+	const ns = "mqtt"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	primaries := map[string]*corev1.Pod{}
+	for _, pair := range []string{"crash", "oom"} {
+		plain, err := yaml.Marshal(broker(ns, pair))
+		if err != nil {
+			t.Fatal(err)
+		}
+		annotated := inject(t, repo, plain, "--mode", "node", "--standby")
+		if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
+			t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
+		}
+		primaries[pair] = waitPod(ctx, t, cs, ns, "app.kubernetes.io/instance="+pair+"-a", podReady)
+	}
+	for _, p := range primaries {
+		awaitTransition(ctx, t, n, agent, p, "node", "")
+		cg, err := n.ContainerCgroup(ctx, p, "mosquitto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(cg, "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/") {
+			t.Errorf("the broker's cgroup is %s, want it under kubepods-burstable.slice", cg)
+		}
+	}
+
+	crash := primaries["crash"]
+	if out, err := n.Run(ctx, "/amf/bin/ctr", "--namespace", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", containerID(t, crash, "mosquitto")); err != nil {
+		t.Fatalf("kill the broker: %v: %s", err, out)
+	}
+	awaitStandby(ctx, t, cs, n, agent, ns, "crash-b")
+	awaitTransition(ctx, t, n, agent, crash, "node", "exited")
+
+	oom := primaries["oom"]
+	oomKill(ctx, t, n, oom)
+	awaitStandby(ctx, t, cs, n, agent, ns, "oom-b")
+	awaitTransition(ctx, t, n, agent, oom, "node", "OOM kill")
+}
+
+// containerID is the runtime's ID of a container of pod.
+func containerID(t *testing.T, pod *corev1.Pod, container string) string {
+	t.Helper()
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == container {
+			_, id, _ := strings.Cut(s.ContainerID, "://")
+			return id
+		}
+	}
+	t.Fatalf("pod %s has no container %s", pod.Name, container)
+	return ""
+}
+
+// oomKill makes the kernel OOM-kill the broker's container: the lab's
+// stress program, run in the container by containerd, grows past its
+// 100 Mi limit (memory.oom.group, which the kubelet sets on cgroup v2,
+// then ends the whole container).
+func oomKill(ctx context.Context, t *testing.T, n *vmnode.Node, pod *corev1.Pod) {
+	t.Helper()
+	cg, err := n.ContainerCgroup(ctx, pod, "mosquitto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := n.ReadFile(ctx, path.Join(cg, "memory.oom.group")); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("memory.oom.group of the broker's container is %q (%v), want 1 (the kubelet's on cgroup v2)", b, err)
+	}
+	out, _ := n.Run(ctx, "/amf/bin/ctr", "--namespace", "k8s.io", "tasks", "exec", "--exec-id", "oom", containerID(t, pod, "mosquitto"),
 		images.LabBinary, "stress", "--memory-file", "--profile", "60s:mem=200Mi")
 	t.Logf("the stress exec ended: %s", strings.TrimSpace(string(out)))
-	events, _ := n.ReadFile(ctx, path.Join(cg, "memory.events"))
-	t.Logf("memory.events before:\n%safter:\n%s", before, events)
+}
 
-	// The agent acts on the sidecar's OOM signal: the standby is scaled up.
-	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", "edge-broker-b"))
+// awaitStandby waits until the standby Deployment is scaled up.
+func awaitStandby(ctx context.Context, t *testing.T, cs kubernetes.Interface, n *vmnode.Node, agent *corev1.Pod, ns, standby string) {
+	t.Helper()
+	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", standby))
 	if _, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
 		d, ok := ev.Object.(*appsv1.Deployment)
 		return ok && d.Spec.Replicas != nil && *d.Spec.Replicas == 1, nil
 	}); err != nil {
 		logs, _ := n.PodLog(ctx, agent, "agent")
-		t.Fatalf("the standby was not scaled up after the OOM kill: %v; the agent's log:\n%s", err, logs)
+		t.Fatalf("the standby %s was not scaled up: %v; the agent's log:\n%s", standby, err, logs)
 	}
-	logs, err := n.PodLog(ctx, agent, "agent")
-	if err != nil {
-		t.Fatal(err)
+}
+
+// awaitTransition waits for the agent's log to show the transition of pod
+// from source: to healthy when reason is "", else to unhealthy for reason.
+// The log is a file in the guest, with nothing to wait on from the host: it
+// is read again every 250 ms, for up to a minute.
+func awaitTransition(ctx context.Context, t *testing.T, n *vmnode.Node, agent, pod *corev1.Pod, source, reason string) {
+	t.Helper()
+	to := "unhealthy"
+	if reason == "" {
+		to = "healthy"
 	}
-	var oom string
-	for _, l := range strings.Split(string(logs), "\n") {
-		if strings.Contains(l, `"msg":"transition"`) && strings.Contains(l, primary.Name) && strings.Contains(strings.ToLower(l), "oom") {
-			oom = l
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		logs, err := n.PodLog(ctx, agent, "agent")
+		for _, l := range strings.Split(string(logs), "\n") {
+			_, js, ok := strings.Cut(l, " F ")
+			var m map[string]any
+			if !ok || json.Unmarshal([]byte(js), &m) != nil {
+				continue
+			}
+			if m["msg"] == "transition" && m["pod"] == pod.Name && m["source"] == source && m["to"] == to && strings.Contains(fmt.Sprint(m["reason"]), reason) {
+				t.Logf("agent: %s", js)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the agent's log has no transition of %s to %s from %s (%q) (%v):\n%s", pod.Name, to, source, reason, err, logs)
+		case <-tick.C:
 		}
 	}
-	if oom == "" {
-		sc, _ := n.PodLog(ctx, primary, "amf-sidecar")
-		p, _ := cs.CoreV1().Pods(ns).Get(ctx, primary.Name, metav1.GetOptions{})
-		st, _ := json.MarshalIndent(p.Status.ContainerStatuses, "", " ")
-		t.Errorf("the agent's log has no transition of %s for the OOM kill:\n%s\nthe sidecar's:\n%s\nthe pod's containers: %s", primary.Name, logs, sc, st)
-	}
-	t.Logf("agent: %s", oom)
 }
 
 // broker is a Mosquitto Deployment as a user writes it before AMF, with the
-// standby named and a 100 Mi memory limit.
-func broker(ns string) *appsv1.Deployment {
-	lbl := map[string]string{"app.kubernetes.io/name": "edge-broker", "app.kubernetes.io/instance": "edge-broker-a"}
+// standby named and a 100 Mi memory limit: edge-broker-a, its standby
+// edge-broker-b, or with a prefix, <prefix>-a and <prefix>-b.
+func broker(ns string, prefix ...string) *appsv1.Deployment {
+	name := "edge-broker"
+	if len(prefix) > 0 {
+		name = prefix[0]
+	}
+	lbl := map[string]string{"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name + "-a"}
 	limits := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("100Mi")}
 	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("50Mi")}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: "edge-broker-a", Namespace: ns, Annotations: map[string]string{"amf.io/standby": "edge-broker-b", "amf.io/redundancy": "cold"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-a", Namespace: ns, Annotations: map[string]string{"amf.io/standby": name + "-b", "amf.io/redundancy": "cold"}},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: lbl},

@@ -95,6 +95,12 @@ type RunnerConfig struct {
 	// OnProbe, when set, sees every probe result after the Runner has
 	// taken it in (the prober's goroutine).
 	OnProbe func(ctx context.Context, r healthcheck.Result)
+	// OnOOM, when set, sees every OOM kill the target's watch reports, on
+	// the Runner's goroutine, before it ends the target: the kill is worth
+	// a line of its own even when the pod is unhealthy already (the model
+	// or the probe saw the climb or the broker's death first), when it
+	// changes no state.
+	OnOOM func(ev cgroup.OOMEvent)
 	// ProbeMuted, when set and true, has a probe result not taken in (the
 	// sidecar's fence pauses the broker: its probe fails by design).
 	ProbeMuted func() bool
@@ -204,6 +210,9 @@ func (r *Runner) Run(ctx context.Context) {
 			if !ok {
 				r.cur.OOM = nil
 				continue
+			}
+			if r.cfg.OnOOM != nil {
+				r.cfg.OnOOM(ev)
 			}
 			r.End(ctx, End{Reason: fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)})
 		}

@@ -192,7 +192,8 @@ func TestRunnerPushedEnds(t *testing.T) {
 			exit: true, said: "its process exited", dropped: true, then: "sampled held"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newRunner(t, RunnerConfig{})
+			var told []uint64 // OnOOM's, on the Runner's goroutine, before its end
+			h := newRunner(t, RunnerConfig{OnOOM: func(ev cgroup.OOMEvent) { told = append(told, ev.Kills) }})
 			tg, p := h.target("c1", &synthSource{memory: 10 << 20, t0: time.Now()})
 			tg.Running = tc.running
 			h.start(t)
@@ -206,6 +207,9 @@ func TestRunnerPushedEnds(t *testing.T) {
 			h.sink.await(t, "emit unhealthy: "+tc.said)
 			h.sample()
 			h.sink.await(t, tc.then)
+			if want := map[bool]int{true: 0, false: 1}[tc.exit]; len(told) != want || want == 1 && told[0] != 1 {
+				t.Errorf("OnOOM told %v, want %d kill(s) of 1", told, want)
+			}
 			if isClosed(p.closed) != tc.dropped {
 				t.Errorf("target closed %t, want %t", isClosed(p.closed), tc.dropped)
 			}

@@ -92,7 +92,8 @@ func (r *podRun) loop(ctx context.Context) {
 	// The pod status naming another container (or none) wakes the runner,
 	// which ends the one it samples (finder.Stale): its exit may not have
 	// been seen (no PID of it was visible).
-	runner, err := detect.NewRunner(detect.RunnerConfig{Pipeline: pipe, Interval: r.w.cfg.Interval, Finder: f, Sink: verdicts{sess, r.log}, Probe: prober, Wake: r.change})
+	runner, err := detect.NewRunner(detect.RunnerConfig{Pipeline: pipe, Interval: r.w.cfg.Interval, Finder: f, Sink: verdicts{sess, r.log}, Probe: prober, Wake: r.change,
+		OnOOM: func(ev cgroup.OOMEvent) { r.log.Warn("OOM kill in the broker container", slog.Uint64("kills", ev.Kills)) }})
 	if err != nil { // checked by desired; a bug if it happens
 		r.log.Error("node pipeline's runner not built", slog.String("error", err.Error()))
 		return
@@ -257,6 +258,7 @@ func (r *podRun) open(ctx context.Context, id string, dead []string) (*detect.Ta
 	exitReason := func() string {
 		if memDir != "" {
 			if n, err := cgroup.OOMKills(memDir); err == nil && n > kills {
+				r.log.Warn("OOM kill in the broker container", slog.Uint64("kills", n), slog.String("seen", "at its exit"))
 				return fmt.Sprintf("OOM kill in the broker container (%d so far): its process exited", n)
 			}
 		}

@@ -160,7 +160,10 @@ func New(cfg Config) (*Sidecar, error) {
 	}
 	l := loop{s}
 	s.runner, err = detect.NewRunner(detect.RunnerConfig{Pipeline: pipe, Interval: cfg.Interval, Finder: l, Sink: l,
-		Probe: cfg.Probe, OnProbe: s.probed, ProbeMuted: func() bool { return s.fence.on }})
+		Probe: cfg.Probe, OnProbe: s.probed, ProbeMuted: func() bool { return s.fence.on },
+		OnOOM: func(ev cgroup.OOMEvent) {
+			cfg.Log.Warn("OOM kill in the broker container", "kills", ev.Kills, "target", fmt.Sprint(s.target))
+		}})
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: %w", err)
 	}

@@ -93,7 +93,9 @@ func (r *podRun) loop(ctx context.Context) {
 	// which ends the one it samples (finder.Stale): its exit may not have
 	// been seen (no PID of it was visible).
 	runner, err := detect.NewRunner(detect.RunnerConfig{Pipeline: pipe, Interval: r.w.cfg.Interval, Finder: f, Sink: verdicts{sess, r.log}, Probe: prober, Wake: r.change,
-		OnOOM: func(ev cgroup.OOMEvent) { r.log.Warn("OOM kill in the broker container", slog.Uint64("kills", ev.Kills)) }})
+		OnOOM: func(ev cgroup.OOMEvent) {
+			r.log.Warn("OOM kill in the broker container", slog.Uint64("kills", ev.Kills))
+		}})
 	if err != nil { // checked by desired; a bug if it happens
 		r.log.Error("node pipeline's runner not built", slog.String("error", err.Error()))
 		return

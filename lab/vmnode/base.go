@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -98,6 +99,11 @@ func buildBase(ctx context.Context, logf func(string, ...any)) (baseImage, error
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return b, err
 	}
+	// Under the lock no build runs: a build folder is one a killed run left.
+	stale, _ := filepath.Glob(filepath.Join(cache, "build-*"))
+	for _, d := range stale {
+		_ = os.RemoveAll(d)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
 		return b, nil
 	}
@@ -173,7 +179,9 @@ func buildBase(ctx context.Context, logf func(string, ...any)) (baseImage, error
 
 // runLogged runs a command and returns its output in the error when it fails.
 func runLogged(ctx context.Context, name string, args ...string) error {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with this process
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s: %w\n%s", name, err, tail(out, 4<<10))
 	}

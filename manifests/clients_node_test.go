@@ -57,7 +57,7 @@ func TestARetiredBrokersClientIsMovedAtOnce(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitNodePod(ctx, t, cs, ns, "app=client", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	kubenodetest.WaitPod(ctx, t, cs, ns, "app=client", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	pid, err := n.ContainerPID(ctx, ns, "client", "pause")
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestARetiredBrokersClientIsMovedAtOnce(t *testing.T) {
 	// The standby up and Ready, so the Service has somewhere to send the
 	// client once the primary is gone.
 	scale(ctx, t, cs, ns, "edge-broker-b", 1)
-	waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-b", podReady)
+	kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-b", kubenodetest.PodReady)
 
 	// The primary's network cut, then the primary retired as a failover does.
 	brokerPID, err := n.ContainerPID(ctx, ns, primary.Name, "mosquitto")

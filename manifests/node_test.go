@@ -112,10 +112,10 @@ func installBrokerWith(ctx context.Context, t *testing.T, cp *controlplane.Contr
 	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
 		t.Fatalf("kubectl apply -k manifests/base: %v: %s", err, out)
 	}
-	agent = waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
+	agent = kubenodetest.WaitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", kubenodetest.PodReady)
 	t.Logf("agent pod %s Ready on %s", agent.Name, agent.Spec.NodeName)
 	waitLog(ctx, t, cs, agent, "connkill: watching the endpoints of managed brokers")
-	waitLog(ctx, t, cs, waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-connkill", podReady), `"msg":"connkill serving"`)
+	waitLog(ctx, t, cs, kubenodetest.WaitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-connkill", kubenodetest.PodReady), `"msg":"connkill serving"`)
 
 	const ns = "mqtt"
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -132,7 +132,7 @@ func installBrokerWith(ctx context.Context, t *testing.T, cp *controlplane.Contr
 	if out, err := cp.Kubectl(ctx, bytes.NewReader(injected), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply the injected broker: %v: %s", err, out)
 	}
-	return agent, waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
+	return agent, kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", kubenodetest.PodReady)
 }
 
 // checkInjectedBroker checks a Ready pod of brokerWithExporter with the
@@ -213,7 +213,7 @@ func TestAdmissionOverlayOnARealNode(t *testing.T) {
 	defer cancel()
 	a := applyAdmission(ctx, t, cp, filepath.Join("overlays", "admission"))
 	cs := a.cs
-	agent := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
+	agent := kubenodetest.WaitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", kubenodetest.PodReady)
 
 	const ns = "mqtt"
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -227,7 +227,7 @@ func TestAdmissionOverlayOnARealNode(t *testing.T) {
 	if w := ours(a.warn.take()); len(w) > 0 {
 		t.Errorf("the broker's Deployment was warned about: %q", w)
 	}
-	broker := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
+	broker := kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", kubenodetest.PodReady)
 	if dep, err := cs.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{}); err != nil || hasSidecar(dep.Spec.Template.Spec) {
 		t.Errorf("the Deployment itself was changed (err %v): the policy is for pods", err)
 	}
@@ -321,31 +321,6 @@ func waitLogLine(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod
 	return ""
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// waitNodePod watches the pods of ns matching selector until one satisfies ok.
-func waitNodePod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string, ok func(*corev1.Pod) bool) *corev1.Pod {
-	t.Helper()
-	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns, func(o *metav1.ListOptions) { o.LabelSelector = selector })
-	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
-		p, isPod := ev.Object.(*corev1.Pod)
-		return isPod && ev.Type != watch.Deleted && p.DeletionTimestamp == nil && ok(p), nil
-	})
-	if err != nil {
-		pods, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
-		b, _ := json.MarshalIndent(pods, "", " ")
-		t.Fatalf("no pod %s in %s: %v\n%s", selector, ns, err, b)
-	}
-	return ev.Object.(*corev1.Pod)
-}
-
 // TestNodeModeOverlayOnARealNode is node mode as a user installs it, on a
 // real kubelet + containerd node: kubectl apply -k manifests/overlays/node-mode
 // (the agent pod non-root, without capabilities, the host's cgroup tree
@@ -367,7 +342,7 @@ func TestNodeModeOverlayOnARealNode(t *testing.T) {
 	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "overlays", "node-mode")); err != nil {
 		t.Fatalf("kubectl apply -k manifests/overlays/node-mode: %v: %s", err, out)
 	}
-	agent := waitNodePod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
+	agent := kubenodetest.WaitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", kubenodetest.PodReady)
 	if !agent.Spec.HostPID || agent.Spec.Containers[0].SecurityContext.RunAsNonRoot == nil || !*agent.Spec.Containers[0].SecurityContext.RunAsNonRoot {
 		t.Errorf("agent pod: hostPID %v, security context %+v", agent.Spec.HostPID, agent.Spec.Containers[0].SecurityContext)
 	}
@@ -424,7 +399,7 @@ func TestNodeModeOverlayOnARealNode(t *testing.T) {
 	if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
 	}
-	broker := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	broker := kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	if len(broker.Spec.InitContainers) != 0 || len(broker.Spec.Containers) != 1 {
 		t.Errorf("broker pod has %d init containers and %d containers: node mode injects nothing", len(broker.Spec.InitContainers), len(broker.Spec.Containers))
 	}
@@ -457,7 +432,7 @@ func TestNodeModeOverlayOnARealNode(t *testing.T) {
 	// The same actuator acts on it: crash failover to the cold standby
 	// (annotated for node mode too, so its pod gets a pipeline), and the
 	// crashed primary retired once the standby is Ready.
-	standby := waitNodePod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-b", podReady)
+	standby := kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-b", kubenodetest.PodReady)
 	t.Logf("standby pod %s Ready %v after the kill", standby.Name, time.Since(killed).Round(time.Millisecond))
 	awaitLine("the standby's pipeline", func(m map[string]any) bool {
 		return m["msg"] == "node pipeline target" && m["pod"] == ns+"/"+standby.Name

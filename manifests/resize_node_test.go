@@ -245,5 +245,5 @@ func fillNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, node s
 		t.Fatal(err)
 	}
 	t.Logf("node %s: a pod requesting %d leaves %d", node, fill, free)
-	waitNodePod(ctx, t, cs, "mqtt", "", func(p *corev1.Pod) bool { return p.Name == testbed.FillPod && podReady(p) })
+	kubenodetest.WaitPod(ctx, t, cs, "mqtt", "", func(p *corev1.Pod) bool { return p.Name == testbed.FillPod && kubenodetest.PodReady(p) })
 }

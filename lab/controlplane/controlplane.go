@@ -590,7 +590,7 @@ func (cp *ControlPlane) waitNodesReady(ctx context.Context, names ...string) err
 		if _, ok := want[n.Name]; !ok {
 			return false, nil
 		}
-		want[n.Name] = ev.Type != watch.Deleted && nodeSchedulable(n)
+		want[n.Name] = ev.Type != watch.Deleted && NodeSchedulable(n)
 		for _, ready := range want {
 			if !ready {
 				return false, nil
@@ -604,7 +604,9 @@ func (cp *ControlPlane) waitNodesReady(ctx context.Context, names ...string) err
 	return nil
 }
 
-func nodeSchedulable(n *corev1.Node) bool {
+// NodeSchedulable says a Node is Ready and without the not-ready or
+// unreachable taint that keeps pods off it.
+func NodeSchedulable(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
 		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
 			return false

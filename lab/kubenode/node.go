@@ -618,7 +618,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", n.Name))
 	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
 		nd, ok := ev.Object.(*corev1.Node)
-		return ok && ev.Type != watch.Deleted && schedulable(nd), nil
+		return ok && ev.Type != watch.Deleted && controlplane.NodeSchedulable(nd), nil
 	})
 	if err != nil {
 		if c := context.Cause(ctx); c != nil {
@@ -652,20 +652,6 @@ func (n *Node) waitReady(ctx context.Context) error {
 		case <-time.After(delay):
 		}
 	}
-}
-
-func schedulable(nd *corev1.Node) bool {
-	for _, t := range nd.Spec.Taints {
-		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-			return false
-		}
-	}
-	for _, c := range nd.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // Stop tears the node down completely (see the package doc) and waits.

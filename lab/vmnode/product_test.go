@@ -24,7 +24,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/lab/vmnode"
 )
@@ -39,24 +41,8 @@ import (
 // reaches the sidecar through memory.events and the agent fails the broker
 // over to its standby.
 func TestProductOnTheNode(t *testing.T) {
-	cp, n := start(t)
+	ctx, cp, n, repo, agent := install(t, "base")
 	cs := cp.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	repo, err := testbed.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "base")); err != nil {
-		t.Fatalf("kubectl apply -k manifests/base: %v: %s", err, out)
-	}
-	agent := waitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
-	t.Logf("agent pod %s Ready", agent.Name)
-
-	const ns = "mqtt"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	plain, err := yaml.Marshal(broker(ns))
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +51,7 @@ func TestProductOnTheNode(t *testing.T) {
 	if out, err := cp.Kubectl(ctx, bytes.NewReader(injected), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply the injected broker: %v: %s", err, out)
 	}
-	primary := waitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", podReady)
+	primary := kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", kubenodetest.PodReady)
 	t.Logf("broker pod %s Ready (the agent opened its amf.io/healthy gate)", primary.Name)
 
 	// The layout the systemd driver makes on cgroup v2.
@@ -132,22 +118,8 @@ func TestProductOnTheNode(t *testing.T) {
 // other's container OOM-killed reach the agent as the pushed exit and the
 // OOM kill, and it fails each over to its standby.
 func TestNodeModeOnTheNode(t *testing.T) {
-	cp, n := start(t)
+	ctx, cp, n, repo, agent := install(t, "overlays/node-mode")
 	cs := cp.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	repo, err := testbed.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "overlays", "node-mode")); err != nil {
-		t.Fatalf("kubectl apply -k manifests/overlays/node-mode: %v: %s", err, out)
-	}
-	agent := waitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", podReady)
-	const ns = "mqtt"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	primaries := map[string]*corev1.Pod{}
 	for _, pair := range []string{"crash", "oom"} {
 		plain, err := yaml.Marshal(broker(ns, pair))
@@ -158,7 +130,7 @@ func TestNodeModeOnTheNode(t *testing.T) {
 		if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
 			t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
 		}
-		primaries[pair] = waitPod(ctx, t, cs, ns, "app.kubernetes.io/instance="+pair+"-a", podReady)
+		primaries[pair] = kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance="+pair+"-a", kubenodetest.PodReady)
 	}
 	for _, p := range primaries {
 		awaitTransition(ctx, t, n, agent, p, "node", "")
@@ -184,6 +156,33 @@ func TestNodeModeOnTheNode(t *testing.T) {
 		return m["msg"] == "OOM kill in the broker container" && m["pod"] == ns+"/"+oom.Name
 	})
 	awaitStandby(ctx, t, cs, n, agent, ns, "oom-b")
+}
+
+// ns is the namespace of the tests' brokers.
+const ns = "mqtt"
+
+// install boots a node, applies the kustomization manifests/<layout> as a
+// user would (kubectl apply -k), creates the brokers' namespace and returns
+// once the agent's pod is Ready; ctx bounds the rest of the test.
+func install(t *testing.T, layout string) (ctx context.Context, cp *controlplane.ControlPlane, n *vmnode.Node, repo string, agent *corev1.Pod) {
+	t.Helper()
+	cp, n = start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	t.Cleanup(cancel)
+	repo, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", layout)); err != nil {
+		t.Fatalf("kubectl apply -k manifests/%s: %v: %s", layout, err, out)
+	}
+	cs := cp.Client()
+	agent = kubenodetest.WaitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", kubenodetest.PodReady)
+	t.Logf("agent pod %s Ready", agent.Name)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, cp, n, repo, agent
 }
 
 // containerID is the runtime's ID of a container of pod.
@@ -316,29 +315,4 @@ func inject(t *testing.T, repo string, in []byte, args ...string) []byte {
 	}
 	t.Logf("inject said: %s", e.String())
 	return out
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// waitPod watches the pods of ns that selector picks until one satisfies ok.
-func waitPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, selector string, ok func(*corev1.Pod) bool) *corev1.Pod {
-	t.Helper()
-	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns, func(o *metav1.ListOptions) { o.LabelSelector = selector })
-	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
-		p, isPod := ev.Object.(*corev1.Pod)
-		return isPod && ev.Type != watch.Deleted && p.DeletionTimestamp == nil && ok(p), nil
-	})
-	if err != nil {
-		pods, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
-		b, _ := json.MarshalIndent(pods, "", " ")
-		t.Fatalf("no pod %s in %s: %v\n%s", selector, ns, err, b)
-	}
-	return ev.Object.(*corev1.Pod)
 }

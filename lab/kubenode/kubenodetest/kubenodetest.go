@@ -6,11 +6,19 @@ package kubenodetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
@@ -149,4 +157,32 @@ func StartCluster(t testing.TB, nodes int, opts Options) (*controlplane.ControlP
 		c.Stop()
 	})
 	return cp, c
+}
+
+// PodReady says the pod's Ready condition is true.
+func PodReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// WaitPod watches the pods of ns matching selector until one, not being
+// deleted, satisfies ok, and returns it; it fails t with the pods as they
+// are when ctx ends first.
+func WaitPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns, selector string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns, func(o *metav1.ListOptions) { o.LabelSelector = selector })
+	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
+		p, isPod := ev.Object.(*corev1.Pod)
+		return isPod && ev.Type != watch.Deleted && p.DeletionTimestamp == nil && ok(p), nil
+	})
+	if err != nil {
+		pods, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		b, _ := json.MarshalIndent(pods, "", " ")
+		t.Fatalf("no pod %s in %s: %v\n%s", selector, ns, err, b)
+	}
+	return ev.Object.(*corev1.Pod)
 }

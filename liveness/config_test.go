@@ -43,7 +43,9 @@ func TestPeerConfigValidateNamesWhatIsMissingOrUnsafe(t *testing.T) {
 }
 
 // TestGuardConfigValidateNeedsNodesAndASafeTiming: a guard guards at least
-// one node, on a timing that lets a cut-off node fence first.
+// one node through a cluster, knows its namespace and its own node, on a
+// timing that lets a cut-off node fence first; the error names every field
+// missing.
 func TestGuardConfigValidateNeedsNodesAndASafeTiming(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -51,7 +53,9 @@ func TestGuardConfigValidateNeedsNodesAndASafeTiming(t *testing.T) {
 		want string // in the error; "" passes
 	}{
 		{"complete", func(*GuardConfig) {}, ""},
-		{"no nodes", func(c *GuardConfig) { c.Nodes = nil }, "RunGuard needs nodes to guard"},
+		{"no nodes", func(c *GuardConfig) { c.Nodes = nil }, "RunGuard needs Nodes to guard"},
+		{"no cluster", func(c *GuardConfig) { c.Cluster = nil }, "RunGuard needs Cluster (the API server)"},
+		{"no namespace nor own node", func(c *GuardConfig) { c.Namespace, c.Self = "", "" }, "needs Namespace (of the agents' Leases), Self (the guard's own node)"},
 		{"a fence within two periods", func(c *GuardConfig) { c.Timing.Fence = c.Timing.Period }, "fence 500ms is under two periods"},
 		{"a negative period", func(c *GuardConfig) { c.Timing.Period = -time.Second }, "must all be positive"},
 	} {

@@ -2,7 +2,6 @@ package liveness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -160,14 +159,28 @@ type GuardConfig struct {
 }
 
 // Validate says what is wrong with c, if anything: the timing must be safe
-// (Timing.Validate) and there must be nodes to guard. It is the one check
+// (Timing.Validate), and the cluster, the Leases' namespace, the guard's own
+// node and the nodes to guard given. It is the one check
 // of c's values, which RunGuard makes.
 func (c GuardConfig) Validate() error {
 	if err := c.Timing.Validate(); err != nil {
 		return err
 	}
+	var missing []string
+	if c.Cluster == nil {
+		missing = append(missing, "Cluster (the API server)")
+	}
+	if c.Namespace == "" {
+		missing = append(missing, "Namespace (of the agents' Leases)")
+	}
+	if c.Self == "" {
+		missing = append(missing, "Self (the guard's own node)")
+	}
 	if len(c.Nodes) == 0 {
-		return errors.New("liveness: RunGuard needs nodes to guard")
+		missing = append(missing, "Nodes to guard")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("liveness: RunGuard needs %s", strings.Join(missing, ", "))
 	}
 	return nil
 }

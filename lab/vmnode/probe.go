@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // probePort is the guest port of guestprobe, forwarded from the host's
@@ -75,4 +76,15 @@ func urlValues(kv ...string) string {
 		v.Add(kv[i], kv[i+1])
 	}
 	return v.Encode()
+}
+
+// Kill sends SIGKILL to the guest's process pid and returns the guest's
+// clock just before it did: the guest's clock, like the agent's in a pod
+// of it, which runs at its own pace.
+func (n *Node) Kill(ctx context.Context, pid int) (time.Time, error) {
+	b, err := n.probe(ctx, "/kill?"+urlValues("pid", fmt.Sprint(pid)))
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Parse(time.RFC3339Nano, string(b))
 }

@@ -2,7 +2,8 @@
 // tests look in: it serves the guest's files (/file?path=), globs
 // (/glob?pattern=) and the output of a program on the run's disk
 // (/run?prog=/amf/...&arg=...), and GETs a pod's loopback-only endpoints
-// from inside its network namespace (/get?pid=&url=), over HTTP on the guest's port 7070, which
+// from inside its network namespace (/get?pid=&url=), and kills a process
+// with SIGKILL, saying when by the guest's clock (/kill?pid=), over HTTP on the guest's port 7070, which
 // qemu forwards from the host's loopback only. Test infrastructure.
 package main
 
@@ -18,7 +19,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -70,6 +73,21 @@ func main() {
 			return
 		}
 		w.Write(b)
+	})
+	mux.HandleFunc("GET /kill", func(w http.ResponseWriter, r *http.Request) {
+		pid, err := strconv.Atoi(r.URL.Query().Get("pid"))
+		if err != nil || pid <= 1 {
+			http.Error(w, "kill: pid must be a process of the guest's other than init", http.StatusBadRequest)
+			return
+		}
+		// The guest's clock just before the signal: the moment a test
+		// measures the agent's view of the kill from, on the same clock.
+		at := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		fmt.Fprint(w, at.Format(time.RFC3339Nano))
 	})
 	log.Fatal(http.ListenAndServe(*listen, mux))
 }

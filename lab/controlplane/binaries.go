@@ -109,7 +109,11 @@ func modulePath(gomod []byte) string {
 }
 
 // pinnedVersion reads the k8s.io/kubernetes version required by tools/k8s/go.mod.
-func pinnedVersion(gomod string) (string, error) {
+func pinnedVersion(gomod string) (string, error) { return RequiredVersion(gomod, "k8s.io/kubernetes") }
+
+// RequiredVersion reads the version of module that the go.mod file at gomod
+// requires (a tool module's pin: tools/k8s, tools/containerd).
+func RequiredVersion(gomod, module string) (string, error) {
 	b, err := os.ReadFile(gomod)
 	if err != nil {
 		return "", err
@@ -120,9 +124,9 @@ func pinnedVersion(gomod string) (string, error) {
 		if len(f) >= 2 && f[0] == "require" {
 			f = f[1:]
 		}
-		if len(f) >= 2 && f[0] == "k8s.io/kubernetes" && strings.HasPrefix(f[1], "v1.") {
+		if len(f) >= 2 && f[0] == module && strings.HasPrefix(f[1], "v") {
 			return f[1], nil
 		}
 	}
-	return "", fmt.Errorf("%s does not require k8s.io/kubernetes", gomod)
+	return "", fmt.Errorf("%s does not require %s", gomod, module)
 }

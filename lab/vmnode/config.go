@@ -1,15 +1,14 @@
 package vmnode
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/amf-edge/amf/lab/controlplane"
 )
 
 // The guest's side of qemu's user network: its own address (the first that
@@ -113,22 +112,7 @@ func envFile(name string) string {
 
 // containerdVersion reads the containerd version tools/containerd/go.mod pins.
 func containerdVersion(repo string) (string, error) {
-	gomod := filepath.Join(repo, "tools", "containerd", "go.mod")
-	b, err := os.ReadFile(gomod)
-	if err != nil {
-		return "", err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "require" {
-			f = f[1:]
-		}
-		if len(f) >= 2 && f[0] == "github.com/containerd/containerd/v2" {
-			return f[1], nil
-		}
-	}
-	return "", fmt.Errorf("%s requires no github.com/containerd/containerd/v2", gomod)
+	return controlplane.RequiredVersion(filepath.Join(repo, "tools", "containerd", "go.mod"), "github.com/containerd/containerd/v2")
 }
 
 // ContainerdBinDir is where tools/containerd/build.sh puts containerd for

@@ -81,8 +81,8 @@ type Node struct {
 // Launch builds what is missing (the base image, once per machine), boots
 // the guest and returns once its Node is Ready. Stop ends it.
 func Launch(ctx context.Context, cfg Config) (_ *Node, err error) {
-	if cfg.ControlPlane == nil {
-		return nil, errors.New("vmnode: no control plane")
+	if cfg.ControlPlane == nil || cfg.Repo == "" {
+		return nil, errors.New("vmnode: Config needs the ControlPlane to join and the Repo (the repository root: tools/containerd's pin, the guest's probe)")
 	}
 	if cfg.Name == "" {
 		cfg.Name = "amf-vmnode"

@@ -11,7 +11,7 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train test-cgroup2 test-v2node model leadtime evaluate k8s containerd bench arm64 test-arm64 images lint deps clean
+.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train test-cgroup2 test-v2node bench-v2node model leadtime evaluate k8s containerd bench arm64 test-arm64 images lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -61,6 +61,9 @@ test-cgroup2: ## the cgroup and sidecar tests as root on a real cgroup v2-only k
 
 test-v2node: containerd ## the product on a node as Kubernetes ships it now: a qemu guest with cgroup v2, systemd, the kubelet at its defaults and containerd 2 (lab/vmnode; root; make k8s first; ≈ 5 min, the base image built once per machine)
 	AMF_REQUIRE_K8S=1 AMF_REQUIRE_NODE=1 AMF_REQUIRE_VMNODE=1 $(GO) test -count=1 -v -timeout 30m ./lab/vmnode/
+
+bench-v2node: containerd ## amf-lab bench signal --mode sidecar inside the cgroup v2 guest node (root; make k8s first; ≈ 5 min)
+	AMF_VMNODE_BENCH=1 AMF_REQUIRE_K8S=1 AMF_REQUIRE_NODE=1 AMF_REQUIRE_VMNODE=1 $(GO) test -count=1 -v -timeout 30m -run TestSignalBenchInTheGuest ./lab/vmnode/
 
 test-short: ## quick tests only (no long-running parts)
 	$(GO) test -short ./...

@@ -42,6 +42,10 @@ type Config struct {
 	// starts; PauseImage (default images.PauseRef) must be among them.
 	Images     []string
 	PauseImage string
+	// Files are more files for the run's disk: the path under /amf in the
+	// guest (bin/amf-lab, say) → the host's file. Programs under /amf are
+	// what Node.Run may run.
+	Files map[string]string
 	// CPUs and MemoryMiB size the guest (default 2 and 2048).
 	CPUs, MemoryMiB int
 	// Forward lists guest TCP ports reachable from the host: Node.Forwarded
@@ -161,6 +165,9 @@ func (n *Node) writeRunDisk() (string, error) {
 	}
 	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
 		files["bin/"+b] = filepath.Join(ctrBin, b)
+	}
+	for dst, src := range n.cfg.Files {
+		files[dst] = src
 	}
 	for i, img := range n.cfg.Images {
 		files[fmt.Sprintf("images/%02d.tar", i)] = img

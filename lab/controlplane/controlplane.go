@@ -604,6 +604,21 @@ func (cp *ControlPlane) waitNodesReady(ctx context.Context, names ...string) err
 	return nil
 }
 
+// WaitNodeSchedulable watches the Node name until NodeSchedulable holds,
+// and returns it; an error carries ctx's cause where it has one (a node's
+// process that exited, say).
+func WaitNodeSchedulable(ctx context.Context, c kubernetes.Interface, name string) (*corev1.Node, error) {
+	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", name))
+	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
+		nd, ok := ev.Object.(*corev1.Node)
+		return ok && ev.Type != watch.Deleted && NodeSchedulable(nd), nil
+	})
+	if err != nil {
+		return nil, contextCause(ctx, err)
+	}
+	return ev.Object.(*corev1.Node), nil
+}
+
 // NodeSchedulable says a Node is Ready and without the not-ready or
 // unreachable taint that keeps pods off it.
 func NodeSchedulable(n *corev1.Node) bool {

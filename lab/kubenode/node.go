@@ -19,10 +19,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
 	"golang.org/x/sys/unix"
@@ -615,18 +611,10 @@ func (n *Node) waitReady(ctx context.Context) error {
 			}
 		}()
 	}
-	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", n.Name))
-	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
-		nd, ok := ev.Object.(*corev1.Node)
-		return ok && ev.Type != watch.Deleted && controlplane.NodeSchedulable(nd), nil
-	})
+	nd, err := controlplane.WaitNodeSchedulable(ctx, c, n.Name)
 	if err != nil {
-		if c := context.Cause(ctx); c != nil {
-			return fmt.Errorf("waiting for Node %s to be Ready: %w", n.Name, c)
-		}
 		return fmt.Errorf("waiting for Node %s to be Ready: %w", n.Name, err)
 	}
-	nd := ev.Object.(*corev1.Node)
 	n.KubeletVersion, n.RuntimeVersion = nd.Status.NodeInfo.KubeletVersion, nd.Status.NodeInfo.ContainerRuntimeVersion
 	if n.cfg.LAN == nil {
 		return nil

@@ -17,14 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
@@ -395,18 +390,10 @@ func (n *Node) waitReady(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", n.Name))
-	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
-		nd, ok := ev.Object.(*corev1.Node)
-		return ok && ev.Type != watch.Deleted && controlplane.NodeSchedulable(nd), nil
-	})
+	nd, err := controlplane.WaitNodeSchedulable(ctx, c, n.Name)
 	if err != nil {
-		if c := context.Cause(ctx); c != nil {
-			err = c
-		}
 		return fmt.Errorf("waiting for Node %s to be Ready: %w (console: %s)", n.Name, err, filepath.Join(n.Dir, "console.log"))
 	}
-	nd := ev.Object.(*corev1.Node)
 	n.KubeletVersion, n.RuntimeVersion = nd.Status.NodeInfo.KubeletVersion, nd.Status.NodeInfo.ContainerRuntimeVersion
 	return nil
 }

@@ -166,6 +166,12 @@ func qemuArgs(cfg Config, kernel, initrd, disk string) []string {
 // escapes matches the terminal control sequences the firmware prints.
 var escapes = regexp.MustCompile(`\x1b(\[[0-9;?]*[A-Za-z]|c)`)
 
+// ConsoleLine is a line of a qemu guest's serial console without the
+// firmware's terminal control sequences and the carriage return.
+func ConsoleLine(l string) string {
+	return strings.TrimRight(escapes.ReplaceAllString(l, ""), "\r")
+}
+
 // boot1 runs qemu until the guest powers off, the timeout passes or ctx
 // ends, copying its console to cfg.Console and reading it into a Summary.
 func boot1(ctx context.Context, cfg Config, qemu string, args []string) (*Summary, error) {
@@ -190,7 +196,7 @@ func boot1(ctx context.Context, cfg Config, qemu string, args []string) (*Summar
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		l := escapes.ReplaceAllString(sc.Text(), "")
+		l := ConsoleLine(sc.Text())
 		fmt.Fprintln(cfg.Console, l)
 		sum.line(l)
 	}

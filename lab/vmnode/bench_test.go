@@ -3,7 +3,6 @@ package vmnode_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/lab/vmnode"
+	"github.com/amf-edge/amf/ociimage"
 )
 
 // TestSignalBenchInTheGuest is `make bench-v2node`: the signal benchmark
@@ -40,13 +40,10 @@ func TestSignalBenchInTheGuest(t *testing.T) {
 	// Mosquitto in the guest it runs a mochi broker.
 	cfg := vmnode.Config{ControlPlane: cp, Repo: repo, Log: t.Logf, Files: map[string]string{}}
 	bin := t.TempDir()
+	if err := ociimage.GoBuild(ctx, "", repo, "amd64", bin, "./cmd/amf-lab", "./cmd/amf-sidecar", "./cmd/amf-agent"); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []string{"amf-lab", "amf-sidecar", "amf-agent"} {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(bin, c), "./cmd/"+c)
-		cmd.Dir = repo
-		cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v: %s", c, err, b)
-		}
 		cfg.Files["bin/"+c] = filepath.Join(bin, c)
 	}
 	for _, im := range imgs {

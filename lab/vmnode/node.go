@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +20,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/amf-edge/amf/lab/cgroup2vm"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/ociimage"
 )
 
 // Config configures Launch.
@@ -167,7 +168,7 @@ func (n *Node) writeRunDisk() (string, error) {
 	for i, img := range n.cfg.Images {
 		files[fmt.Sprintf("images/%02d.tar", i)] = img
 	}
-	if err := goBuild(n.cfg.Repo, filepath.Join(root, "bin", "guestprobe"), "./lab/vmnode/guestprobe"); err != nil {
+	if err := ociimage.GoBuild(context.Background(), os.Getenv("GO"), n.cfg.Repo, "amd64", filepath.Join(root, "bin"), "./lab/vmnode/guestprobe"); err != nil {
 		return "", err
 	}
 	for dst, src := range files {
@@ -237,21 +238,6 @@ func (n *Node) writeRunDisk() (string, error) {
 		return "", err
 	}
 	return disk, os.RemoveAll(root)
-}
-
-// goBuild builds a static linux/amd64 binary of the repository's package pkg.
-func goBuild(repo, out, pkg string) error {
-	goBin := os.Getenv("GO")
-	if goBin == "" {
-		goBin = "go"
-	}
-	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, pkg)
-	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
 }
 
 // place puts src at dst: a hard link where it can, else a copy.
@@ -342,16 +328,13 @@ func (n *Node) boot(base baseImage, disk string) error {
 	return nil
 }
 
-// escapes matches the terminal control sequences the firmware prints.
-var escapes = regexp.MustCompile(`\x1b(\[[0-9;?]*[A-Za-z]|c)`)
-
 // readConsole copies the console to the log and Config.Console and reads
 // the guest's own lines ("amf-vmnode: ...").
 func (n *Node) readConsole(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		l := strings.TrimRight(escapes.ReplaceAllString(sc.Text(), ""), "\r")
+		l := cgroup2vm.ConsoleLine(sc.Text())
 		fmt.Fprintln(n.console, l)
 		if n.cfg.Console != nil {
 			fmt.Fprintln(n.cfg.Console, l)

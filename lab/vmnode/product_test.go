@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/amf-edge/amf/lab/kubenode/kubenodetest"
 	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/lab/vmnode"
+	"github.com/amf-edge/amf/ociimage"
 )
 
 // TestProductOnTheNode is the install path as a user runs it, on the node as
@@ -41,13 +43,13 @@ import (
 // reaches the sidecar through memory.events and the agent fails the broker
 // over to its standby.
 func TestProductOnTheNode(t *testing.T) {
-	ctx, cp, n, repo, agent := install(t, "base")
+	ctx, cp, n, agent := install(t, "base")
 	cs := cp.Client()
 	plain, err := yaml.Marshal(broker(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	injected := inject(t, repo, plain, "--standby", "--container", "mosquitto")
+	injected := inject(t, plain, "--standby", "--container", "mosquitto")
 	if out, err := cp.Kubectl(ctx, bytes.NewReader(injected), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply the injected broker: %v: %s", err, out)
 	}
@@ -118,7 +120,7 @@ func TestProductOnTheNode(t *testing.T) {
 // other's container OOM-killed reach the agent as the pushed exit and the
 // OOM kill, and it fails each over to its standby.
 func TestNodeModeOnTheNode(t *testing.T) {
-	ctx, cp, n, repo, agent := install(t, "overlays/node-mode")
+	ctx, cp, n, agent := install(t, "overlays/node-mode")
 	cs := cp.Client()
 	primaries := map[string]*corev1.Pod{}
 	for _, pair := range []string{"crash", "oom"} {
@@ -126,7 +128,7 @@ func TestNodeModeOnTheNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		annotated := inject(t, repo, plain, "--mode", "node", "--standby")
+		annotated := inject(t, plain, "--mode", "node", "--standby")
 		if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
 			t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
 		}
@@ -173,7 +175,7 @@ const ns = "mqtt"
 // install boots a node, applies the kustomization manifests/<layout> as a
 // user would (kubectl apply -k), creates the brokers' namespace and returns
 // once the agent's pod is Ready; ctx bounds the rest of the test.
-func install(t *testing.T, layout string) (ctx context.Context, cp *controlplane.ControlPlane, n *vmnode.Node, repo string, agent *corev1.Pod) {
+func install(t *testing.T, layout string) (ctx context.Context, cp *controlplane.ControlPlane, n *vmnode.Node, agent *corev1.Pod) {
 	t.Helper()
 	cp, n = start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -191,7 +193,7 @@ func install(t *testing.T, layout string) (ctx context.Context, cp *controlplane
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return ctx, cp, n, repo, agent
+	return ctx, cp, n, agent
 }
 
 // containerID is the runtime's ID of a container of pod.
@@ -308,13 +310,18 @@ func broker(ns string, prefix ...string) *appsv1.Deployment {
 }
 
 // inject runs `amf-agent inject` (built from this module) on in.
-func inject(t *testing.T, repo string, in []byte, args ...string) []byte {
+func inject(t *testing.T, in []byte, args ...string) []byte {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "amf-agent")
-	if b, err := exec.Command("go", "build", "-C", repo, "-o", bin, "./cmd/amf-agent").CombinedOutput(); err != nil {
-		t.Fatalf("go build amf-agent: %v: %s", err, b)
+	repo, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"inject"}, args...)...)
+	// Go's build cache makes the second test's build a relink at most.
+	dir := t.TempDir()
+	if err := ociimage.GoBuild(t.Context(), "", repo, runtime.GOARCH, dir, "./cmd/amf-agent"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(dir, "amf-agent"), append([]string{"inject"}, args...)...)
 	cmd.Stdin = bytes.NewReader(in)
 	var e bytes.Buffer
 	cmd.Stderr = &e

@@ -9,6 +9,7 @@ import (
 
 	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/infer/model"
+	"github.com/amf-edge/amf/statehub"
 )
 
 // TestValidateNeedsATargetAModelAndAnIntervalTheModelRunsAt: the interval
@@ -16,6 +17,7 @@ import (
 func TestValidateNeedsATargetAModelAndAnIntervalTheModelRunsAt(t *testing.T) {
 	m := p1Model(t) // sample_interval 5s
 	find := func(context.Context) (detect.Source, error) { return nil, errors.New("not yet") }
+	hub := &statehub.Client{URL: "http://127.0.0.1:1886"}
 	for _, tt := range []struct {
 		name string
 		cfg  Config
@@ -26,6 +28,10 @@ func TestValidateNeedsATargetAModelAndAnIntervalTheModelRunsAt(t *testing.T) {
 		{"no target", Config{Model: m}, "a target (or a way to find it) and a model are required"},
 		{"no model", Config{Source: &loadSource{}}, "a target (or a way to find it) and a model are required"},
 		{"an interval slower than the model's", Config{Source: &loadSource{}, Model: m, Interval: 10 * time.Second}, "sample_interval 5s"},
+		{"a state carried, snapshots rate-bound", Config{Source: &loadSource{}, Model: m, State: &StateConfig{Hub: hub, SnapshotEvery: time.Second, SnapshotRate: 1 << 20}}, ""},
+		{"a state carried without a hub", Config{Source: &loadSource{}, Model: m, State: &StateConfig{}}, "State.Hub is required"},
+		{"a negative snapshot interval", Config{Source: &loadSource{}, Model: m, State: &StateConfig{Hub: hub, SnapshotEvery: -time.Second}}, "SnapshotEvery -1s is negative"},
+		{"a negative snapshot rate", Config{Source: &loadSource{}, Model: m, State: &StateConfig{Hub: hub, SnapshotRate: -1}}, "SnapshotRate -1 bytes/s is negative"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.cfg.Validate()

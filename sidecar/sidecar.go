@@ -117,6 +117,16 @@ func (c Config) Validate() error {
 	if _, err := detect.FeatureConfig(c.Model, c.interval()); err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
+	if st := c.State; st != nil {
+		switch {
+		case st.Hub == nil:
+			return errors.New("sidecar: State.Hub is required to carry the broker's state")
+		case st.SnapshotEvery < 0:
+			return fmt.Errorf("sidecar: State.SnapshotEvery %v is negative; 0 takes no snapshots", st.SnapshotEvery)
+		case st.SnapshotRate < 0:
+			return fmt.Errorf("sidecar: State.SnapshotRate %d bytes/s is negative; 0 sets no bound", st.SnapshotRate)
+		}
+	}
 	return nil
 }
 

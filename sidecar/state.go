@@ -29,6 +29,12 @@ type StateConfig struct {
 	// the standby on, a crashed broker writing no final state. Mosquitto
 	// writes its whole state each time.
 	SnapshotEvery time.Duration
+	// SnapshotRate bounds the bytes a second the broker's snapshots write
+	// (and the hub and a relay carry): after a state of n bytes the next
+	// snapshot waits n/SnapshotRate seconds when that is longer than
+	// SnapshotEvery, so a big state is taken less often instead of its
+	// broker writing without rest. 0: no bound.
+	SnapshotRate int64
 	// SnapshotRefresh is the longest an unchanged snapshot goes without
 	// being handed in again; default 1 min, half the hub's TTL (package
 	// statehub), so that the last snapshot of a quiet broker is always
@@ -82,11 +88,12 @@ func (s *Sidecar) runState(ctx context.Context, wg *sync.WaitGroup) {
 // last handed in. Only a digest of the last one is kept: the sidecar's
 // memory holds one state, not two.
 func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
-	t := time.NewTicker(cfg.SnapshotEvery)
+	t := time.NewTimer(cfg.SnapshotEvery)
 	defer t.Stop()
 	var last [sha256.Size]byte
 	var lastAt time.Time
 	lastErr := ""
+	wait := cfg.SnapshotEvery
 	for {
 		select {
 		case <-ctx.Done():
@@ -94,12 +101,22 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
 		case <-t.C:
 		}
 		if s.restarting.Load() {
+			t.Reset(wait)
 			continue // its broker is being restarted on a state
 		}
-		sctx, cancel := context.WithTimeout(ctx, cfg.SnapshotEvery)
+		// The broker saves in its main loop: a busy one may take longer
+		// than a short interval, which bounds how often it is asked, not
+		// how long it may take.
+		sctx, cancel := context.WithTimeout(ctx, max(cfg.SnapshotEvery, snapshotTimeout))
 		st, err := cfg.Broker.Snapshot(sctx)
 		cancel()
 		if err == nil {
+			if w := snapshotWait(cfg.SnapshotEvery, cfg.SnapshotRate, len(st.Data)); w != wait {
+				if w > cfg.SnapshotEvery && wait == cfg.SnapshotEvery {
+					s.cfg.Log.Info("broker state snapshots spaced out: the state is big for --state-snapshot-rate", "bytes", len(st.Data), "every", w.Round(time.Millisecond))
+				}
+				wait = w
+			}
 			if sum := sha256.Sum256(st.Data); sum != last || time.Since(lastAt) >= cfg.SnapshotRefresh {
 				hctx, hcancel := context.WithTimeout(ctx, cfg.HandInTimeout)
 				_, err = cfg.Hub.HandIn(hctx, statehub.Snapshot, st.Data)
@@ -122,7 +139,21 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
 			s.cfg.Log.Info("broker state snapshots handed to the node agent again")
 			lastErr = ""
 		}
+		t.Reset(wait)
 	}
+}
+
+// snapshotTimeout is the least time a snapshot is given to be written.
+const snapshotTimeout = 5 * time.Second
+
+// snapshotWait is the time from one snapshot to the next after a state of
+// n bytes: every, or n/rate seconds when that is longer, so that the
+// broker's whole-state saves write at most rate bytes a second.
+func snapshotWait(every time.Duration, rate int64, n int) time.Duration {
+	if rate <= 0 {
+		return every
+	}
+	return max(every, time.Duration(float64(n)/float64(rate)*float64(time.Second)))
 }
 
 // handIn waits for each state the broker writes as it stops and hands it

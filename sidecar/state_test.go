@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
@@ -224,6 +226,97 @@ func TestAQuietBrokersSnapshotIsHandedInAgainBeforeTheHubForgetsIt(t *testing.T)
 	for i := 2; i < len(at); i++ {
 		if gap := at[i].Sub(at[i-1]); gap < refresh-2*every {
 			t.Errorf("an unchanged snapshot handed in again %v after the one before; want about %v (SnapshotRefresh)", gap, refresh)
+		}
+	}
+}
+
+// TestSnapshotWaitKeepsTheSavesWithinTheRate: the next snapshot waits
+// SnapshotEvery, or as long as writing the last state's bytes at
+// SnapshotRate takes when that is longer.
+func TestSnapshotWaitKeepsTheSavesWithinTheRate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every time.Duration
+		rate  int64
+		n     int
+		want  time.Duration
+	}{
+		{"no bound", time.Second, 0, 100 << 20, time.Second},
+		{"a small state at the interval", time.Second, 1 << 20, 35_000, time.Second},
+		{"a state of exactly a second's bytes", time.Second, 1 << 20, 1 << 20, time.Second},
+		{"a big state spaced out", time.Second, 1 << 20, 10 << 20, 10 * time.Second},
+		{"an empty state", time.Second, 1 << 20, 0, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := snapshotWait(tc.every, tc.rate, tc.n); got != tc.want {
+				t.Errorf("snapshotWait(%v, %d, %d) = %v, want %v", tc.every, tc.rate, tc.n, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestABigStatesSnapshotsAreSpacedOutBySnapshotRate: a real Mosquitto
+// whose state changes all the time is asked for a snapshot no sooner than
+// its last state's bytes at SnapshotRate allow, not at every
+// SnapshotEvery.
+func TestABigStatesSnapshotsAreSpacedOutBySnapshotRate(t *testing.T) {
+	bin := brokerstatetest.RequireMosquitto(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}
+	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hub.Handler())
+	t.Cleanup(srv.Close)
+	const every, rate = 100 * time.Millisecond, 10 << 10
+	p := startStatePod(t, ctx, bin, a, srv.URL, false, func(c *Config) {
+		c.Probe, c.State.SnapshotEvery, c.State.SnapshotRate = nil, every, rate
+	})
+	if err := brokerstate.Seed(ctx, p.broker.Addr, brokerstate.Plan{Retained: 100, Sessions: 1, Queued: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// A retained value changed every 50 ms: every snapshot differs from
+	// the one before, so each is handed in.
+	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + p.broker.Addr).SetClientID("ticker"))
+	if tok := pub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("ticker not connected: %v", tok.Error())
+	}
+	defer pub.Disconnect(0)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for n := 0; ctx.Err() == nil; n++ {
+			pub.Publish("tick", 1, true, strconv.Itoa(n)).WaitTimeout(time.Second)
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	var got []statehub.State
+	var at []time.Time
+	for len(got) < 4 {
+		select {
+		case s := <-hub.Received():
+			if s.Kind == statehub.Snapshot && s.Summary.Retained >= 100 {
+				got, at = append(got, s), append(at, time.Now())
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d snapshots of the seeded broker handed in within a minute; want 4", len(got))
+		}
+	}
+	for i := 1; i < len(got); i++ {
+		want := snapshotWait(every, rate, got[i-1].Summary.Bytes)
+		if want < 5*every {
+			t.Fatalf("a state of %d bytes at %d bytes/s waits %v: too small a state for this test to tell the rate from the interval", got[i-1].Summary.Bytes, rate, want)
+		}
+		// The hand-ins' own latency aside (a save and an HTTP PUT).
+		gap := at[i].Sub(at[i-1])
+		t.Logf("snapshot %d: %v after one of %d bytes (wait %v)", i, gap.Round(time.Millisecond), got[i-1].Summary.Bytes, want)
+		if gap < want-every {
+			t.Errorf("snapshot %d handed in %v after the one of %d bytes before it; want at least %v (%d bytes/s)", i, gap, got[i-1].Summary.Bytes, want, rate)
 		}
 	}
 }

@@ -109,6 +109,7 @@ type runFlags struct {
 	// The broker's state.
 	stateFile, stateHub, stateProcess string
 	stateEvery                        time.Duration
+	stateRate                         int64
 }
 
 func registerRunFlags(fs *flag.FlagSet) *runFlags {
@@ -129,7 +130,8 @@ func registerRunFlags(fs *flag.FlagSet) *runFlags {
 	fs.DurationVar(&f.keepAlive, "keepalive", 5*time.Second, "MQTT keep-alive to the agent: bounds how long a frozen sidecar goes unnoticed")
 	fs.StringVar(&f.stateFile, "state-file", "", "the broker's persistence file as this sidecar sees it (Mosquitto's persistence_location + persistence_file, on the data volume inject --state-dir mounts here): its final state is handed to the node agent, and a state the agent hands this pod is put in; empty: the broker's state is not carried")
 	fs.StringVar(&f.stateHub, "state-hub", os.Getenv("AMF_STATE_HUB"), "the node agent's state hub, e.g. http://$(NODE_IP):1886 (env AMF_STATE_HUB); needed with --state-file")
-	fs.DurationVar(&f.stateEvery, "state-snapshot-every", 5*time.Second, "with --state-file: how often the broker writes its state (SIGUSR1) to be handed to the node agent when it changed, for a failover to restart the standby on (a crashed broker writes no final state); what it took in since is lost. Mosquitto writes its whole state each time. 0: none")
+	fs.DurationVar(&f.stateEvery, "state-snapshot-every", time.Second, "with --state-file: how often the broker writes its state (SIGUSR1) to be handed to the node agent when it changed, for a failover to restart the standby on (a crashed broker writes no final state); what it took in since is lost. Mosquitto writes its whole state each time. 0: none")
+	fs.Int64Var(&f.stateRate, "state-snapshot-rate", 1<<20, "with --state-file: the most bytes a second the snapshots may write: after a state of n bytes the next waits n/rate seconds when that is longer than --state-snapshot-every (a 10 MiB state every 10 s at the default 1 MiB/s). 0: no bound")
 	fs.StringVar(&f.stateProcess, "state-process", handover.DefaultComm, "with --state-file: the broker's process `name` in the pod's shared process namespace")
 	f.memoryRef = registerMemoryReference(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -278,6 +280,7 @@ func (f *runFlags) state() (*sidecar.StateConfig, error) {
 	return &sidecar.StateConfig{
 		Broker:        handover.Broker{File: f.stateFile, Comm: f.stateProcess},
 		SnapshotEvery: f.stateEvery,
+		SnapshotRate:  f.stateRate,
 		Hub:           &statehub.Client{URL: f.stateHub, Pod: podsignal.PodID{Namespace: f.target.namespace, Pod: f.target.podName}, TokenFile: f.tokenFile},
 	}, nil
 }

@@ -16,7 +16,8 @@ import (
 // node with a small state: a crash with Mosquitto's default autosave loses
 // everything (nothing was ever saved), a clean stop, AMF's handover levers
 // and the agent's switchover and crash failover of a stateful pair lose
-// nothing (the crash: nothing came after the last snapshot), and the report
+// nothing (the crash: nothing of the plan came after the last snapshot),
+// the crash carries a retained clock as of that snapshot, and the report
 // says so.
 func TestStateBenchSeesWhatEachRestartKeeps(t *testing.T) {
 	if testing.Short() {
@@ -48,6 +49,9 @@ func TestStateBenchSeesWhatEachRestartKeeps(t *testing.T) {
 		}
 	}
 	for _, c := range rep.Cases {
+		if c.Key == "crash" && c.RetainedAge <= 0 {
+			t.Errorf("crash: the retained clock's age on the new primary %v; want it carried (above 0: the clock ran up to the crash)", c.RetainedAge)
+		}
 		if l := c.Live; l != nil && (l.Lost != 0 || l.Refused != 0 || l.MarkerMissed || l.Acked == 0) {
 			t.Errorf("%s: live QoS 1 clients %v; want nothing lost or given up; the agent said of the pair:\n%s", c.Key, *l, c.AgentSaid)
 		}
@@ -56,7 +60,7 @@ func TestStateBenchSeesWhatEachRestartKeeps(t *testing.T) {
 	WriteStateReport(&out, rep)
 	if !strings.Contains(out.String(), `"k8s_crash_retained_lost":30`) || !strings.Contains(out.String(), `"handover_qos1_lost":0`) ||
 		!strings.Contains(out.String(), `"switchover_qos1_lost":0`) || !strings.Contains(out.String(), `"switchover_complete_s":`) ||
-		!strings.Contains(out.String(), `"switchover_live_lost":0`) {
+		!strings.Contains(out.String(), `"switchover_live_lost":0`) || !strings.Contains(out.String(), `"crash_retained_age_s":`) {
 		t.Errorf("report's JSON line lacks the figures:\n%s", out.String())
 	}
 }

@@ -57,6 +57,10 @@ func (p Plan) prefix() string {
 	return p.Prefix
 }
 
+// Topic is a topic of the plan's own beside those Seed and Check use:
+// Prefix/name.
+func (p Plan) Topic(name string) string { return p.prefix() + "/" + name }
+
 func (p Plan) sessionIDs() (v3, v5 []string) {
 	for i := range p.Sessions {
 		v3 = append(v3, fmt.Sprintf("%s-v3-%d", p.prefix(), i))

@@ -247,6 +247,21 @@ func (p *StatePair) AwaitServing(ctx context.Context) (time.Time, error) {
 	return p.await(ctx, p.Standby.Name, "the new primary serves", PodReady)
 }
 
+// ClockTopic is the topic of the pair's brokerstate.Clock.
+func (p *StatePair) ClockTopic() string { return p.Plan.Topic("clock") }
+
+// StartClock publishes the time as a retained message to the primary every
+// 100 ms (brokerstate.Clock): read from the new primary after a failover
+// (ReadClock), it says how old the retained set carried over is.
+func (p *StatePair) StartClock(ctx context.Context) (*brokerstate.Clock, error) {
+	return brokerstate.StartClock(ctx, brokerstate.Addr(p.Primary), p.ClockTopic(), 100*time.Millisecond)
+}
+
+// ReadClock is brokerstate.ReadClock on the new primary.
+func (p *StatePair) ReadClock(ctx context.Context) (time.Time, bool, error) {
+	return brokerstate.ReadClock(ctx, brokerstate.Addr(p.Standby), p.ClockTopic())
+}
+
 // Check is brokerstate.Check on the new primary.
 func (p *StatePair) Check(ctx context.Context) (brokerstate.Result, error) {
 	return brokerstate.Check(ctx, brokerstate.Addr(p.Standby), p.Plan)

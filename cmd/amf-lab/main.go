@@ -50,7 +50,7 @@ Usage:
       sidecars reconnecting all at once to a real agent, quiet and then during a flood of
       idle sockets from several loopback addresses and one pod's stream of new sessions:
       connect time (dial to CONNACK) p50/p99/max and failures side by side; last line JSON
-  amf-lab bench state [--retained 300] [--sessions 3] [--v5-sessions 1] [--queued 20] [--keep] [-v]
+  amf-lab bench state [--retained 300] [--sessions 3] [--v5-sessions 1] [--queued 20] [--nodeloss=false] [--keep] [-v]
       a lab node, Mosquitto with its data on the pod's volume, state put in by paho and
       mosquitto_sub -V 5: what survives Kubernetes restarting the broker in place (a
       crash, default autosave and autosave_on_changes; a clean stop) and AMF's handover

@@ -25,6 +25,7 @@ func benchState(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	sessions := fs.Int("sessions", 3, "MQTT 3.1.1 persistent sessions (paho)")
 	v5 := fs.Int("v5-sessions", 1, "MQTT 5 persistent sessions (mosquitto_sub -V 5 -c -x 3600)")
 	queued := fs.Int("queued", 20, "QoS 1 messages queued for each session while it is away (at least 1 with MQTT 5 sessions)")
+	nodeLoss := fs.Bool("nodeloss", true, "also cut the power of a stateful primary's node: a pair across two of three more lab nodes")
 	keep := fs.Bool("keep", false, "keep the run's files")
 	verbose := fs.Bool("v", false, "log the node and the control plane to standard error")
 	if err := fs.Parse(args); err != nil {
@@ -56,7 +57,7 @@ func benchState(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		os.RemoveAll(dir)
 	}()
 	cfg := bench.StateConfig{Plan: brokerstate.Plan{Retained: *retained, Sessions: *sessions, V5Sessions: *v5, Queued: *queued},
-		Repo: repo, WorkDir: dir, Progress: stderr}
+		Repo: repo, WorkDir: dir, NodeLoss: *nodeLoss, Progress: stderr}
 	if *verbose {
 		cfg.Log = func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }
 	} else {

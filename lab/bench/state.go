@@ -18,6 +18,7 @@ import (
 	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/nodeloss"
 	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/mosquittodb"
 )
@@ -35,8 +36,12 @@ type StateConfig struct {
 	// starting them (a test's).
 	ControlPlane *controlplane.ControlPlane
 	Node         *kubenode.Node
-	Progress     io.Writer
-	Log          func(format string, args ...any)
+	// NodeLoss adds the case nodeloss: a stateful pair across two nodes of
+	// a cluster of three of its own (lab/nodeloss.RunStateCut), the
+	// primary's node's power cut.
+	NodeLoss bool
+	Progress io.Writer
+	Log      func(format string, args ...any)
 }
 
 // StateCase is one event and what the broker held after it.
@@ -160,6 +165,21 @@ func RunState(ctx context.Context, cfg StateConfig) (*StateReport, error) {
 		c.What = k.what + c.What
 		if l := c.Live; l != nil && (l.Lost != 0 || l.Refused != 0 || l.MarkerMissed) {
 			c.AgentSaid = pairLines(agent.Lines(), s.ns+"/state-"+k.key)
+		}
+		rep.Cases = append(rep.Cases, c)
+	}
+	if cfg.NodeLoss {
+		const what = "AMF: the power of the primary's node cut (a pair across two of three nodes), failed over by the guard onto the snapshot relayed before; back: from the cut to the new primary Ready"
+		fmt.Fprintf(cfg.Progress, "case nodeloss: %s\n", what)
+		cctx, cancel := context.WithTimeout(ctx, 2*caseTimeout)
+		cut, err := nodeloss.RunStateCut(cctx, nodeloss.StateCutConfig{Repo: cfg.Repo, WorkDir: cfg.WorkDir, Plan: cfg.Plan, Phase: crashPhase, Progress: cfg.Progress, Log: cfg.Log})
+		cancel()
+		if err != nil {
+			return rep, fmt.Errorf("nodeloss: %w", err)
+		}
+		c := StateCase{Key: "nodeloss", What: what, Result: cut.Result, Back: cut.Back, RetainedAge: cut.RetainedAge}
+		if cut.NotCarried != "" {
+			c.What += " (the agent gave the state up: " + cut.NotCarried + ")"
 		}
 		rep.Cases = append(rep.Cases, c)
 	}
@@ -469,7 +489,6 @@ func WriteStateReport(w io.Writer, r *StateReport) {
 	if live.Len() > 0 {
 		fmt.Fprintf(w, "\n%s", live.String())
 	}
-	fmt.Fprintf(w, "\nnot measured: nodeloss_ (a lost node's agent, and the snapshots its hub held, go with it)\n")
 	b, _ := json.Marshal(js) // a map of numbers cannot fail
 	fmt.Fprintf(w, "%s\n", b)
 }

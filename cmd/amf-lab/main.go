@@ -55,6 +55,10 @@ Usage:
       mosquitto_sub -V 5: what survives Kubernetes restarting the broker in place (a
       crash, default autosave and autosave_on_changes; a clean stop) and AMF's handover
       levers; last line JSON (root; make deps k8s first)
+  amf-lab bench features --profile SPEC [--interval 1s] [--limit 256Mi] [--model NAME]
+      a load (amf-lab stress's SPEC) replayed in a cgroup of its own and sampled as the
+      sidecar samples: one JSON line per sample (amf-sidecar sample's), on cgroup v1 or
+      v2, to compare two hosts on one load (root)
   amf-lab bench node-loss [--cuts 10] [--k8s-toleration 300s] [--k8s-wait 10m] [--keep] [-v]
       three lab nodes, the agent DaemonSet, a hot broker pair bridging RDS and
       OBU: power cuts of the primary's node, the standby's failover and the
@@ -99,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return benchFlood(ctx, args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "bench" && args[1] == "state":
 		return benchState(ctx, args[2:], stdout, stderr)
+	case len(args) >= 2 && args[0] == "bench" && args[1] == "features":
+		return benchFeatures(ctx, args[2:], stdout, stderr)
 	case len(args) >= 2 && args[0] == "bench" && args[1] == "node-loss":
 		return benchNodeLoss(ctx, args[2:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "demo":

@@ -20,7 +20,7 @@ func TestPeerConfigValidateNamesWhatIsMissingOrUnsafe(t *testing.T) {
 		{"complete", func(*PeerConfig) {}, ""},
 		{"no logger or registerer", func(c *PeerConfig) { c.Logger, c.Registerer = nil, nil }, ""},
 		{"no cluster", func(c *PeerConfig) { c.Cluster = nil }, "(missing: Cluster)"},
-		{"no namespace", func(c *PeerConfig) { c.Namespace = "" }, "the Leases' namespace, its node and the address it advertises (missing: Namespace)"},
+		{"no namespace", func(c *PeerConfig) { c.Namespace = "" }, "the Leases' namespace, its node, the address it answers probes at and the one it advertises (missing: Namespace)"},
 		{"no node", func(c *PeerConfig) { c.Node = "" }, "(missing: Node)"},
 		{"no advertised address", func(c *PeerConfig) { c.Advertise = "" }, "(missing: Advertise)"},
 		{"neither node nor address", func(c *PeerConfig) { c.Node, c.Advertise = "", "" }, "(missing: Node, Advertise)"},

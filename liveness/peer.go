@@ -73,13 +73,15 @@ func (c PeerConfig) Validate() error {
 	for _, f := range []struct {
 		name  string
 		unset bool
-	}{{"Cluster", c.Cluster == nil}, {"Namespace", c.Namespace == ""}, {"Node", c.Node == ""}, {"Advertise", c.Advertise == ""}} {
+	}{{"Cluster", c.Cluster == nil}, {"Namespace", c.Namespace == ""}, {"Node", c.Node == ""}, {"Listen", c.Listen == ""}, {"Advertise", c.Advertise == ""}} {
 		if f.unset {
 			missing = append(missing, f.name)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("liveness: an agent needs a cluster, the Leases' namespace, its node and the address it advertises (missing: %s)", strings.Join(missing, ", "))
+		// An empty Listen would bind a port of the kernel's choosing,
+		// which no peer knows: Advertise names the port it must be.
+		return fmt.Errorf("liveness: an agent needs a cluster, the Leases' namespace, its node, the address it answers probes at and the one it advertises (missing: %s)", strings.Join(missing, ", "))
 	}
 	return nil
 }

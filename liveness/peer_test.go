@@ -23,7 +23,8 @@ func TestListenRefusesWhatCannotWork(t *testing.T) {
 	}{
 		{"a guard that could act before the fence", func(c *PeerConfig) { c.Timing.Lost = c.Timing.Fence }, "at least fence"},
 		{"no node", func(c *PeerConfig) { c.Node = "" }, "needs a cluster, the Leases' namespace, its node"},
-		{"no advertised address", func(c *PeerConfig) { c.Advertise = "" }, "the address it advertises"},
+		{"no advertised address", func(c *PeerConfig) { c.Advertise = "" }, "the one it advertises (missing: Advertise)"},
+		{"no probe address: a port nobody knows", func(c *PeerConfig) { c.Listen = "" }, "the address it answers probes at and the one it advertises (missing: Listen)"},
 		{"the probe port taken", func(c *PeerConfig) { c.Listen = taken.Addr().String() }, "answer probes at " + taken.Addr().String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,7 +44,7 @@ func TestExitStatusesFollowTheConvention(t *testing.T) {
 		// ... and before anything connects: the API server of kubeconfig
 		// is unreachable, and the probe address is the taken one.
 		{"agent liveness setting its package refuses", []string{"--kubeconfig", kubeconfig, "--actuate", "--liveness", "--node-name=n1", "--liveness-advertise=10.0.0.5:1885",
-			"--lease-namespace=", "--liveness-listen", taken.Addr().String(), "--listen", taken.Addr().String(), "--http", "127.0.0.1:0"}, "", exitcode.Usage, "--liveness: liveness: an agent needs a cluster, the Leases' namespace, its node and the address it advertises (missing: Namespace)"},
+			"--lease-namespace=", "--liveness-listen", taken.Addr().String(), "--listen", taken.Addr().String(), "--http", "127.0.0.1:0"}, "", exitcode.Usage, "--liveness: liveness: an agent needs a cluster, the Leases' namespace, its node, the address it answers probes at and the one it advertises (missing: Namespace)"},
 		{"agent node mode at an interval its model cannot run at", []string{"--kubeconfig", kubeconfig, "--node-mode", "--node-name=n1", "--interval=-1s", "--listen", taken.Addr().String()}, "", exitcode.Usage, "amf-agent: --interval: model (embedded leadtime)"},
 		{"agent listen address taken", []string{"--token-file", tokens, "--listen", taken.Addr().String(), "--http", "127.0.0.1:0"}, "", exitcode.Failure, "address already in use"},
 		{"inject help", []string{"inject", "--help"}, "", exitcode.OK, "Usage: amf-agent inject"},

@@ -186,6 +186,19 @@ func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) 
 	}
 }
 
+// startHub is a real hub on loopback that knows pod a by its fake token,
+// closed after the sidecars of t stop (cleanups run last first).
+func startHub(t *testing.T, a podsignal.PodID) (*statehub.Hub, *httptest.Server) {
+	t.Helper()
+	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hub.Handler())
+	t.Cleanup(srv.Close)
+	return hub, srv
+}
+
 // TestAQuietBrokersSnapshotIsHandedInAgainBeforeTheHubForgetsIt: a broker
 // whose state does not change is not written to the hub at every tick, yet
 // its snapshot is handed in again within SnapshotRefresh, so the hub,
@@ -195,12 +208,7 @@ func TestAQuietBrokersSnapshotIsHandedInAgainBeforeTheHubForgetsIt(t *testing.T)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	a := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}
-	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(hub.Handler())
-	t.Cleanup(srv.Close) // after the sidecar stops (cleanups run last first)
+	hub, srv := startHub(t, a)
 	const every, refresh = 100 * time.Millisecond, time.Second
 	// No MQTT probe: its own connection comes and goes in Mosquitto's
 	// file, which then changes at every save.
@@ -264,12 +272,7 @@ func TestABigStatesSnapshotsAreSpacedOutBySnapshotRate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	a := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}
-	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(hub.Handler())
-	t.Cleanup(srv.Close)
+	hub, srv := startHub(t, a)
 	const every, rate = 100 * time.Millisecond, 10 << 10
 	p := startStatePod(t, ctx, bin, a, srv.URL, false, func(c *Config) {
 		c.Probe, c.State.SnapshotEvery, c.State.SnapshotRate = nil, every, rate

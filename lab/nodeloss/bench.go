@@ -198,6 +198,37 @@ type BenchReport struct {
 	PerCrash          []Crash `json:"per_crash,omitempty"`
 }
 
+// launchCluster builds the lab's images, starts a control plane (its files
+// in dir) and three lab nodes on one LAN with the images in them; stop
+// stops the nodes, then the control plane.
+func launchCluster(ctx context.Context, repo, dir string, say, log func(string, ...any)) (_ *controlplane.ControlPlane, _ *kubenode.Cluster, stop func(), err error) {
+	if err := kubenode.Check(); err != nil {
+		return nil, nil, nil, err
+	}
+	say("building the images (cached)")
+	imgs, err := images.Build(ctx, images.Options{ModuleDir: repo})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	say("starting the control plane and three nodes on one LAN")
+	cp, err := controlplane.Launch(ctx, dir, controlplane.Options{ServingIPs: kubenode.ServingIPs(), NoFakeNodes: true}, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var archives []string
+	for _, im := range imgs {
+		archives = append(archives, im.Archive)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cl, err := kubenode.LaunchCluster(cctx, kubenode.ClusterConfig{ControlPlane: cp, Nodes: 3, Node: kubenode.Config{Images: archives, Log: log}})
+	if err != nil {
+		cp.Stop()
+		return nil, nil, nil, err
+	}
+	return cp, cl, func() { cl.Stop(); cp.Stop() }, nil
+}
+
 // RunBench starts a control plane, three lab nodes and a Pair, cuts the
 // power of the primary's node cfg.Cuts times (the roles alternate between
 // nodes 0 and 1; each cut is restored and one primary awaited before the
@@ -217,31 +248,11 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 		cfg.Log = func(string, ...any) {}
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) }
-	if err := kubenode.Check(); err != nil {
-		return nil, err
-	}
-	say("building the images (cached)")
-	imgs, err := images.Build(ctx, images.Options{ModuleDir: cfg.Repo})
+	cp, cl, stop, err := launchCluster(ctx, cfg.Repo, filepath.Join(cfg.WorkDir, "cp"), say, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
-	say("starting the control plane and three nodes on one LAN")
-	cp, err := controlplane.Launch(ctx, filepath.Join(cfg.WorkDir, "cp"), controlplane.Options{ServingIPs: kubenode.ServingIPs(), NoFakeNodes: true}, cfg.Log)
-	if err != nil {
-		return nil, err
-	}
-	defer cp.Stop()
-	var archives []string
-	for _, im := range imgs {
-		archives = append(archives, im.Archive)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	cl, err := kubenode.LaunchCluster(cctx, kubenode.ClusterConfig{ControlPlane: cp, Nodes: 3, Node: kubenode.Config{Images: archives, Log: cfg.Log}})
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Stop()
+	defer stop()
 	dir := filepath.Join(cfg.WorkDir, "brokers")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

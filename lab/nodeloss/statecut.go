@@ -8,9 +8,6 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/lab/brokerstate"
-	"github.com/amf-edge/amf/lab/controlplane"
-	"github.com/amf-edge/amf/lab/images"
-	"github.com/amf-edge/amf/lab/kubenode"
 )
 
 // StateCutConfig configures RunStateCut.
@@ -54,30 +51,11 @@ func RunStateCut(ctx context.Context, cfg StateCutConfig) (_ StateCut, err error
 		cfg.Log = func(string, ...any) {}
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) }
-	if err := kubenode.Check(); err != nil {
-		return StateCut{}, err
-	}
-	imgs, err := images.Build(ctx, images.Options{ModuleDir: cfg.Repo})
+	cp, cl, stop, err := launchCluster(ctx, cfg.Repo, filepath.Join(cfg.WorkDir, "cp-nodeloss"), say, cfg.Log)
 	if err != nil {
 		return StateCut{}, err
 	}
-	say("starting a control plane and three nodes on one LAN for the power cut")
-	cp, err := controlplane.Launch(ctx, filepath.Join(cfg.WorkDir, "cp-nodeloss"), controlplane.Options{ServingIPs: kubenode.ServingIPs(), NoFakeNodes: true}, cfg.Log)
-	if err != nil {
-		return StateCut{}, err
-	}
-	defer cp.Stop()
-	var archives []string
-	for _, im := range imgs {
-		archives = append(archives, im.Archive)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	cl, err := kubenode.LaunchCluster(cctx, kubenode.ClusterConfig{ControlPlane: cp, Nodes: 3, Node: kubenode.Config{Images: archives, Log: cfg.Log}})
-	cancel()
-	if err != nil {
-		return StateCut{}, err
-	}
-	defer cl.Stop()
+	defer stop()
 	rig, err := StartStateRig(ctx, cp, cl, cfg.Repo)
 	if err != nil {
 		return StateCut{}, err

@@ -368,7 +368,12 @@ func (n *Node) joinCgroups() string {
 // startHolder starts the process that holds the node's network and mount
 // namespaces: the other daemons enter its namespaces with nsenter.
 func (n *Node) startHolder(ctx context.Context) error {
-	mounts := []string{"/run/containerd", "/run/netns", "/run/amf", "/var/lib/cni", "/var/log/pods", "/var/log/containers"}
+	// /var/lib/kubelet/device-plugins is the kubelet's whatever its
+	// --root-dir (the device plugin API fixes the path): each kubelet
+	// empties it at start and binds kubelet.sock there, so nodes started
+	// side by side on one folder lost that race ("bind: address already
+	// in use", the kubelet exits).
+	mounts := []string{"/run/containerd", "/run/netns", "/run/amf", "/var/lib/cni", "/var/log/pods", "/var/log/containers", "/var/lib/kubelet/device-plugins"}
 	script := "set -e; "
 	for _, m := range mounts {
 		script += fmt.Sprintf("mkdir -p %s && mount -t tmpfs -o mode=0755 tmpfs %s; ", m, m)

@@ -27,6 +27,12 @@ import (
 // start boots a control plane and a guest node for t; both stop at its end.
 func start(t *testing.T, forward ...int) (*controlplane.ControlPlane, *vmnode.Node) {
 	t.Helper()
+	return startWith(t, nil, forward...)
+}
+
+// startWith is start with files put on the guest's run disk (Config.Files).
+func startWith(t *testing.T, files map[string]string, forward ...int) (*controlplane.ControlPlane, *vmnode.Node) {
+	t.Helper()
 	require(t)
 	imgs := kubenodetest.Images(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -39,7 +45,7 @@ func start(t *testing.T, forward ...int) (*controlplane.ControlPlane, *vmnode.No
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := vmnode.Config{ControlPlane: cp, Repo: repo, Forward: forward, Log: t.Logf}
+	cfg := vmnode.Config{ControlPlane: cp, Repo: repo, Forward: forward, Files: files, Log: t.Logf}
 	for _, im := range imgs {
 		cfg.Images = append(cfg.Images, im.Archive)
 	}

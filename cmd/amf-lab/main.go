@@ -57,8 +57,9 @@ Usage:
       levers; last line JSON (root; make deps k8s first)
   amf-lab bench features --profile SPEC [--interval 1s] [--limit 256Mi] [--model NAME]
       a load (amf-lab stress's SPEC) replayed in a cgroup of its own and sampled as the
-      sidecar samples: one JSON line per sample (amf-sidecar sample's), on cgroup v1 or
-      v2, to compare two hosts on one load (root)
+      sidecar samples: one JSON line per sample (amf-sidecar sample's record and the
+      load's CPU seconds from /proc), on cgroup v1 or v2, to compare two hosts on one
+      load (root)
   amf-lab bench node-loss [--cuts 10] [--k8s-toleration 300s] [--k8s-wait 10m] [--keep] [-v]
       three lab nodes, the agent DaemonSet, a hot broker pair bridging RDS and
       OBU: power cuts of the primary's node, the standby's failover and the

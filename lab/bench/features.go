@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,15 @@ type FeaturesConfig struct {
 	Dir string
 }
 
+// FeatureSample is one sample of RunFeatures: what the sidecar's readers
+// made of the load's cgroup, and the load's own CPU time by another
+// interface (/proc/<pid>/stat, 10 ms ticks), which the cgroup's CPU
+// counter must agree with on any host.
+type FeatureSample struct {
+	Record  detect.Record
+	LoadCPU time.Duration
+}
+
 // RunFeatures replays a load and samples it as the sidecar does: the load
 // generator (amf-lab stress) in a cgroup of its own with a memory limit
 // (cgroup v1: the cpuacct, memory and blkio hierarchies; v2: one
@@ -45,7 +55,7 @@ type FeaturesConfig struct {
 // their readers make of it side by side. Root only; the cgroups and the
 // load go when it returns, and with it if it is killed (Pdeathsig; the next
 // run removes the empty cgroups).
-func RunFeatures(ctx context.Context, cfg FeaturesConfig, emit func(detect.Record) error) error {
+func RunFeatures(ctx context.Context, cfg FeaturesConfig, emit func(FeatureSample) error) error {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
@@ -121,7 +131,11 @@ func RunFeatures(ctx context.Context, cfg FeaturesConfig, emit func(detect.Recor
 		if err != nil {
 			return err
 		}
-		return emit(rec)
+		cpu, _, err := proc.Usage(p.proc.PID())
+		if err != nil {
+			return fmt.Errorf("the load's /proc stat: %w", err)
+		}
+		return emit(FeatureSample{Record: rec, LoadCPU: cpu})
 	})
 	if err != nil && !errors.Is(err, cgroup.ErrGone) {
 		return fmt.Errorf("bench features: %w", err)
@@ -140,15 +154,27 @@ func RunFeatures(ctx context.Context, cfg FeaturesConfig, emit func(detect.Recor
 	return nil
 }
 
-// WriteFeatures is RunFeatures with each record written to w as one JSON
-// line (amf-sidecar sample's).
+// WriteFeatures is RunFeatures with each sample written to w as one JSON
+// line: {"load_cpu_seconds": …, "sample": amf-sidecar sample's record}.
 func WriteFeatures(ctx context.Context, cfg FeaturesConfig, w io.Writer) error {
-	return RunFeatures(ctx, cfg, func(rec detect.Record) error {
-		b, err := detect.MarshalRecord(rec)
+	return RunFeatures(ctx, cfg, func(fs FeatureSample) error {
+		b, err := MarshalFeatureSample(fs)
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	})
+}
+
+// MarshalFeatureSample renders one sample as WriteFeatures writes it.
+func MarshalFeatureSample(fs FeatureSample) ([]byte, error) {
+	rec, err := detect.MarshalRecord(fs.Record)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(struct {
+		LoadCPU float64         `json:"load_cpu_seconds"`
+		Sample  json.RawMessage `json:"sample"`
+	}{fs.LoadCPU.Seconds(), rec})
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/amf-edge/amf/contract"
-	"github.com/amf-edge/amf/detect"
 )
 
 // TestFeaturesReadTheLoadTheyReplay: amf-lab stress holding 40 MiB in a
@@ -27,8 +26,8 @@ func TestFeaturesReadTheLoadTheyReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var mem, cpu []float64
-	err := RunFeatures(ctx, FeaturesConfig{Profile: "4s:mem=40Mi,cpu=0.3", Self: self}, func(rec detect.Record) error {
-		v := rec.Features.Values
+	err := RunFeatures(ctx, FeaturesConfig{Profile: "4s:mem=40Mi,cpu=0.3", Self: self}, func(fs FeatureSample) error {
+		v := fs.Record.Features.Values
 		mem, cpu = append(mem, v[contract.MemoryPercent]), append(cpu, v[contract.CPUPercent])
 		return nil
 	})

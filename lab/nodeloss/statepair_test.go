@@ -16,7 +16,7 @@ import (
 // relayBound is how long the power cut waits for an agent to say it
 // relayed the primary's snapshot to the standby's node: a relay on the
 // LAN takes milliseconds, and the sidecar hands in a changed state every
-// 5 s; the cut comes after it even if no line says so (the state check
+// second; the cut comes after it even if no line says so (the state check
 // then tells whether the snapshot came).
 const relayBound = 10 * time.Second
 

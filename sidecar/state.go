@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/amf-edge/amf/healthcheck"
@@ -54,10 +55,18 @@ type restart struct {
 	deadline time.Time
 }
 
-// stateLevers is what the hand-in and fetch goroutines share.
+// stateLevers is what the hand-in, snapshot and fetch goroutines share.
 type stateLevers struct {
 	mu        sync.Mutex
 	installed []byte // the last state put in: its rename is not this broker's final state
+
+	// handing serializes the hand-ins, and finals counts the final states
+	// seen: a snapshot begun before a final is never handed in after it.
+	// The hub (and its relay) keep the newest state of each pod, so a
+	// snapshot landing after the final would stand in for it, and the
+	// standby's agent, waiting for a final state, would give the state up.
+	handing sync.Mutex
+	finals  atomic.Uint64
 }
 
 // runState hands final states in and puts handed states in until ctx ends.
@@ -79,7 +88,7 @@ func (s *Sidecar) runState(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() { s.handIn(ctx, cfg, &lv) })
 	wg.Go(func() { s.fetch(ctx, cfg, &lv) })
 	if cfg.SnapshotEvery > 0 {
-		wg.Go(func() { s.snapshots(ctx, cfg) })
+		wg.Go(func() { s.snapshots(ctx, cfg, &lv) })
 	}
 }
 
@@ -87,7 +96,7 @@ func (s *Sidecar) runState(ctx context.Context, wg *sync.WaitGroup) {
 // it in when it changed, or when SnapshotRefresh has passed since it was
 // last handed in. Only a digest of the last one is kept: the sidecar's
 // memory holds one state, not two.
-func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
+func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig, lv *stateLevers) {
 	t := time.NewTimer(cfg.SnapshotEvery)
 	defer t.Stop()
 	var last [sha256.Size]byte
@@ -107,9 +116,16 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
 		// The broker saves in its main loop: a busy one may take longer
 		// than a short interval, which bounds how often it is asked, not
 		// how long it may take.
+		finals := lv.finals.Load()
 		sctx, cancel := context.WithTimeout(ctx, max(cfg.SnapshotEvery, snapshotTimeout))
 		st, err := cfg.Broker.Snapshot(sctx)
 		cancel()
+		if err == nil && st.Summary.Shutdown {
+			// The file the broker wrote as it stopped, renamed in while
+			// this snapshot waited: the final state, handIn's to hand in.
+			t.Reset(wait)
+			continue
+		}
 		if err == nil {
 			if w := snapshotWait(cfg.SnapshotEvery, cfg.SnapshotRate, len(st.Data)); w != wait {
 				if w > cfg.SnapshotEvery && wait == cfg.SnapshotEvery {
@@ -118,10 +134,9 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
 				wait = w
 			}
 			if sum := sha256.Sum256(st.Data); sum != last || time.Since(lastAt) >= cfg.SnapshotRefresh {
-				hctx, hcancel := context.WithTimeout(ctx, cfg.HandInTimeout)
-				_, err = cfg.Hub.HandIn(hctx, statehub.Snapshot, st.Data)
-				hcancel()
-				if err == nil {
+				var handed bool
+				handed, err = s.handInSnapshot(ctx, cfg, lv, finals, st.Data)
+				if handed {
 					last, lastAt = sum, time.Now()
 				}
 			}
@@ -141,6 +156,21 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig) {
 		}
 		t.Reset(wait)
 	}
+}
+
+// handInSnapshot hands a snapshot in unless a final state was seen since
+// the snapshot began (finals, lv.finals then): it would be older than the
+// final, yet the hub would keep it as the pod's newest.
+func (s *Sidecar) handInSnapshot(ctx context.Context, cfg *StateConfig, lv *stateLevers, finals uint64, data []byte) (bool, error) {
+	lv.handing.Lock()
+	defer lv.handing.Unlock()
+	if lv.finals.Load() != finals {
+		return false, nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, cfg.HandInTimeout)
+	defer cancel()
+	_, err := cfg.Hub.HandIn(hctx, statehub.Snapshot, data)
+	return err == nil, err
 }
 
 // snapshotTimeout is the least time a snapshot is given to be written.
@@ -182,9 +212,12 @@ func (s *Sidecar) handIn(ctx context.Context, cfg *StateConfig, lv *stateLevers)
 		if ours {
 			continue // the state this sidecar put in, renamed into place
 		}
+		lv.finals.Add(1) // before the lock: a snapshot waiting on it is dropped
+		lv.handing.Lock()
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandInTimeout)
 		id, err := cfg.Hub.HandIn(hctx, statehub.Final, st.Data)
 		cancel()
+		lv.handing.Unlock()
 		sum := st.Summary
 		if err != nil {
 			s.metrics.Error(ErrorKindState)

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	mqtt "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/amf-edge/amf/cgroup"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
@@ -283,24 +281,13 @@ func TestABigStatesSnapshotsAreSpacedOutBySnapshotRate(t *testing.T) {
 	if err := brokerstate.Seed(ctx, p.broker.Addr, brokerstate.Plan{Retained: 100, Sessions: 1, Queued: 2}); err != nil {
 		t.Fatal(err)
 	}
-	// A retained value changed every 50 ms: every snapshot differs from
-	// the one before, so each is handed in.
-	pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + p.broker.Addr).SetClientID("ticker"))
-	if tok := pub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("ticker not connected: %v", tok.Error())
+	// A retained clock every 50 ms (the lab's brokerstate.Clock): every
+	// snapshot differs from the one before, so each is handed in.
+	clock, err := brokerstate.StartClock(ctx, p.broker.Addr, "tick", 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
 	}
-	defer pub.Disconnect(0)
-	go func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for n := 0; ctx.Err() == nil; n++ {
-			pub.Publish("tick", 1, true, strconv.Itoa(n)).WaitTimeout(time.Second)
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-			}
-		}
-	}()
+	defer clock.Stop()
 	var got []statehub.State
 	var at []time.Time
 	for len(got) < 4 {

@@ -97,8 +97,6 @@ func (s *Sidecar) runState(ctx context.Context, wg *sync.WaitGroup) {
 // last handed in. Only a digest of the last one is kept: the sidecar's
 // memory holds one state, not two.
 func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig, lv *stateLevers) {
-	t := time.NewTimer(cfg.SnapshotEvery)
-	defer t.Stop()
 	var last [sha256.Size]byte
 	var lastAt time.Time
 	lastErr := ""
@@ -107,10 +105,9 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig, lv *stateLeve
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
 		if s.restarting.Load() {
-			t.Reset(wait)
 			continue // its broker is being restarted on a state
 		}
 		// The broker saves in its main loop: a busy one may take longer
@@ -123,7 +120,6 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig, lv *stateLeve
 		if err == nil && st.Summary.Shutdown {
 			// The file the broker wrote as it stopped, renamed in while
 			// this snapshot waited: the final state, handIn's to hand in.
-			t.Reset(wait)
 			continue
 		}
 		if err == nil {
@@ -154,7 +150,6 @@ func (s *Sidecar) snapshots(ctx context.Context, cfg *StateConfig, lv *stateLeve
 			s.cfg.Log.Info("broker state snapshots handed to the node agent again")
 			lastErr = ""
 		}
-		t.Reset(wait)
 	}
 }
 

@@ -1,0 +1,339 @@
+package soak
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Fault is one step as it ran.
+type Fault struct {
+	Step Step `json:"step"`
+	// Nodes are the nodes the step's roles named when it began.
+	Nodes map[Role]string `json:"nodes"`
+	Start time.Time       `json:"start"`
+	// Back is when the pair was whole again: both brokers Ready in their
+	// roles, one primary, every node Ready, the probe's messages flowing
+	// (zero: never, and Err says what was last seen).
+	Back time.Time `json:"back"`
+	Err  string    `json:"error,omitempty"`
+	// Failover is the agent's RetirePrimary decision of a fault that acts.
+	Failover time.Time `json:"failover"`
+	// SOT is the probe's longest interval between fresh messages from
+	// Start to Back; Lost the messages sent meanwhile and never received.
+	SOT  time.Duration `json:"sot"`
+	Lost int           `json:"lost"`
+	// ClientsNotBack are the clients of the primary not served by the
+	// new one within the wait, after a fault that acts.
+	ClientsNotBack []string `json:"clients_not_back,omitempty"`
+}
+
+// Decision is an action an agent decided (its "decision" line).
+type Decision struct {
+	Time       time.Time `json:"time"`
+	Node       string    `json:"node"`
+	Action     string    `json:"action"`
+	Deployment string    `json:"deployment"`
+	Raw        string    `json:"raw"`
+}
+
+// Alarm is a broker pod's health turning anomalous (the agent's
+// "transition" line).
+type Alarm struct {
+	Time time.Time `json:"time"`
+	Pod  string    `json:"pod"`
+	Raw  string    `json:"raw"`
+}
+
+// Primaries is how many brokers were primaries serving at once, as the
+// API server said at Time: Deployments of role primary with a Ready pod.
+type Primaries struct {
+	Time  time.Time `json:"time"`
+	Count int       `json:"count"`
+	Pods  []string  `json:"pods,omitempty"`
+}
+
+// AgentUse is what an agent's process held at Time.
+type AgentUse struct {
+	Time    time.Time `json:"time"`
+	Node    string    `json:"node"`
+	RSS     int64     `json:"rss_bytes"`
+	Threads int       `json:"threads"`
+}
+
+// History is everything a run saw: the checker's only input.
+type History struct {
+	Seed       uint64      `json:"seed"`
+	Start, End time.Time   `json:"-"`
+	Faults     []Fault     `json:"faults"`
+	Decisions  []Decision  `json:"decisions"`
+	Alarms     []Alarm     `json:"alarms"`
+	Primaries  []Primaries `json:"primaries"`
+	AgentUse   []AgentUse  `json:"agent_use"`
+	// Leftovers are what the end of the run found left over: pods,
+	// Deployments, processes, cgroups, mounts (each a line saying what and
+	// where).
+	Leftovers []string `json:"leftovers,omitempty"`
+	// BrokerPods is how many broker pods ran through the run (for the
+	// pod-hours of the detector's false-alarm figure).
+	BrokerPods int `json:"broker_pods"`
+}
+
+// Bounds are what the checker holds a run to.
+type Bounds struct {
+	// Back bounds the time from a fault to the pair whole again, by kind;
+	// SOT the probe's longest interval between fresh messages meanwhile.
+	Back, SOT map[Kind]time.Duration
+	// Overlapped is added to both when a second fault came within one.
+	Overlapped time.Duration
+	// TwoPrimaries bounds how long two brokers may be primaries at once.
+	TwoPrimaries time.Duration
+	// Settle is how long after a fault that acts its failover's last
+	// actions (the old primary scaled back as the standby) still belong to
+	// it.
+	Settle time.Duration
+	// AgentGrowth bounds how much an agent's RSS may grow from its first
+	// sample to its last: by Bytes, or by Factor, whichever is larger.
+	AgentGrowthBytes  int64
+	AgentGrowthFactor float64
+	// AgentThreads bounds the growth of an agent's threads likewise.
+	AgentThreads int
+}
+
+// DefaultBounds are the lab's: the failover figures DESIGN.md and the
+// README give (a crash failed over in ≈ 0.1 s, a lost node in ≈ 3 s, a
+// partition fenced and failed over in ≈ 3 s), with room for the lab's
+// slowest runs; a fault that takes nothing away must not be seen by the
+// probe at all beyond its ordinary spacing.
+func DefaultBounds() Bounds {
+	return Bounds{
+		Back: map[Kind]time.Duration{
+			Crash: 30 * time.Second, PowerCut: 3 * time.Minute, Partition: 3 * time.Minute,
+			StandbyCut: 3 * time.Minute, KubeletRestart: time.Minute, ContainerdRestart: time.Minute,
+			AgentKilled: time.Minute, APIServerRestart: time.Minute, SlowNode: 2 * time.Minute,
+		},
+		SOT: map[Kind]time.Duration{
+			Crash: 2 * time.Second, PowerCut: 8 * time.Second, Partition: 8 * time.Second,
+			StandbyCut: 2 * time.Second, KubeletRestart: 2 * time.Second, ContainerdRestart: 2 * time.Second,
+			AgentKilled: 2 * time.Second, APIServerRestart: 2 * time.Second, SlowNode: 2 * time.Second,
+		},
+		Overlapped:        30 * time.Second,
+		TwoPrimaries:      2 * time.Second,
+		Settle:            5 * time.Second,
+		AgentGrowthBytes:  16 << 20,
+		AgentGrowthFactor: 0.5,
+		AgentThreads:      8,
+	}
+}
+
+// Violation is a promise the run broke.
+type Violation struct {
+	Time time.Time `json:"time"`
+	What string    `json:"what"`
+	// Around are the faults and decisions within a minute of Time.
+	Around []string `json:"around,omitempty"`
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s %s", v.Time.UTC().Format("15:04:05.000"), v.What)
+}
+
+// Check reads h and returns every violation of b, in time order, and the
+// decisions that were false actions (a failover or a resize outside every
+// fault that acts).
+func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
+	add := func(at time.Time, format string, args ...any) {
+		vs = append(vs, Violation{Time: at, What: fmt.Sprintf("seed %d: ", h.Seed) + fmt.Sprintf(format, args...)})
+	}
+	for _, f := range h.Faults {
+		extra := time.Duration(0)
+		if f.Step.With != nil {
+			extra = b.Overlapped
+		}
+		switch {
+		case f.Back.IsZero():
+			add(f.Start, "%s: the pair was not whole again: %s", f.Step, f.Err)
+		case f.Back.Sub(f.Start) > b.Back[f.Step.Kind]+extra:
+			add(f.Back, "%s: the pair whole again after %.1f s (bound %v)", f.Step, f.Back.Sub(f.Start).Seconds(), b.Back[f.Step.Kind]+extra)
+		}
+		if bound := b.SOT[f.Step.Kind] + extra; f.SOT > bound {
+			add(f.Start, "%s: the probe's messages stopped for %.2f s (bound %v)", f.Step, f.SOT.Seconds(), bound)
+		}
+		if f.Step.Kind.Acts() && f.Failover.IsZero() && !f.Back.IsZero() {
+			add(f.Start, "%s: no failover", f.Step)
+		}
+		if !f.Step.Kind.Acts() && f.Lost > 0 {
+			add(f.Start, "%s: %d of the probe's messages lost by a fault that takes no broker away", f.Step, f.Lost)
+		}
+		for _, c := range f.ClientsNotBack {
+			add(f.Start, "%s: client %s not served by the new primary", f.Step, c)
+		}
+	}
+	for _, d := range h.Decisions {
+		if d.Action != "RetirePrimary" && d.Action != "ResizeInPlace" {
+			continue
+		}
+		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.Step.Kind.Acts() && f.covers(d.Time, b.Settle) }) {
+			falseActions = append(falseActions, d)
+			add(d.Time, "a false action: %s of %s by the agent on %s, outside every fault that takes a broker away", d.Action, d.Deployment, d.Node)
+		}
+	}
+	var since time.Time
+	var pods []string
+	for _, p := range h.Primaries {
+		switch {
+		case p.Count > 1 && since.IsZero():
+			since, pods = p.Time, p.Pods
+		case p.Count <= 1 && !since.IsZero():
+			if p.Time.Sub(since) > b.TwoPrimaries {
+				add(since, "two primaries (%s) for %.1f s (bound %v)", strings.Join(pods, ", "), p.Time.Sub(since).Seconds(), b.TwoPrimaries)
+			}
+			since = time.Time{}
+		}
+	}
+	if !since.IsZero() && h.End.Sub(since) > b.TwoPrimaries {
+		add(since, "two primaries (%s) from %s to the end", strings.Join(pods, ", "), since.UTC().Format("15:04:05"))
+	}
+	for _, l := range h.Leftovers {
+		add(h.End, "left over: %s", l)
+	}
+	for node, use := range usesByNode(h.AgentUse) {
+		first, last := use[0], use[len(use)-1]
+		limit := max(b.AgentGrowthBytes, int64(float64(first.RSS)*b.AgentGrowthFactor))
+		if last.RSS-first.RSS > limit {
+			add(last.Time, "the agent on %s grew from %.1f MiB to %.1f MiB (bound +%.1f MiB)", node, mib(first.RSS), mib(last.RSS), mib(limit))
+		}
+		if last.Threads-first.Threads > b.AgentThreads {
+			add(last.Time, "the agent on %s grew from %d threads to %d (bound +%d)", node, first.Threads, last.Threads, b.AgentThreads)
+		}
+	}
+	sort.SliceStable(vs, func(i, j int) bool { return vs[i].Time.Before(vs[j].Time) })
+	for i := range vs {
+		vs[i].Around = h.around(vs[i].Time, time.Minute)
+	}
+	return vs, falseActions
+}
+
+// covers says whether t falls within the fault, from its start until
+// settle after it was whole again (until the end if it never was).
+func (f Fault) covers(t time.Time, settle time.Duration) bool {
+	return !t.Before(f.Start) && (f.Back.IsZero() || !t.After(f.Back.Add(settle)))
+}
+
+// around lists the faults and decisions within d of t, in time order.
+func (h History) around(t time.Time, d time.Duration) []string {
+	type line struct {
+		at   time.Time
+		text string
+	}
+	var ls []line
+	near := func(at time.Time) bool { return at.Sub(t).Abs() <= d }
+	for _, f := range h.Faults {
+		if near(f.Start) || (!f.Back.IsZero() && near(f.Back)) || f.covers(t, 0) {
+			ls = append(ls, line{f.Start, fmt.Sprintf("%s fault: %s on %v", stamp(f.Start), f.Step, f.Nodes)})
+			if !f.Back.IsZero() {
+				ls = append(ls, line{f.Back, fmt.Sprintf("%s whole again after %s", stamp(f.Back), f.Step.Kind)})
+			}
+		}
+	}
+	for _, x := range h.Decisions {
+		if near(x.Time) {
+			ls = append(ls, line{x.Time, fmt.Sprintf("%s the agent on %s: %s %s", stamp(x.Time), x.Node, x.Action, x.Deployment)})
+		}
+	}
+	sort.SliceStable(ls, func(i, j int) bool { return ls[i].at.Before(ls[j].at) })
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = l.text
+	}
+	return out
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// usesByNode groups the samples by node, each in time order.
+func usesByNode(us []AgentUse) map[string][]AgentUse {
+	out := map[string][]AgentUse{}
+	for _, u := range us {
+		out[u.Node] = append(out[u.Node], u)
+	}
+	for _, s := range out {
+		sort.SliceStable(s, func(i, j int) bool { return s[i].Time.Before(s[j].Time) })
+	}
+	return out
+}
+
+// Report is the run's figures; its JSON is the soak's last line.
+type Report struct {
+	DurationS    float64          `json:"duration_s"`
+	Seed         uint64           `json:"seed"`
+	Faults       map[Kind]int     `json:"faults"`
+	Overlapped   int              `json:"overlapped"`
+	Violations   int              `json:"violations"`
+	FalseActions int              `json:"false_actions"`
+	SOTP99       map[Kind]float64 `json:"sot_p99_s"`
+	BackP99      map[Kind]float64 `json:"back_p99_s"`
+	Lost         map[Kind]int     `json:"lost"`
+	// AgentRSS is the largest agent's RSS in its first and last samples.
+	AgentRSSStart float64 `json:"agent_rss_mib_start"`
+	AgentRSSEnd   float64 `json:"agent_rss_mib_end"`
+	// PodHours are the healthy brokers' hours in the run and FalseAlarms
+	// their health turning anomalous with no fault to cause it: the
+	// detector's false-alarm figure (its goal ≤ 1 per pod-day).
+	PodHours    float64 `json:"pod_hours"`
+	FalseAlarms int     `json:"false_alarms"`
+}
+
+// Figures sums h up.
+func Figures(h History, vs []Violation, falseActions []Decision, b Bounds) Report {
+	r := Report{DurationS: h.End.Sub(h.Start).Seconds(), Seed: h.Seed, Faults: map[Kind]int{},
+		SOTP99: map[Kind]float64{}, BackP99: map[Kind]float64{}, Lost: map[Kind]int{},
+		Violations: len(vs), FalseActions: len(falseActions)}
+	sots, backs := map[Kind][]float64{}, map[Kind][]float64{}
+	for _, f := range h.Faults {
+		k := f.Step.Kind
+		r.Faults[k]++
+		if f.Step.With != nil {
+			r.Overlapped++
+			r.Faults[f.Step.With.Kind]++
+		}
+		r.Lost[k] += f.Lost
+		sots[k] = append(sots[k], f.SOT.Seconds())
+		if !f.Back.IsZero() {
+			backs[k] = append(backs[k], f.Back.Sub(f.Start).Seconds())
+		}
+	}
+	for k, xs := range sots {
+		r.SOTP99[k] = quantile(xs, 0.99)
+	}
+	for k, xs := range backs {
+		r.BackP99[k] = quantile(xs, 0.99)
+	}
+	for _, use := range usesByNode(h.AgentUse) {
+		r.AgentRSSStart = max(r.AgentRSSStart, mib(use[0].RSS))
+		r.AgentRSSEnd = max(r.AgentRSSEnd, mib(use[len(use)-1].RSS))
+	}
+	r.PodHours = float64(h.BrokerPods) * h.End.Sub(h.Start).Hours()
+	for _, a := range h.Alarms {
+		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.covers(a.Time, b.Settle) }) {
+			r.FalseAlarms++
+		}
+	}
+	return r
+}
+
+// quantile is the nearest-rank quantile q of xs (0 if empty).
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}

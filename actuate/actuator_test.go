@@ -190,6 +190,30 @@ func TestCrashFailsOverWithoutReconfirming(t *testing.T) {
 	}
 }
 
+// TestASilentSidecarIsFailedOverOnlyAfterItsGrace: a sidecar's Last Will
+// (its silence, not its broker's crash) is answered by the failover only
+// when the grace passed with no word from its pod, through the driver's own
+// deadline.
+func TestASilentSidecarIsFailedOverOnlyAfterItsGrace(t *testing.T) {
+	f := newFakeCluster()
+	const grace = 300 * time.Millisecond
+	ann := map[string]string{contract.AnnRedundancy: string(contract.Cold), contract.AnnSidecarGrace: grace.String()}
+	r := start(t, f, f.addPair(ns, "primary", "standby", ann), Config{})
+	r.send(podsignal.Healthy)
+	silent := time.Now()
+	r.in <- podsignal.Observation{PodID: podsignal.PodID{Namespace: ns, Pod: r.pod}, State: podsignal.Gone, Previous: podsignal.Healthy, Transition: true,
+		Source: podsignal.SourceWill, Message: &podsignal.Message{State: podsignal.Gone}, Received: silent}
+	f.await(t, "failed over", func() bool { return r.replicas("standby") == 1 })
+	if took := time.Since(silent); took < grace {
+		t.Errorf("failed over %v after the silence, within its grace of %v", took, grace)
+	}
+	f.Lock()
+	defer f.Unlock()
+	if !before(f.Writes, "event SidecarSilent", "scale edge/standby 1") {
+		t.Errorf("want the SidecarSilent event, then the standby scaled up: %q", f.Writes)
+	}
+}
+
 func TestClearedAnomalyScalesAColdStandbyBackOnlyWhilePrimaryIsReady(t *testing.T) {
 	f := newFakeCluster()
 	f.AutoReady = false

@@ -75,6 +75,10 @@ type Record struct {
 	// LastResize is when the latest resize in place took effect: at most
 	// one per cool-down, so an anomaly a resize did not cure switches over.
 	LastResize time.Time `json:"lastResize,omitzero"`
+	// SidecarGone is when the primary's sidecar went away without a word:
+	// unless its pod speaks again within the policy's SidecarGrace, the
+	// primary is failed over as a crash then.
+	SidecarGone time.Time `json:"sidecarGone,omitzero"`
 }
 
 // Active reports whether a switchover is in progress (the standby may be up).
@@ -118,7 +122,10 @@ type Input struct {
 	At   time.Time
 	// InSample: the pod's state and, for anomalous samples, the model's score
 	// (nil: counted as anomalous, the sidecar decided) and what drove it.
-	State       podsignal.State
+	State podsignal.State
+	// InSample: where the state came from; a gone from the sidecar's Last
+	// Will or its session's end is its silence, not its broker's crash.
+	Source      podsignal.Source
 	Probability *float64
 	Why         string
 	// InStandby: readyReplicas >= 1 at the standby's current generation.
@@ -159,6 +166,7 @@ func Observed(o podsignal.Observation) Input {
 	in := Sample(o.Received, o.State, o.Probability())
 	in.Why = o.Explanation()
 	in.Pod = o.Pod
+	in.Source = o.Source
 	if m := o.Message; m != nil {
 		if m.MemoryLimitBytes != nil {
 			in.MemoryLimit = *m.MemoryLimitBytes
@@ -299,6 +307,13 @@ func (g *Gate) Resume() []Action {
 // Deadline returns when the Gate next needs a Tick, if ever.
 func (g *Gate) Deadline() (time.Time, bool) {
 	r := g.Rec
+	if g.graced() {
+		d := r.SidecarGone.Add(g.Policy.Gates.SidecarGrace)
+		if r.Phase == PhaseAborted && r.AbortAt.Before(d) {
+			return r.AbortAt, true
+		}
+		return d, true
+	}
 	switch r.Phase {
 	case PhaseWaitReady, PhaseFailover:
 		return r.Decision.Add(g.Policy.Gates.ReadyTimeout), true
@@ -354,6 +369,16 @@ func early(act Action) bool { return act.Kind == ActScaleStandby && act.Replicas
 func (g *Gate) sample(in Input) []Action {
 	r := &g.Rec
 	c := g.classify(in)
+	if silent(in) && g.Policy.Gates.SidecarGrace > 0 && g.mayGrace() {
+		if !r.SidecarGone.IsZero() {
+			return nil
+		}
+		r.SidecarGone = in.At
+		return []Action{event("SidecarSilent", "the sidecar of primary pod %s went away without a word: failing over unless it speaks again within %v",
+			in.Pod, g.Policy.Gates.SidecarGrace)}
+	}
+	// Any word from the pod ends the silence.
+	r.SidecarGone = time.Time{}
 	switch r.Phase {
 	case PhaseIdle, PhaseSuspect:
 		switch c {
@@ -403,6 +428,25 @@ func (g *Gate) sample(in Input) []Action {
 	}
 	return nil
 }
+
+// silent says whether in is a sidecar's silence: gone, from its Last Will
+// or its session's end (not node mode's pushed exit, which is the broker's).
+func silent(in Input) bool {
+	return in.State == podsignal.Gone && (in.Source == podsignal.SourceWill || in.Source == podsignal.SourceDisconnect)
+}
+
+// mayGrace says whether a silent sidecar may be waited for in the current
+// phase: not once a switchover is under way, which a crash ends at once.
+func (g *Gate) mayGrace() bool {
+	switch g.Rec.Phase {
+	case PhaseIdle, PhaseSuspect, PhaseAborted:
+		return true
+	}
+	return false
+}
+
+// graced says whether a silent sidecar is being waited for.
+func (g *Gate) graced() bool { return !g.Rec.SidecarGone.IsZero() && g.mayGrace() }
 
 // crash handles trouble that is here (the primary unhealthy, gone, or lost
 // with its node; why says which) in every phase: a failover at once, or,
@@ -473,6 +517,7 @@ func (g *Gate) failover(now time.Time, why string) []Action {
 	r := &g.Rec
 	wasAborted := r.Phase == PhaseAborted
 	r.Phase, r.Decision, r.Failover, r.Confirmed, r.AbortAt, r.Why, r.Resize = PhaseFailover, now, true, 0, time.Time{}, "", Resize{}
+	r.SidecarGone = time.Time{}
 	acts := []Action{event("Failover", "primary %s: bringing up the standby %s at once", why, r.Standby)}
 	if r.StandbyReady {
 		return append(acts, g.retire()...)
@@ -591,6 +636,11 @@ func (g *Gate) orphan(now time.Time) []Action {
 
 func (g *Gate) tick(now time.Time) []Action {
 	r := &g.Rec
+	if g.graced() && !now.Before(r.SidecarGone.Add(g.Policy.Gates.SidecarGrace)) {
+		since := now.Sub(r.SidecarGone).Round(time.Millisecond)
+		r.SidecarGone = time.Time{}
+		return g.crash(now, fmt.Sprintf("gone (its sidecar silent for %v)", since))
+	}
 	switch r.Phase {
 	case PhaseWaitReady, PhaseFailover:
 		if now.Before(r.Decision.Add(g.Policy.Gates.ReadyTimeout)) {

@@ -35,6 +35,18 @@ func unhealthy(at time.Time) Input {
 	return Sample(at, podsignal.Unhealthy, nil)
 }
 func stopping(at time.Time) Input { return Sample(at, podsignal.Stopping, nil) }
+func starting(at time.Time) Input { return Sample(at, podsignal.Starting, nil) }
+
+// silentWill and silentSession are a sidecar's silence: gone, from its
+// Last Will and from its session's end; exited is node mode's pushed exit.
+func silentWill(at time.Time) Input    { return goneFrom(at, podsignal.SourceWill) }
+func silentSession(at time.Time) Input { return goneFrom(at, podsignal.SourceDisconnect) }
+func exited(at time.Time) Input        { return goneFrom(at, podsignal.SourceNode) }
+func goneFrom(at time.Time, src podsignal.Source) Input {
+	in := Sample(at, podsignal.Gone, nil)
+	in.Source, in.Pod = src, "a-0"
+	return in
+}
 func ready(at time.Time) Input    { return StandbyReadiness(at, true) }
 func notReady(at time.Time) Input { return StandbyReadiness(at, false) }
 func tick(at time.Time) Input     { return Tick(at) }
@@ -90,6 +102,8 @@ func TestGate(t *testing.T) {
 	hot.Redundancy = contract.Hot
 	none := cold
 	none.Redundancy = contract.None
+	noGrace := hot
+	noGrace.Gates.SidecarGrace = 0
 	sec := time.Second
 	tests := []struct {
 		name   string
@@ -281,6 +295,48 @@ func TestGate(t *testing.T) {
 		{"cold never restores its standby", cold, Record{Restore: true}, []step{
 			{0, drained, nil, PhaseIdle},
 		}},
+		{"a silent sidecar whose pod says nothing within the grace: failed over then", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, silentWill, []string{"event:SidecarSilent"}, PhaseIdle},
+			{4 * sec, tick, nil, PhaseIdle},
+			{sec, tick, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"a silent sidecar that speaks again within the grace keeps the primary", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, silentWill, []string{"event:SidecarSilent"}, PhaseIdle},
+			{2 * sec, starting, nil, PhaseIdle},
+			{time.Minute, tick, nil, PhaseIdle},
+			{sec, healthy, nil, PhaseIdle},
+		}},
+		{"a second silence does not move the grace on", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, silentWill, []string{"event:SidecarSilent"}, PhaseIdle},
+			{3 * sec, silentSession, nil, PhaseIdle},
+			{2 * sec, tick, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"a silent sidecar, then its broker unhealthy: failed over at once", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, silentSession, []string{"event:SidecarSilent"}, PhaseIdle},
+			{sec, unhealthy, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"node mode's pushed exit is the broker's crash: failed over at once", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, exited, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"a silent sidecar during a switchover's reconfirmation: retired at once", hot, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, anom, nil, ""}, {sec, anom, nil, ""},
+			{sec, anom, []string{"event:SwitchoverDecided"}, PhaseConfirm},
+			{sec, silentWill, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
+		{"a silent cold primary: its standby brought up after the grace", cold, Record{}, []step{
+			{0, silentWill, []string{"event:SidecarSilent"}, PhaseIdle},
+			{5 * sec, tick, []string{"event:Failover", "scale:1"}, PhaseFailover},
+		}},
+		{"no grace: a silent sidecar is a crash at once", noGrace, Record{}, []step{
+			{0, ready, nil, PhaseIdle},
+			{sec, silentWill, []string{"event:Failover", "retire"}, PhaseRetiring},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { runSteps(t, NewGate(tt.policy, tt.rec), tt.steps) })
@@ -320,7 +376,7 @@ func TestGateRetireNeedsReadyStandby(t *testing.T) {
 	// With a memory ceiling, so that resizes in place (leak, applied,
 	// deferred) interleave with everything else.
 	leak := memSample(podsignal.Anomalous, 80, 0.05, 100)
-	alphabet := []func(time.Time) Input{anom, healthy, gone, ready, notReady, tick, orphaned, nodeLost, leak, applied, deferred}
+	alphabet := []func(time.Time) Input{anom, healthy, gone, silentWill, ready, notReady, tick, orphaned, nodeLost, leak, applied, deferred}
 	p := contract.Policy{Standby: "b", Redundancy: contract.Cold, Gates: contract.DefaultGates(), MemoryCeiling: 256 * mi}
 	p.Gates.Hold = 0
 	p.Gates.Debounce, p.Gates.Reconfirm = 1, 1
@@ -392,6 +448,9 @@ func TestGateDeadline(t *testing.T) {
 		{"confirmed: end of hold", Record{Phase: PhaseConfirm, Decision: d, Confirmed: 3, StandbyReady: true}, d.Add(15 * time.Second), true},
 		{"confirmed, standby readiness not known yet (resumed): none", Record{Phase: PhaseConfirm, Decision: d, Confirmed: 3}, time.Time{}, false},
 		{"aborted: scale back time", Record{Phase: PhaseAborted, AbortAt: d}, d, true},
+		{"a silent sidecar: the end of its grace", Record{Phase: PhaseSuspect, SidecarGone: d}, d.Add(5 * time.Second), true},
+		{"aborted and a silent sidecar: the sooner", Record{Phase: PhaseAborted, AbortAt: d.Add(time.Minute), SidecarGone: d}, d.Add(5 * time.Second), true},
+		{"a silence left in a record of a switchover: the switchover's", Record{Phase: PhaseWaitReady, Decision: d, SidecarGone: d}, d.Add(2 * time.Minute), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,6 +20,9 @@ const (
 	AnnReadyTimeout = "amf.io/ready-timeout"
 	AnnCooldown     = "amf.io/cooldown"
 	AnnAbortDelay   = "amf.io/abort-delay"
+	// AnnSidecarGrace is how long a primary whose sidecar went away
+	// without a word is given for it to speak again before the failover.
+	AnnSidecarGrace = "amf.io/sidecar-grace"
 	// AnnMemoryCeiling is the most memory the agent may give the broker
 	// container by resizing it in place before it switches over; absent, it
 	// never resizes.
@@ -69,7 +72,7 @@ const (
 // PolicyKeys returns the annotations of the policy: what a role exchange
 // moves from the old to the new primary.
 func PolicyKeys() []string {
-	return []string{AnnStandby, AnnRedundancy, AnnThreshold, AnnDebounce, AnnReconfirm, AnnHold, AnnReadyTimeout, AnnCooldown, AnnAbortDelay, AnnMemoryCeiling, AnnResizeTimeout}
+	return []string{AnnStandby, AnnRedundancy, AnnThreshold, AnnDebounce, AnnReconfirm, AnnHold, AnnReadyTimeout, AnnCooldown, AnnAbortDelay, AnnSidecarGrace, AnnMemoryCeiling, AnnResizeTimeout}
 }
 
 // ConditionHealthy is the readiness-gate condition the agent maintains on
@@ -115,6 +118,14 @@ type Gates struct {
 	// ResizeTimeout bounds the wait for an in-place resize (decision to the
 	// new limit seen by the kubelet and by the sidecar) before switching over.
 	ResizeTimeout time.Duration
+	// SidecarGrace is how long a primary whose sidecar went away without a
+	// word (its Last Will, its session ended) waits for a word from its pod
+	// before it is failed over as a crash: a killed sidecar, restarted by
+	// the kubelet, speaks again within a second or two, and its broker
+	// served meanwhile. A crash of the broker itself is said by the
+	// sidecar (unhealthy) or by node mode's pushed exit, and fails over at
+	// once. 0: a silent sidecar is a crash at once.
+	SidecarGrace time.Duration
 }
 
 // DefaultGates returns the defaults of the paper (threshold 0.5, debounce 3,
@@ -131,6 +142,7 @@ func DefaultGates() Gates {
 		// A resize the node can hold is applied by the kubelet's next pod
 		// sync (about a second) and seen by the sidecar's next sample.
 		ResizeTimeout: 20 * time.Second,
+		SidecarGrace:  5 * time.Second,
 	}
 }
 
@@ -207,6 +219,7 @@ func ParsePolicy(name string, ann map[string]string) (p Policy, managed bool, er
 		{AnnReadyTimeout, &p.Gates.ReadyTimeout, false, time.Second, time.Hour},
 		{AnnCooldown, &p.Gates.Cooldown, true, 0, 24 * time.Hour},
 		{AnnAbortDelay, &p.Gates.AbortDelay, true, 0, time.Hour},
+		{AnnSidecarGrace, &p.Gates.SidecarGrace, true, 0, 5 * time.Minute},
 		{AnnResizeTimeout, &p.Gates.ResizeTimeout, false, time.Second, 10 * time.Minute},
 	} {
 		v, ok := ann[c.key]

@@ -25,7 +25,7 @@ func TestParsePolicy(t *testing.T) {
 		{"every override is read", map[string]string{
 			AnnStandby: "b", AnnRedundancy: "hot", AnnThreshold: "0.7", AnnDebounce: "5", AnnReconfirm: "2",
 			AnnHold: "2s", AnnReadyTimeout: "30s", AnnCooldown: "1m", AnnAbortDelay: "0s",
-			AnnMemoryCeiling: "512Mi", AnnResizeTimeout: "5s",
+			AnnMemoryCeiling: "512Mi", AnnResizeTimeout: "5s", AnnSidecarGrace: "0s",
 		}, true, "", func(t *testing.T, p Policy) {
 			want := Gates{Threshold: 0.7, Debounce: 5, Reconfirm: 2, Hold: 2 * time.Second, ReadyTimeout: 30 * time.Second, Cooldown: time.Minute, ResizeTimeout: 5 * time.Second}
 			if p.Redundancy != Hot || p.Gates != want || p.MemoryCeiling != 512<<20 {
@@ -47,6 +47,7 @@ func TestParsePolicy(t *testing.T) {
 		}},
 		{"memory ceiling in decimal units is refused", map[string]string{AnnStandby: "b", AnnMemoryCeiling: "512M"}, true, AnnMemoryCeiling, nil},
 		{"memory ceiling zero is refused", map[string]string{AnnStandby: "b", AnnMemoryCeiling: "0"}, true, "must be positive", nil},
+		{"a sidecar grace beyond five minutes is refused", map[string]string{AnnStandby: "b", AnnSidecarGrace: "6m"}, true, AnnSidecarGrace, nil},
 		{"resize timeout zero is refused", map[string]string{AnnStandby: "b", AnnResizeTimeout: "0s"}, true, AnnResizeTimeout, nil},
 		{"every bad key is named", map[string]string{AnnStandby: "b", AnnDebounce: "x", AnnCooldown: "-1s"}, true, AnnCooldown, nil},
 	}

@@ -187,7 +187,7 @@ func standbyFor(primary *appsv1.Deployment) (*appsv1.Deployment, error) {
 	s.OwnerReferences = nil
 	s.Status = appsv1.DeploymentStatus{}
 	for _, k := range []string{contract.AnnStandby, contract.AnnRedundancy, contract.AnnThreshold, contract.AnnDebounce, contract.AnnReconfirm,
-		contract.AnnHold, contract.AnnReadyTimeout, contract.AnnCooldown, contract.AnnAbortDelay, contract.AnnRecord, contract.AnnRole, contract.AnnPrimary,
+		contract.AnnHold, contract.AnnReadyTimeout, contract.AnnCooldown, contract.AnnAbortDelay, contract.AnnSidecarGrace, contract.AnnRecord, contract.AnnRole, contract.AnnPrimary,
 		"kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision"} {
 		delete(s.Annotations, k)
 	}

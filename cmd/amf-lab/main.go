@@ -71,6 +71,11 @@ Usage:
       sidecars' model, an embedded name or a model file (default: the paper's, p1);
       amf's pair is stateful (persistence on, inject --state-dir): seeded before
       the fault, the new primary checked for what was lost after the switchover
+  amf-lab soak [--duration 10m] [--seed 1] [--faults crash,power-cut,...] [--out DIR] [-v]
+      three lab nodes, the agent DaemonSet, a hot pair and its clients under a seeded
+      random schedule of every fault the lab makes (some within others), then a checker
+      over the whole history: each violation with the seed and what came around it,
+      the last line JSON; exit status 1 on any violation (root; make deps k8s first)
   amf-lab corpus --out DIR [--seed 1] [--runs 1] [--families a,b] [--parallel 2] [--lead-in 10m] [--append] [--list]
       staged load profiles run in real broker containers, raw counters recorded
       every second with the time of the failure (the lead-time model's corpus)
@@ -112,6 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, stdout, stderr)
 	case len(args) >= 1 && args[0] == "experiment":
 		return runExperiment(ctx, args[1:], stdout, stderr)
+	case len(args) >= 1 && args[0] == "soak":
+		return runSoak(ctx, args[1:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "corpus":
 		return runCorpus(ctx, args[1:], stdout, stderr)
 	case len(args) >= 1 && args[0] == "stress":

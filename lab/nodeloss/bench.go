@@ -198,10 +198,10 @@ type BenchReport struct {
 	PerCrash          []Crash `json:"per_crash,omitempty"`
 }
 
-// launchCluster builds the lab's images, starts a control plane (its files
+// LaunchCluster builds the lab's images, starts a control plane (its files
 // in dir) and three lab nodes on one LAN with the images in them; stop
 // stops the nodes, then the control plane.
-func launchCluster(ctx context.Context, repo, dir string, say, log func(string, ...any)) (_ *controlplane.ControlPlane, _ *kubenode.Cluster, stop func(), err error) {
+func LaunchCluster(ctx context.Context, repo, dir string, say, log func(string, ...any)) (_ *controlplane.ControlPlane, _ *kubenode.Cluster, stop func(), err error) {
 	if err := kubenode.Check(); err != nil {
 		return nil, nil, nil, err
 	}
@@ -248,7 +248,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 		cfg.Log = func(string, ...any) {}
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) }
-	cp, cl, stop, err := launchCluster(ctx, cfg.Repo, filepath.Join(cfg.WorkDir, "cp"), say, cfg.Log)
+	cp, cl, stop, err := LaunchCluster(ctx, cfg.Repo, filepath.Join(cfg.WorkDir, "cp"), say, cfg.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -585,7 +585,7 @@ func crash(ctx context.Context, p *Pair, pn, sn *kubenode.Node, roles [2]string,
 	if err != nil {
 		return Crash{}, err
 	}
-	f, err := p.waitExchanged(ctx, primary, standby, old, at, time.Minute)
+	f, err := p.WaitExchanged(ctx, primary, standby, old, at, time.Minute)
 	if err != nil {
 		return Crash{}, err
 	}

@@ -70,6 +70,12 @@ type Clients struct {
 	cs   kubernetes.Interface
 	ns   string
 	node *kubenode.Node
+	// life is the clients' own lifetime, from StartClients until Stop: a
+	// client reconnected by OntoPrimary keeps dialling after the call's
+	// context ends (with it, a soak's client moved in one fault could
+	// never reconnect after the next).
+	life context.Context
+	end  context.CancelFunc
 }
 
 // StartClients creates the Service (if it is not there yet) and a client
@@ -109,7 +115,8 @@ func startClients(ctx context.Context, cs kubernetes.Interface, ns string, node 
 		return nil, err
 	}
 	podNetns := fmt.Sprintf("/proc/%d/ns/net", pid)
-	c := &Clients{cs: cs, ns: ns, node: node}
+	life, end := context.WithCancel(context.WithoutCancel(ctx))
+	c := &Clients{cs: cs, ns: ns, node: node, life: life, end: end}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -131,7 +138,7 @@ func startClients(ctx context.Context, cs kubernetes.Interface, ns string, node 
 			cl.addr = addr
 			cl.dial = func(ctx context.Context, addr string) (net.Conn, error) { return kubenode.DialIn(ctx, ns, addr) }
 			c.List = append(c.List, cl)
-			cl.connect(ctx)
+			cl.connect(life)
 		}
 	}
 	return c, nil
@@ -142,6 +149,7 @@ func (c *Clients) Stop() {
 	for _, cl := range c.List {
 		cl.close()
 	}
+	c.end()
 }
 
 // OntoPrimary tells each edge broker its pod's name (retained on
@@ -176,7 +184,7 @@ func (c *Clients) OntoPrimary(ctx context.Context, pod string) error {
 				return fmt.Errorf("client %s: %d connections through %s reached %s, never %s", cl.Name, try, cl.addr, on, pod)
 			}
 			cl.close()
-			cl.connect(ctx)
+			cl.connect(c.life)
 		}
 	}
 	return nil
@@ -196,6 +204,26 @@ func (c *Clients) Marks() []int {
 		marks = append(marks, cl.Mark())
 	}
 	return marks
+}
+
+// Describe says what the client has seen since the connection mark: each
+// later connection, the broker it reached and whether and when it was
+// served and lost (for a client that was not served again).
+func (cl *Client) Describe(mark int) string {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	open := cl.mq != nil && cl.mq.IsConnectionOpen()
+	b := fmt.Sprintf("%s: %d connections after the mark, the current one open %v", cl.Name, cl.epoch-mark, open)
+	for e := mark; e <= cl.epoch; e++ {
+		b += fmt.Sprintf("; #%d on %q", e, cl.onOf[e])
+		if t, ok := cl.first[e]; ok {
+			b += " served " + t.UTC().Format("15:04:05.000")
+		}
+		if t, ok := cl.lost[e]; ok {
+			b += " lost " + t.UTC().Format("15:04:05.000")
+		}
+	}
+	return b
 }
 
 // ServedAgain returns when the client, after the connection mark, first

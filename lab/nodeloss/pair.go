@@ -260,7 +260,7 @@ type Failover struct {
 // it may be back at 1 already, the new hot standby to be), the roles
 // exchanged, the new primary Ready.
 func (p *Pair) WaitFailover(ctx context.Context, primary, standby, oldPod string, faultAt time.Time, lostNode, guardNode string, timeout time.Duration) (Failover, error) {
-	f, err := p.waitExchanged(ctx, primary, standby, oldPod, faultAt, timeout)
+	f, err := p.WaitExchanged(ctx, primary, standby, oldPod, faultAt, timeout)
 	if err != nil {
 		return f, err
 	}
@@ -275,10 +275,10 @@ func (p *Pair) WaitFailover(ctx context.Context, primary, standby, oldPod string
 	return f, nil
 }
 
-// waitExchanged is WaitFailover as the API and the probe show it: the
+// WaitExchanged is WaitFailover as the API and the probe show it: the
 // roles exchanged, the new primary Ready, the old pod marked for deletion,
 // and the probe's figures from the fault until then.
-func (p *Pair) waitExchanged(ctx context.Context, primary, standby, oldPod string, faultAt time.Time, timeout time.Duration) (Failover, error) {
+func (p *Pair) WaitExchanged(ctx context.Context, primary, standby, oldPod string, faultAt time.Time, timeout time.Duration) (Failover, error) {
 	var f Failover
 	if err := eventually(ctx, "the standby becomes the primary", timeout, func() (bool, string) {
 		pd, sd := p.dep(ctx, primary), p.dep(ctx, standby)

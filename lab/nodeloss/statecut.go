@@ -51,7 +51,7 @@ func RunStateCut(ctx context.Context, cfg StateCutConfig) (_ StateCut, err error
 		cfg.Log = func(string, ...any) {}
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) }
-	cp, cl, stop, err := launchCluster(ctx, cfg.Repo, filepath.Join(cfg.WorkDir, "cp-nodeloss"), say, cfg.Log)
+	cp, cl, stop, err := LaunchCluster(ctx, cfg.Repo, filepath.Join(cfg.WorkDir, "cp-nodeloss"), say, cfg.Log)
 	if err != nil {
 		return StateCut{}, err
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/amf-edge/amf/lab/nodeloss"
 )
 
 // Fault is one step as it ran.
@@ -29,6 +31,9 @@ type Fault struct {
 	// ClientsNotBack are the clients of the primary not served by the
 	// new one within the wait, after a fault that acts.
 	ClientsNotBack []string `json:"clients_not_back,omitempty"`
+	// Clients are each client's figures, seconds after Start (-1: not
+	// within the wait).
+	Clients []nodeloss.ClientCut `json:"clients,omitempty"`
 }
 
 // Decision is an action an agent decided (its "decision" line).
@@ -111,12 +116,12 @@ type Bounds struct {
 func DefaultBounds() Bounds {
 	return Bounds{
 		Back: map[Kind]time.Duration{
-			Crash: 30 * time.Second, PowerCut: 3 * time.Minute, Partition: 3 * time.Minute,
+			Crash: 30 * time.Second, Hang: time.Minute, SidecarKilled: time.Minute, PowerCut: 3 * time.Minute, Partition: 3 * time.Minute,
 			StandbyCut: 3 * time.Minute, KubeletRestart: time.Minute, ContainerdRestart: time.Minute,
 			AgentKilled: time.Minute, APIServerRestart: time.Minute, SlowNode: 2 * time.Minute,
 		},
 		SOT: map[Kind]time.Duration{
-			Crash: 2 * time.Second, PowerCut: 8 * time.Second, Partition: 8 * time.Second,
+			Crash: 2 * time.Second, Hang: 2 * time.Second, SidecarKilled: 2 * time.Second, PowerCut: 8 * time.Second, Partition: 8 * time.Second,
 			StandbyCut: 2 * time.Second, KubeletRestart: 2 * time.Second, ContainerdRestart: 2 * time.Second,
 			AgentKilled: 2 * time.Second, APIServerRestart: 2 * time.Second, SlowNode: 2 * time.Second,
 		},

@@ -30,6 +30,9 @@ const (
 	// Partition takes the primary's node's link down: its agent fences,
 	// its guard fails it over; the heal follows.
 	Partition Kind = "partition"
+	// Hang stops every process of the primary's broker (SIGSTOP): its
+	// sidecar's checks go unanswered, and its agent fails it over.
+	Hang Kind = "hang"
 	// StandbyCut is a power cut of the standby's node: the primary serves
 	// on, nothing is failed over.
 	StandbyCut Kind = "standby-cut"
@@ -37,6 +40,10 @@ const (
 	// and start it again; the pods run on.
 	KubeletRestart    Kind = "kubelet-restart"
 	ContainerdRestart Kind = "containerd-restart"
+	// SidecarKilled kills the sidecar of the primary's or the standby's
+	// broker (its container's process, SIGKILL); the kubelet starts it
+	// again, and the broker it watches serves on.
+	SidecarKilled Kind = "sidecar-killed"
 	// AgentKilled kills a node's agent (its container's process, SIGKILL);
 	// the kubelet starts it again.
 	AgentKilled Kind = "agent-killed"
@@ -48,7 +55,7 @@ const (
 
 // Kinds are every kind of fault, in a fixed order (the schedule draws from
 // it by index, so the order is part of what a seed means).
-var kindsInOrder = []Kind{Crash, PowerCut, Partition, StandbyCut, KubeletRestart, ContainerdRestart, AgentKilled, APIServerRestart, SlowNode}
+var kindsInOrder = []Kind{Crash, Hang, PowerCut, Partition, StandbyCut, KubeletRestart, ContainerdRestart, SidecarKilled, AgentKilled, APIServerRestart, SlowNode}
 
 // Kinds returns every kind of fault the schedule knows.
 func Kinds() []Kind { return slices.Clone(kindsInOrder) }
@@ -80,7 +87,7 @@ func joinKinds(ks []Kind) string {
 }
 
 // Acts says whether a fault of kind k must end in a failover.
-func (k Kind) Acts() bool { return k == Crash || k == PowerCut || k == Partition }
+func (k Kind) Acts() bool { return k == Crash || k == Hang || k == PowerCut || k == Partition }
 
 // Role names a node by what it holds when the fault begins: the pair's
 // roles move with every failover, so a schedule names roles, not nodes.
@@ -97,8 +104,9 @@ const (
 // Step is one fault of the schedule.
 type Step struct {
 	Kind Kind `json:"kind"`
-	// On is the node it strikes (Crash, PowerCut and Partition strike the
-	// primary's, StandbyCut the standby's; APIServerRestart strikes none).
+	// On is the node it strikes (Crash, Hang, PowerCut and Partition strike
+	// the primary's, StandbyCut the standby's; APIServerRestart strikes
+	// none); for SidecarKilled, the broker whose sidecar it kills.
 	On Role `json:"on,omitempty"`
 	// Hold is how long a SlowNode lasts.
 	Hold time.Duration `json:"hold,omitempty"`
@@ -117,10 +125,10 @@ func (s Step) String() string {
 		b += " on the " + string(s.On) + "'s node"
 	}
 	if s.Hold > 0 {
-		b += fmt.Sprintf(" for %v", s.Hold)
+		b += fmt.Sprintf(" for %v", s.Hold.Round(100*time.Millisecond))
 	}
 	if s.With != nil {
-		b += fmt.Sprintf(", with %s %v into it", s.With, s.Offset)
+		b += fmt.Sprintf(", with %s %v into it", s.With, s.Offset.Round(10*time.Millisecond))
 	}
 	return b
 }
@@ -181,8 +189,10 @@ func (s *Schedule) Next() Step {
 func (s *Schedule) draw(k Kind) Step {
 	st := Step{Kind: k}
 	switch k {
-	case Crash, PowerCut, Partition:
+	case Crash, Hang, PowerCut, Partition:
 		st.On = PrimaryNode
+	case SidecarKilled:
+		st.On = []Role{PrimaryNode, StandbyNode}[s.rng.IntN(2)]
 	case StandbyCut:
 		st.On = StandbyNode
 	case APIServerRestart:

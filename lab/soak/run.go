@@ -1,0 +1,691 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
+	"github.com/amf-edge/amf/lab/nodeloss"
+	"github.com/amf-edge/amf/lab/testbed"
+	"github.com/amf-edge/amf/pause"
+	"github.com/amf-edge/amf/podsignal"
+)
+
+// Config configures Run.
+type Config struct {
+	// Duration is how long faults are begun; the last one runs to its end.
+	Duration time.Duration
+	Seed     uint64
+	Kinds    []Kind // all if empty
+	Repo     string // the AMF repository (manifests/base, the images' module)
+	// WorkDir holds the control plane's and the brokers' files, and the
+	// agents' logs.
+	WorkDir string
+	Bounds  Bounds
+	// ClientWait bounds the wait for the pair's clients after a fault
+	// that acts (default 2 min; negative: no clients).
+	ClientWait time.Duration
+	// SlowCPU is what a slow node is held at (default 0.7 of a CPU: on
+	// cgroup v1 a node's quota may not be below a pod's).
+	SlowCPU  float64
+	Progress io.Writer
+	Log      func(format string, args ...any)
+}
+
+// Run starts a control plane, three lab nodes, the agent DaemonSet, a hot
+// pair (primary on node 0, standby on node 1, its remote brokers and
+// clients on node 2), makes the schedule's faults one after another until
+// cfg.Duration is over, and returns what happened. An error is the lab's
+// (it could not start); a fault the pair did not come back from ends the
+// run early and is in the History.
+func Run(ctx context.Context, cfg Config) (_ History, err error) {
+	if cfg.Duration <= 0 {
+		return History{}, errors.New("soak: the duration must be positive")
+	}
+	if cfg.Bounds.Back == nil {
+		cfg.Bounds = DefaultBounds()
+	}
+	if cfg.ClientWait == 0 {
+		cfg.ClientWait = 2 * time.Minute
+	}
+	if cfg.SlowCPU <= 0 {
+		cfg.SlowCPU = 0.7
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.Log == nil {
+		cfg.Log = func(string, ...any) {}
+	}
+	say := func(format string, args ...any) {
+		fmt.Fprintf(cfg.Progress, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
+	}
+	cp, cl, stop, err := nodeloss.LaunchCluster(ctx, cfg.Repo, filepath.Join(cfg.WorkDir, "cp"), say, cfg.Log)
+	if err != nil {
+		return History{}, err
+	}
+	defer stop()
+	dir := filepath.Join(cfg.WorkDir, "brokers")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return History{}, err
+	}
+	say("the agents and the hot pair")
+	p, err := nodeloss.StartPair(ctx, nodeloss.PairConfig{ControlPlane: cp, Cluster: cl, Repo: cfg.Repo, Dir: dir})
+	if err != nil {
+		return History{}, err
+	}
+	defer p.Stop()
+	r := &runner{cfg: cfg, cp: cp, p: p, say: say,
+		roles: [2]string{testbed.PrimaryName, testbed.StandbyName}, at: [2]*kubenode.Node{cl.Nodes[0], cl.Nodes[1]}, third: cl.Nodes[2], all: cl.Nodes[:3]}
+	if err := p.WaitPair(ctx, r.roles[0], r.roles[1], r.at[0].Name, r.at[1].Name); err != nil {
+		return History{}, err
+	}
+	if cfg.ClientWait > 0 {
+		say("the clients: a pod on %s and the LAN, through the Service's ClusterIP and NodePort, keep-alive 30 s", r.third.Name)
+		if r.clients, err = p.StartClients(ctx, r.third, cl.LAN, []time.Duration{30 * time.Second}); err != nil {
+			return History{}, err
+		}
+		defer r.clients.Stop()
+	}
+	h := History{Seed: cfg.Seed, Start: time.Now(), BrokerPods: 2}
+	sctx, stopSampling := context.WithCancel(ctx)
+	var sampling sync.WaitGroup
+	sampling.Add(2)
+	go func() { defer sampling.Done(); r.samplePrimaries(sctx) }()
+	go func() { defer sampling.Done(); r.sampleAgents(sctx) }()
+
+	sched := NewSchedule(cfg.Seed, cfg.Kinds)
+	say("soak: seed %d for %v", cfg.Seed, cfg.Duration)
+	for i := 1; time.Since(h.Start) < cfg.Duration && ctx.Err() == nil; i++ {
+		st := sched.Next()
+		say("fault %d: %s", i, st)
+		f := r.run(ctx, st)
+		h.Faults = append(h.Faults, f)
+		if f.Back.IsZero() {
+			say("fault %d: the pair is not whole again, the run ends here: %s", i, f.Err)
+			break
+		}
+		say("fault %d: whole again after %.1f s (the probe's longest gap %.2f s, %d lost)", i, f.Back.Sub(f.Start).Seconds(), f.SOT.Seconds(), f.Lost)
+		select { // the schedule's quiet period: a part of the run, not a synchronisation
+		case <-time.After(st.Quiet):
+		case <-ctx.Done():
+		}
+	}
+	h.End = time.Now()
+	stopSampling()
+	sampling.Wait()
+	h.Primaries, h.AgentUse = r.primaries, r.agentUse
+	h.Decisions, h.Alarms = r.decisions()
+	h.Leftovers = r.leftovers(ctx)
+	saveAgentLogs(cfg.WorkDir, p, say)
+	return h, ctx.Err()
+}
+
+// runner is one run's lab and what it samples.
+type runner struct {
+	cfg     Config
+	cp      *controlplane.ControlPlane
+	p       *nodeloss.Pair
+	clients *nodeloss.Clients
+	say     func(string, ...any)
+	// roles are the primary's and the standby's Deployments; at their
+	// nodes; third the node of the remote brokers and the clients.
+	roles [2]string
+	at    [2]*kubenode.Node
+	third *kubenode.Node
+	// all are the three nodes, in a fixed order (for the samplers: the
+	// roles move under them).
+	all []*kubenode.Node
+
+	mu        sync.Mutex
+	primaries []Primaries
+	agentUse  []AgentUse
+}
+
+func (r *runner) node(role Role) *kubenode.Node {
+	switch role {
+	case PrimaryNode:
+		return r.at[0]
+	case StandbyNode:
+		return r.at[1]
+	case ThirdNode:
+		return r.third
+	}
+	return nil
+}
+
+func (r *runner) nodes(st Step) map[Role]string {
+	out := map[Role]string{}
+	for _, s := range []*Step{&st, st.With} {
+		if s != nil && s.On != "" {
+			out[s.On] = r.node(s.On).Name
+		}
+	}
+	return out
+}
+
+// run makes one step and waits until the pair is whole again.
+func (r *runner) run(ctx context.Context, st Step) (f Fault) {
+	f = Fault{Step: st, Nodes: r.nodes(st)}
+	bound := r.cfg.Bounds.Back[st.Kind]
+	if st.With != nil {
+		bound += r.cfg.Bounds.Overlapped
+	}
+	fctx, cancel := context.WithTimeout(ctx, bound+time.Minute)
+	defer cancel()
+	fail := func(err error) Fault {
+		f.Back, f.Err = time.Time{}, err.Error()
+		return f
+	}
+	primary, standby := r.roles[0], r.roles[1]
+	pn, sn := r.at[0], r.at[1]
+	old, err := r.p.PodOf(fctx, primary)
+	if err != nil {
+		return fail(err)
+	}
+	newPod, err := r.p.PodOf(fctx, standby)
+	if err != nil {
+		return fail(err)
+	}
+	var marks []int
+	if r.clients != nil && st.Kind.Acts() {
+		if err := r.clients.OntoPrimary(fctx, old); err != nil {
+			return fail(err)
+		}
+		marks = r.clients.Marks()
+	}
+	f.Start = time.Now()
+	var with sync.WaitGroup
+	var withErr error
+	if st.With != nil {
+		with.Add(1)
+		go func() {
+			defer with.Done()
+			select { // the schedule's offset
+			case <-time.After(st.Offset):
+			case <-fctx.Done():
+				return
+			}
+			withErr = r.strike(fctx, *st.With)
+		}()
+	}
+	err = r.fault(fctx, st, &f, primary, standby, old, pn, sn)
+	with.Wait()
+	if err = errors.Join(err, withErr); err != nil {
+		return fail(err)
+	}
+	if st.Kind.Acts() {
+		if err := r.p.WaitOnePrimary(fctx, standby, primary, old); err != nil {
+			return fail(err)
+		}
+		r.roles[0], r.roles[1] = r.roles[1], r.roles[0]
+		r.at[0], r.at[1] = r.at[1], r.at[0]
+	}
+	if err := r.p.WaitPair(fctx, r.roles[0], r.roles[1], r.at[0].Name, r.at[1].Name); err != nil {
+		return fail(err)
+	}
+	f.Back = time.Now()
+	rec := r.p.Probe.Snapshot()
+	gap, _ := rec.MaxGap(f.Start, f.Back)
+	f.SOT = gap.Duration()
+	// A second's margin at the end: messages on their way are not lost.
+	f.Lost = len(rec.Lost(f.Start.Add(-time.Second), f.Back.Add(-time.Second)))
+	if st.Kind.Acts() {
+		f.Failover = r.retired(BrokerNamespaceOf(primary), f.Start)
+		if r.clients != nil {
+			f.Clients = r.clients.Served(fctx, marks, f.Start, r.cfg.ClientWait, newPod)
+			for i, c := range f.Clients {
+				if c.ServedS < 0 {
+					f.ClientsNotBack = append(f.ClientsNotBack, r.clients.List[i].Describe(marks[i]))
+				}
+			}
+		}
+	}
+	return f
+}
+
+// BrokerNamespaceOf names a pair's Deployment as the agents' decision
+// lines do.
+func BrokerNamespaceOf(dep string) string { return nodeloss.BrokerNamespace + "/" + dep }
+
+// fault makes st's own fault and waits for what it must bring: for a
+// fault that acts, the standby the primary; for the others their end.
+func (r *runner) fault(ctx context.Context, st Step, f *Fault, primary, standby, old string, pn, sn *kubenode.Node) error {
+	exchanged := func() error {
+		_, err := r.p.WaitExchanged(ctx, primary, standby, old, f.Start, r.cfg.Bounds.Back[st.Kind])
+		return err
+	}
+	switch st.Kind {
+	case Crash:
+		at, err := r.p.CrashBroker(ctx, pn, old)
+		f.Start = at
+		if err != nil {
+			return err
+		}
+		return exchanged()
+	case Hang:
+		f.Start = time.Now()
+		if err := r.hang(ctx, old); err != nil {
+			return err
+		}
+		return exchanged()
+	case PowerCut, Partition:
+		var err error
+		if st.Kind == PowerCut {
+			var c kubenode.Cut
+			c, err = pn.PowerCut(ctx)
+			f.Start = c.At
+		} else {
+			f.Start = time.Now()
+			err = pn.Partition(ctx)
+		}
+		if err == nil {
+			err = exchanged()
+		}
+		return errors.Join(err, r.p.Restore(context.WithoutCancel(ctx), pn))
+	case StandbyCut:
+		c, err := sn.PowerCut(ctx)
+		f.Start = c.At
+		if err == nil {
+			err = r.hold(ctx, 10*time.Second) // longer than the guard's Lost: what it does then is seen
+		}
+		return errors.Join(err, r.p.Restore(context.WithoutCancel(ctx), sn))
+	}
+	return r.strike(ctx, st)
+}
+
+// hold lets a fault last d: a part of the schedule, not a synchronisation.
+func (r *runner) hold(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// strike makes a fault that takes no broker away, and returns when it is
+// over: the daemon, the agent or the API server back, the node fast again.
+func (r *runner) strike(ctx context.Context, st Step) error {
+	n := r.node(st.On)
+	switch st.Kind {
+	case KubeletRestart:
+		return n.RestartDaemon(ctx, kubenode.Kubelet, syscall.SIGKILL)
+	case ContainerdRestart:
+		return n.RestartDaemon(ctx, kubenode.Containerd, syscall.SIGKILL)
+	case APIServerRestart:
+		return r.cp.RestartAPIServer(ctx)
+	case AgentKilled:
+		return r.killContainer(ctx, n, testbed.AgentNamespace, r.p.Agents[n.Name].Pod, "agent")
+	case SidecarKilled:
+		dep := r.roles[0]
+		if st.On == StandbyNode {
+			dep = r.roles[1]
+		}
+		pod, err := r.p.PodOf(ctx, dep)
+		if err != nil {
+			return err
+		}
+		return r.killContainer(ctx, n, nodeloss.BrokerNamespace, pod, contract.SidecarName)
+	case SlowNode:
+		return r.slow(ctx, n, st.Hold)
+	}
+	return fmt.Errorf("soak: %s cannot come within another fault", st.Kind)
+}
+
+// hang stops every process of pod's broker (SIGSTOP).
+func (r *runner) hang(ctx context.Context, pod string) error {
+	pd, err := r.p.Client.CoreV1().Pods(nodeloss.BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var id string
+	for _, cs := range pd.Status.ContainerStatuses {
+		if cs.Name == testbed.BrokerContainer {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	pids, err := pause.Container{Leaf: id}.PIDs()
+	if err == nil && len(pids) == 0 {
+		err = errors.New("no process")
+	}
+	if id == "" || err != nil {
+		return fmt.Errorf("hang pod %s's broker: %w", pod, errors.Join(err, errors.New("no container ID")))
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return fmt.Errorf("hang pod %s's broker (%d): %w", pod, pid, err)
+		}
+	}
+	return nil
+}
+
+// killContainer kills the process of pod's container on n and waits until
+// the kubelet has started it again and it is Ready.
+func (r *runner) killContainer(ctx context.Context, n *kubenode.Node, ns, pod, container string) error {
+	c := r.p.Client.CoreV1().Pods(ns)
+	restarts := func() (int32, bool, error) {
+		pd, err := c.Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return 0, false, err
+		}
+		for _, cs := range pd.Status.ContainerStatuses {
+			if cs.Name == container {
+				return cs.RestartCount, cs.Ready, nil
+			}
+		}
+		return 0, false, fmt.Errorf("pod %s: no %s container in its status", pod, container)
+	}
+	before, _, err := restarts()
+	if err != nil {
+		return err
+	}
+	pid, err := n.ContainerPID(ctx, ns, pod, container)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %s of %s/%s on %s (%d): %w", container, ns, pod, n.Name, pid, err)
+	}
+	for {
+		now, ready, err := restarts()
+		if err == nil && now > before && ready {
+			return nil
+		}
+		select { // polling the API until the kubelet reports the restart
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("%s of %s/%s on %s not Ready again: %w (last: restarts %d, %v)", container, ns, pod, n.Name, ctx.Err(), now, err)
+		}
+	}
+}
+
+// slow holds n at cfg.SlowCPU of a CPU, saturated by a busy pod, for d.
+func (r *runner) slow(ctx context.Context, n *kubenode.Node, d time.Duration) error {
+	name := "busy-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	busy := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeloss.BrokerNamespace},
+		Spec: corev1.PodSpec{
+			NodeName: n.Name, TerminationGracePeriodSeconds: ptr.To[int64](1), AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "busy", Image: images.LabRef, ImagePullPolicy: corev1.PullNever,
+				Args: []string{"stress", "--profile", fmt.Sprintf("%ds:cpu=2", int(d.Seconds())+60)}}},
+		},
+	}
+	c := r.p.Client.CoreV1().Pods(nodeloss.BrokerNamespace)
+	if _, err := c.Create(ctx, busy, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	defer func() { _ = c.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) }()
+	if err := n.Starve(ctx, r.cfg.SlowCPU); err != nil {
+		return err
+	}
+	err := r.hold(ctx, d)
+	return errors.Join(err, r.p.Restore(context.WithoutCancel(ctx), n))
+}
+
+// retired is the first RetirePrimary decision of dep after since, by any
+// agent (zero: none).
+func (r *runner) retired(dep string, since time.Time) time.Time {
+	var first time.Time
+	for _, ag := range r.p.Agents {
+		for _, l := range ag.Lines() {
+			if l.Msg == "decision" && l.Action == "RetirePrimary" && l.Error == "" && l.Deployment == dep && l.Time.After(since) &&
+				(first.IsZero() || l.Time.Before(first)) {
+				first = l.Time
+			}
+		}
+	}
+	return first
+}
+
+// decisions are the agents' decisions and their pods' health turning
+// anomalous, from every agent's log.
+func (r *runner) decisions() (ds []Decision, as []Alarm) {
+	for node, ag := range r.p.Agents {
+		for _, l := range ag.Lines() {
+			switch {
+			case l.Msg == "decision" && l.Error == "" && l.Action != "" && l.Action != "Event":
+				ds = append(ds, Decision{Time: l.Time, Node: node, Action: l.Action, Deployment: l.Deployment, Raw: l.Raw})
+			case l.Msg == "transition" && l.To == string(podsignal.Anomalous):
+				as = append(as, Alarm{Time: l.Time, Pod: l.Namespace + "/" + l.Pod, Raw: l.Raw})
+			}
+		}
+	}
+	slices.SortFunc(ds, func(a, b Decision) int { return a.Time.Compare(b.Time) })
+	slices.SortFunc(as, func(a, b Alarm) int { return a.Time.Compare(b.Time) })
+	return ds, as
+}
+
+// samplePrimaries records every half second how many brokers serve as
+// primaries: the pods that were Ready while their Deployment was the
+// primary, as long as they exist, their broker runs and is not paused (the
+// fence) and their node is not cut off from power.
+func (r *runner) samplePrimaries(ctx context.Context) {
+	everPrimary := map[string]bool{}
+	for {
+		if s, ok := r.countPrimaries(ctx, everPrimary); ok {
+			r.mu.Lock()
+			r.primaries = append(r.primaries, s)
+			r.mu.Unlock()
+		}
+		select { // a sampling period
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (r *runner) countPrimaries(ctx context.Context, everPrimary map[string]bool) (Primaries, bool) {
+	c := r.p.Client
+	deps, err := c.AppsV1().Deployments(nodeloss.BrokerNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Primaries{}, false // the API server away: no sample
+	}
+	pods, err := c.CoreV1().Pods(nodeloss.BrokerNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Primaries{}, false
+	}
+	s := Primaries{Time: time.Now()}
+	for _, pod := range pods.Items {
+		for _, d := range deps.Items {
+			if d.Annotations[contract.AnnRole] == "primary" && strings.HasPrefix(pod.Name, d.Name+"-") &&
+				pod.DeletionTimestamp == nil && testbed.PodReady(&pod) {
+				everPrimary[pod.Name] = true
+			}
+		}
+		if !everPrimary[pod.Name] || !r.serving(&pod) {
+			continue
+		}
+		s.Count++
+		s.Pods = append(s.Pods, pod.Name)
+	}
+	return s, true
+}
+
+// serving says whether pod's broker runs, unpaused, on a node with power.
+func (r *runner) serving(pod *corev1.Pod) bool {
+	for _, n := range r.all {
+		if n.Name == pod.Spec.NodeName && strings.Contains(n.Faulty(), "frozen") {
+			return false
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != testbed.BrokerContainer {
+			continue
+		}
+		_, id, _ := strings.Cut(cs.ContainerID, "://")
+		if id == "" {
+			return false
+		}
+		pids, err := pause.Container{Leaf: id}.PIDs()
+		if err != nil || len(pids) == 0 {
+			return false
+		}
+		for _, pid := range pids {
+			if stopped, err := pause.Stopped("", pid); err == nil && !stopped {
+				return true
+			}
+		}
+		return false
+	}
+	return false
+}
+
+// sampleAgents records every ten seconds what each agent's process holds.
+func (r *runner) sampleAgents(ctx context.Context) {
+	for {
+		for _, n := range r.all {
+			if u, err := r.readAgentUse(ctx, n); err == nil {
+				r.mu.Lock()
+				r.agentUse = append(r.agentUse, u)
+				r.mu.Unlock()
+			}
+		}
+		select { // a sampling period
+		case <-time.After(10 * time.Second):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// readAgentUse reads the RSS and threads of the agent's process on n.
+func (r *runner) readAgentUse(ctx context.Context, n *kubenode.Node) (AgentUse, error) {
+	ag := r.p.Agents[n.Name]
+	if ag == nil || strings.Contains(n.Faulty(), "frozen") {
+		return AgentUse{}, errors.New("no agent to read")
+	}
+	pid, err := n.ContainerPID(ctx, testbed.AgentNamespace, ag.Pod, "agent")
+	if err != nil {
+		return AgentUse{}, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return AgentUse{}, err
+	}
+	u := AgentUse{Time: time.Now(), Node: n.Name}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		switch k {
+		case "VmRSS": // kB
+			kb, _ := strconv.ParseInt(f[0], 10, 64)
+			u.RSS = kb << 10
+		case "Threads":
+			u.Threads, _ = strconv.Atoi(f[0])
+		}
+	}
+	if u.RSS == 0 {
+		return AgentUse{}, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	}
+	return u, nil
+}
+
+// leftovers waits (a minute at most) until the brokers' namespace holds
+// what it should — each Deployment's pods, none being deleted, and the
+// clients' pod — and returns what it still holds beyond that, and what
+// each node holds for pods the API server no longer binds to it.
+func (r *runner) leftovers(ctx context.Context) []string {
+	var left []string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left = r.extraPods(ctx)
+		if len(left) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select { // polling the API until the deletions are done
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
+	for _, n := range r.all {
+		l, err := n.Leftovers(ctx)
+		if err != nil {
+			left = append(left, fmt.Sprintf("node %s: %v", n.Name, err))
+		}
+		for _, x := range l {
+			left = append(left, fmt.Sprintf("node %s: %s", n.Name, x))
+		}
+	}
+	return left
+}
+
+// extraPods lists the brokers' namespace's pods beyond each Deployment's
+// replicas and the clients' pod, and those being deleted.
+func (r *runner) extraPods(ctx context.Context) []string {
+	c := r.p.Client
+	deps, err := c.AppsV1().Deployments(nodeloss.BrokerNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []string{fmt.Sprintf("the Deployments of %s: %v", nodeloss.BrokerNamespace, err)}
+	}
+	pods, err := c.CoreV1().Pods(nodeloss.BrokerNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return []string{fmt.Sprintf("the pods of %s: %v", nodeloss.BrokerNamespace, err)}
+	}
+	var left []string
+	count := map[string]int32{}
+	for _, pod := range pods.Items {
+		what := fmt.Sprintf("pod %s/%s (%s)", pod.Namespace, pod.Name, pod.Status.Phase)
+		if pod.DeletionTimestamp != nil {
+			left = append(left, what+" being deleted")
+			continue
+		}
+		if pod.Labels["app"] == "clients" {
+			continue
+		}
+		i := slices.IndexFunc(deps.Items, func(d appsv1.Deployment) bool { return strings.HasPrefix(pod.Name, d.Name+"-") })
+		if i < 0 {
+			left = append(left, what+" of no Deployment")
+			continue
+		}
+		count[deps.Items[i].Name]++
+	}
+	for _, d := range deps.Items {
+		if want := ptr.Deref(d.Spec.Replicas, 1); count[d.Name] != want {
+			left = append(left, fmt.Sprintf("Deployment %s/%s: %d pods, %d replicas", d.Namespace, d.Name, count[d.Name], want))
+		}
+	}
+	if len(deps.Items) != 2 {
+		left = append(left, fmt.Sprintf("%d Deployments in %s, not the pair's two", len(deps.Items), nodeloss.BrokerNamespace))
+	}
+	return left
+}
+
+// saveAgentLogs writes what each agent logged into dir (agent-NODE.log).
+func saveAgentLogs(dir string, p *nodeloss.Pair, say func(string, ...any)) {
+	for node, ag := range p.Agents {
+		var b strings.Builder
+		for _, l := range ag.Lines() {
+			b.WriteString(l.Raw)
+			b.WriteByte('\n')
+		}
+		path := filepath.Join(dir, "agent-"+node+".log")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			say("the agents' logs: %v", err)
+			return
+		}
+	}
+	say("the agents' logs are in %s", dir)
+}

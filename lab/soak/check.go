@@ -160,7 +160,7 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 		}
 		switch {
 		case f.Back.IsZero():
-			add(f.Start, "%s: the pair was not whole again: %s", f.Step, f.Err)
+			add(f.Start, "%s: the run stopped, the fault not made or the pair not whole again: %s", f.Step, f.Err)
 		case f.Back.Sub(f.Start) > b.Back[f.Step.Kind]+extra:
 			add(f.Back, "%s: the pair whole again after %.1f s (bound %v)", f.Step, f.Back.Sub(f.Start).Seconds(), b.Back[f.Step.Kind]+extra)
 		}

@@ -35,7 +35,7 @@ func TestCheckerFindsWhatARunBroke(t *testing.T) {
 		{name: "a crash never failed over", h: History{Faults: []Fault{{Step: Step{Kind: Crash}, Start: at(10), Back: at(12)}}},
 			want: []string{"crash: no failover"}},
 		{name: "a pair never whole again", h: History{Faults: []Fault{{Step: Step{Kind: PowerCut}, Start: at(10), Err: "standby not Ready"}}},
-			want: []string{"not whole again: standby not Ready"}},
+			want: []string{"the pair not whole again: standby not Ready"}},
 		{name: "too slow back", h: History{Faults: []Fault{{Step: Step{Kind: Crash}, Start: at(10), Failover: at(11), Back: at(50)}}},
 			want: []string{"whole again after 40.0 s"}},
 		{name: "an overlap gives more time", h: History{Faults: []Fault{{Step: Step{Kind: Crash, With: &Step{Kind: KubeletRestart}}, Start: at(10), Failover: at(11), Back: at(50)}}}},

@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (_ History, err error) {
 		f := r.run(ctx, st)
 		h.Faults = append(h.Faults, f)
 		if f.Back.IsZero() {
-			say("fault %d: the pair is not whole again, the run ends here: %s", i, f.Err)
+			say("fault %d: the run ends here: %s", i, f.Err)
 			break
 		}
 		say("fault %d: whole again after %.1f s (the probe's longest gap %.2f s, %d lost)", i, f.Back.Sub(f.Start).Seconds(), f.SOT.Seconds(), f.Lost)
@@ -229,6 +229,9 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 	}
 	err = r.fault(fctx, st, &f, primary, standby, old, pn, sn)
 	with.Wait()
+	if withErr != nil {
+		withErr = fmt.Errorf("%s: %w", st.With.Kind, withErr)
+	}
 	if err = errors.Join(err, withErr); err != nil {
 		return fail(err)
 	}
@@ -387,7 +390,8 @@ func (r *runner) killContainer(ctx context.Context, n *kubenode.Node, ns, pod, c
 		if err != nil {
 			return 0, false, err
 		}
-		for _, cs := range pd.Status.ContainerStatuses {
+		// A sidecar may be a restartable init container (a native sidecar).
+		for _, cs := range slices.Concat(pd.Status.InitContainerStatuses, pd.Status.ContainerStatuses) {
 			if cs.Name == container {
 				return cs.RestartCount, cs.Ready, nil
 			}

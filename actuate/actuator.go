@@ -129,6 +129,8 @@ type Actuator struct {
 	// relays maps the primaries with a pod here to the hub of their
 	// standby's node, when it is another.
 	relays map[podKey]relayRoute
+	// gateRetries are the readiness gates not written yet (kube.go).
+	gateRetries map[podKey]gateRetry
 }
 
 type podKey struct{ ns, name string }
@@ -222,7 +224,7 @@ func New(cfg Config) (*Actuator, error) {
 	}
 	a := &Actuator{
 		cluster: c, log: cfg.Logger, now: cfg.Now, dryRun: cfg.DryRun, inst: cfg.Instance, resume: cfg.ResumeOnStart, m: newMetrics(cfg.Registerer),
-		owners: make(map[podKey]string), ownersMax: cfg.OwnerCacheSize, sized: make(map[podKey]int64),
+		owners: make(map[podKey]string), ownersMax: cfg.OwnerCacheSize, sized: make(map[podKey]int64), gateRetries: make(map[podKey]gateRetry),
 		workloads: make(map[podKey]*workload), readyCh: make(chan readiness, 64),
 		roleCh: make(chan roleChange, 16),
 	}
@@ -330,6 +332,7 @@ func (a *Actuator) Run(ctx context.Context, in <-chan podsignal.Observation) err
 				a.nl.syncAt = time.Time{} // syncNodes runs below
 			}
 			a.stateDeadlines(ctx, now)
+			a.gateRetriesDue(ctx, now)
 			for _, w := range a.workloads {
 				if (len(w.retry) > 0 || w.unsaved) && !w.retryAt.After(now) {
 					a.retry(ctx, w)
@@ -439,7 +442,7 @@ func (a *Actuator) resetTimer(t *time.Timer) {
 		}
 	}
 	sd, _ := a.nextStateDeadline()
-	for _, r := range []time.Time{a.nl.retryAt, a.nl.syncAt, sd} {
+	for _, r := range []time.Time{a.nl.retryAt, a.nl.syncAt, sd, a.nextGateRetry()} {
 		if !r.IsZero() && (next.IsZero() || r.Before(next)) {
 			next = r
 		}
@@ -455,13 +458,15 @@ func (a *Actuator) handleSignal(ctx context.Context, s podsignal.Observation) {
 	pk := podKey{s.Namespace, s.Pod}
 	var pod *corev1.Pod
 	if s.Transition {
+		delete(a.gateRetries, pk) // superseded by this transition
 		p, err := a.cluster.Pod(ctx, s.Namespace, s.Pod)
 		if err != nil {
 			a.log.Warn("pod not read", slog.String("pod", pk.String()), slog.String("error", err.Error()))
+			a.retryGate(pk, s)
 		} else {
 			pod = p
 			if !statefulPod(p) {
-				a.patchReadinessGate(ctx, p, s)
+				a.gateOrRetry(ctx, p, s)
 			}
 		}
 	}
@@ -472,7 +477,7 @@ func (a *Actuator) handleSignal(ctx context.Context, s podsignal.Observation) {
 	}
 	if dep == "" {
 		if pod != nil && statefulPod(pod) {
-			a.patchReadinessGate(ctx, pod, s) // no pair to hold it for
+			a.gateOrRetry(ctx, pod, s) // no pair to hold it for
 		}
 		return // not owned by a Deployment: nothing to actuate
 	}

@@ -214,6 +214,29 @@ func TestASilentSidecarIsFailedOverOnlyAfterItsGrace(t *testing.T) {
 	}
 }
 
+// TestAReadinessGateRefusedIsWrittenOnceTheAPIServerTakesIt: the gate is
+// written at transitions only; one refused (RBAC warming up after an API
+// server restart) is tried again until it is written, or the pod stays out
+// of its Services with its broker healthy.
+func TestAReadinessGateRefusedIsWrittenOnceTheAPIServerTakesIt(t *testing.T) {
+	f := newFakeCluster()
+	r := start(t, f, f.addPair(ns, "primary", "standby", map[string]string{}), Config{})
+	f.Lock()
+	f.Fail["condition"] = errors.New(`pods "primary-rs-0" is forbidden: RBAC warming up`)
+	f.Unlock()
+	r.send(podsignal.Healthy)
+	// The record is written after the gate was tried, in the same signal.
+	f.await(t, "the signal handled", func() bool { return slices.Contains(f.Writes, "record edge/primary Idle") })
+	want := "condition edge/" + r.pod + " amf.io/healthy=True"
+	f.Lock()
+	if slices.Contains(f.Writes, want) {
+		t.Fatalf("the gate was written while refused: %q", f.Writes)
+	}
+	delete(f.Fail, "condition")
+	f.Unlock()
+	f.await(t, "the gate written on a retry", func() bool { return slices.Contains(f.Writes, want) })
+}
+
 func TestClearedAnomalyScalesAColdStandbyBackOnlyWhilePrimaryIsReady(t *testing.T) {
 	f := newFakeCluster()
 	f.AutoReady = false

@@ -333,20 +333,85 @@ func readinessValue(st podsignal.State) (corev1.ConditionStatus, bool) {
 	return "", false
 }
 
+// gateRetry is a readiness gate not written: the pod not read or the patch
+// refused (the API server away, its RBAC warming up after a restart). The
+// gate is written at transitions only, so a pod that went healthy while its
+// patch was refused would stay out of its Services for good, and a standby
+// never Ready again (the soak found one after an API server restart). It is
+// tried again every retryDelay until it is written, the pod is gone, or a
+// newer transition of the pod supersedes it.
+type gateRetry struct {
+	obs podsignal.Observation
+	at  time.Time
+}
+
+func (a *Actuator) retryGate(pk podKey, s podsignal.Observation) {
+	a.gateRetries[pk] = gateRetry{obs: s, at: a.now().Add(retryDelay)}
+}
+
+// gateOrRetry patches pod's readiness gate from s, or keeps it to retry.
+func (a *Actuator) gateOrRetry(ctx context.Context, pod *corev1.Pod, s podsignal.Observation) {
+	if err := a.patchReadinessGate(ctx, pod, s); err != nil {
+		a.retryGate(podKey{pod.Namespace, pod.Name}, s)
+	}
+}
+
+// gateRetriesDue tries again each readiness gate whose retry is due.
+func (a *Actuator) gateRetriesDue(ctx context.Context, now time.Time) {
+	for pk, g := range a.gateRetries {
+		if g.at.After(now) {
+			continue
+		}
+		pod, err := a.cluster.Pod(ctx, pk.ns, pk.name)
+		switch {
+		case apierrors.IsNotFound(err):
+			delete(a.gateRetries, pk)
+		case err != nil:
+			a.log.Warn("pod not read", slog.String("pod", pk.String()), slog.String("error", err.Error()))
+			a.retryGate(pk, g.obs)
+		case a.isHeld(pk):
+			delete(a.gateRetries, pk) // its stateful pair holds its gate (state.go)
+		default:
+			if err := a.patchReadinessGate(ctx, pod, g.obs); err != nil {
+				a.retryGate(pk, g.obs)
+			} else {
+				delete(a.gateRetries, pk)
+			}
+		}
+	}
+}
+
+func (a *Actuator) isHeld(pk podKey) bool {
+	_, ok := a.held[pk]
+	return ok
+}
+
+// nextGateRetry is when the next readiness gate is tried again (zero: none).
+func (a *Actuator) nextGateRetry() time.Time {
+	var next time.Time
+	for _, g := range a.gateRetries {
+		if next.IsZero() || g.at.Before(next) {
+			next = g.at
+		}
+	}
+	return next
+}
+
 // patchReadinessGate sets the amf.io/healthy condition of a pod that declares
-// it as a readiness gate (only this condition: Cluster.SetPodCondition).
-func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s podsignal.Observation) {
+// it as a readiness gate (only this condition: Cluster.SetPodCondition); the
+// error is the patch's.
+func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s podsignal.Observation) error {
 	declared := false
 	for _, g := range pod.Spec.ReadinessGates {
 		declared = declared || g.ConditionType == contract.ConditionHealthy
 	}
 	status, ok := readinessValue(s.State)
 	if !declared || !ok {
-		return
+		return nil
 	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == contract.ConditionHealthy && c.Status == status {
-			return // unchanged: keep lastTransitionTime
+			return nil // unchanged: keep lastTransitionTime
 		}
 	}
 	cond := corev1.PodCondition{
@@ -356,7 +421,9 @@ func (a *Actuator) patchReadinessGate(ctx context.Context, pod *corev1.Pod, s po
 	a.log.Info("readiness gate", slog.String("pod", pod.Namespace+"/"+pod.Name), slog.String("status", string(status)), slog.String("state", string(s.State)), slog.Bool("dry_run", a.dryRun))
 	if err := a.cluster.SetPodCondition(ctx, pod.Namespace, pod.Name, cond); err != nil {
 		a.log.Warn("readiness gate not patched", slog.String("pod", pod.Namespace+"/"+pod.Name), slog.String("error", err.Error()))
+		return err
 	}
+	return nil
 }
 
 func reasonOf(st podsignal.State) string {

@@ -89,7 +89,7 @@ func (a *Actuator) gateStateful(ctx context.Context, w *workload, pod *corev1.Po
 		if isStandby(w) {
 			a.markStandbyReady(ctx, w, pk, false)
 		}
-		a.patchReadinessGate(ctx, pod, s)
+		a.gateOrRetry(ctx, pod, s)
 	case isStandby(w):
 		a.held[pk] = heldPod{dep: w.key, state: s.State, at: s.Received}
 		a.hold(ctx, pod, s, "a standby of a stateful pair: out of its Services until it holds the primary's state")
@@ -103,7 +103,7 @@ func (a *Actuator) gateStateful(ctx context.Context, w *workload, pod *corev1.Po
 		a.hold(ctx, pod, s, "the new primary of a stateful pair: out of its Services until it runs on the retired primary's state")
 	default:
 		delete(a.held, pk)
-		a.patchReadinessGate(ctx, pod, s)
+		a.gateOrRetry(ctx, pod, s)
 	}
 }
 
@@ -111,7 +111,7 @@ func (a *Actuator) gateStateful(ctx context.Context, w *workload, pod *corev1.Po
 // its broker is healthy (else as its state says).
 func (a *Actuator) hold(ctx context.Context, pod *corev1.Pod, s podsignal.Observation, why string) {
 	if s.State != podsignal.Healthy && s.State != podsignal.Anomalous {
-		a.patchReadinessGate(ctx, pod, s)
+		_ = a.patchReadinessGate(ctx, pod, s) // held: its pair writes it again
 		return
 	}
 	a.setGate(ctx, pod, corev1.ConditionFalse, "AwaitingState", why, s.Received)

@@ -23,6 +23,9 @@ func TestExitStatusesFollowTheConvention(t *testing.T) {
 		{"stress unknown flag", []string{"stress", "--bogus"}, exitcode.Usage},
 		{"stress without a profile", []string{"stress"}, exitcode.Usage},
 		{"stress bad profile", []string{"stress", "--profile", "forever"}, exitcode.Usage},
+		{"soak help", []string{"soak", "-h"}, exitcode.OK},
+		{"soak an unknown fault", []string{"soak", "--faults", "crash,meteor"}, exitcode.Usage},
+		{"soak no duration", []string{"soak", "--duration", "0s"}, exitcode.Usage},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

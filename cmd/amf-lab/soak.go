@@ -86,7 +86,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amf-lab soak: the run was cut short (%v); what it saw is checked\n", err)
 	}
 	vs, falseActions := soak.Check(h, cfg.Bounds)
-	rep := soak.Figures(h, vs, falseActions, cfg.Bounds)
+	rep := soak.Figures(h, vs, falseActions, *clientWait)
 	if b, err := json.MarshalIndent(h, "", "  "); err == nil {
 		if err := os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644); err != nil {
 			fmt.Fprintf(stderr, "amf-lab soak: the history: %v\n", err)

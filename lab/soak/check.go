@@ -283,7 +283,12 @@ type Report struct {
 	FalseActions int              `json:"false_actions"`
 	SOTP99       map[Kind]float64 `json:"sot_p99_s"`
 	BackP99      map[Kind]float64 `json:"back_p99_s"`
-	Lost         map[Kind]int     `json:"lost"`
+	// ClientP99 is, per kind of fault that takes the primary away, the
+	// p99 over its clients of the time until the new primary served each
+	// (one not served counts as the wait: ClientsNotBack).
+	ClientP99      map[Kind]float64 `json:"client_sot_p99_s"`
+	ClientsNotBack int              `json:"clients_not_back"`
+	Lost           map[Kind]int     `json:"lost"`
 	// AgentRSS is the largest agent's RSS in its first and last samples.
 	AgentRSSStart float64 `json:"agent_rss_mib_start"`
 	AgentRSSEnd   float64 `json:"agent_rss_mib_end"`
@@ -294,12 +299,12 @@ type Report struct {
 	FalseAlarms int     `json:"false_alarms"`
 }
 
-// Figures sums h up.
-func Figures(h History, vs []Violation, falseActions []Decision, b Bounds) Report {
+// Figures sums h up; wait is what a client not served counts as.
+func Figures(h History, vs []Violation, falseActions []Decision, wait time.Duration) Report {
 	r := Report{DurationS: h.End.Sub(h.Start).Seconds(), Seed: h.Seed, Faults: map[Kind]int{},
-		SOTP99: map[Kind]float64{}, BackP99: map[Kind]float64{}, Lost: map[Kind]int{},
+		SOTP99: map[Kind]float64{}, BackP99: map[Kind]float64{}, Lost: map[Kind]int{}, ClientP99: map[Kind]float64{},
 		Violations: len(vs), FalseActions: len(falseActions)}
-	sots, backs := map[Kind][]float64{}, map[Kind][]float64{}
+	sots, backs, clients := map[Kind][]float64{}, map[Kind][]float64{}, map[Kind][]float64{}
 	for _, f := range h.Faults {
 		k := f.Step.Kind
 		r.Faults[k]++
@@ -309,6 +314,12 @@ func Figures(h History, vs []Violation, falseActions []Decision, b Bounds) Repor
 		}
 		r.Lost[k] += f.Lost
 		sots[k] = append(sots[k], f.SOT.Seconds())
+		for _, c := range f.Clients {
+			clients[k] = append(clients[k], c.Figure(wait))
+			if c.ServedS < 0 {
+				r.ClientsNotBack++
+			}
+		}
 		if !f.Back.IsZero() {
 			backs[k] = append(backs[k], f.Back.Sub(f.Start).Seconds())
 		}
@@ -319,13 +330,17 @@ func Figures(h History, vs []Violation, falseActions []Decision, b Bounds) Repor
 	for k, xs := range backs {
 		r.BackP99[k] = quantile(xs, 0.99)
 	}
+	for k, xs := range clients {
+		r.ClientP99[k] = quantile(xs, 0.99)
+	}
 	for _, use := range usesByNode(h.AgentUse) {
 		r.AgentRSSStart = max(r.AgentRSSStart, mib(use[0].RSS))
 		r.AgentRSSEnd = max(r.AgentRSSEnd, mib(use[len(use)-1].RSS))
 	}
 	r.PodHours = float64(h.BrokerPods) * h.End.Sub(h.Start).Hours()
+	settle := DefaultBounds().Settle
 	for _, a := range h.Alarms {
-		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.covers(a.Time, b.Settle) }) {
+		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.covers(a.Time, settle) }) {
 			r.FalseAlarms++
 		}
 	}

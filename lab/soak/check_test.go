@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/amf-edge/amf/lab/nodeloss"
 )
 
 var t0 = time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
@@ -93,18 +95,19 @@ func TestFiguresSumTheRunUp(t *testing.T) {
 			f.Lost = 4
 			f.SOT = time.Second
 			f.Step.With = &Step{Kind: APIServerRestart}
+			f.Clients = []nodeloss.ClientCut{{Client: "a", ServedS: 0.5}, {Client: "b", ServedS: -1}}
 			return f
 		}()},
 		Alarms: []Alarm{{Time: at(10.5)}, {Time: at(1000)}},
 		AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 30 << 20}, {Time: at(3500), Node: "n0", RSS: 32 << 20},
 			{Time: at(1), Node: "n1", RSS: 31 << 20}, {Time: at(3500), Node: "n1", RSS: 31 << 20}}}
 	vs, fa := Check(h, DefaultBounds())
-	r := Figures(h, vs, fa, DefaultBounds())
+	r := Figures(h, vs, fa, 2*time.Minute)
 	if r.DurationS != 3600 || r.Faults[Crash] != 2 || r.Faults[APIServerRestart] != 1 || r.Overlapped != 1 || r.Lost[Crash] != 4 {
 		t.Errorf("figures %+v", r)
 	}
-	if r.SOTP99[Crash] != 1 || r.BackP99[Crash] != 5 {
-		t.Errorf("p99: sot %v, back %v", r.SOTP99, r.BackP99)
+	if r.SOTP99[Crash] != 1 || r.BackP99[Crash] != 5 || r.ClientP99[Crash] != 120 || r.ClientsNotBack != 1 {
+		t.Errorf("p99: sot %v, back %v, clients %v (%d not back)", r.SOTP99, r.BackP99, r.ClientP99, r.ClientsNotBack)
 	}
 	if r.AgentRSSStart != 31 || r.AgentRSSEnd != 32 {
 		t.Errorf("agent rss %v -> %v", r.AgentRSSStart, r.AgentRSSEnd)

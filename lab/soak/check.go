@@ -181,7 +181,7 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 		if d.Action != "RetirePrimary" && d.Action != "ResizeInPlace" {
 			continue
 		}
-		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.Step.Kind.Acts() && f.covers(d.Time, b.Settle) }) {
+		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.Step.mayAct() && f.covers(d.Time, b.Settle) }) {
 			falseActions = append(falseActions, d)
 			add(d.Time, "a false action: %s of %s by the agent on %s, outside every fault that takes a broker away", d.Action, d.Deployment, d.Node)
 		}
@@ -220,6 +220,14 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 		vs[i].Around = h.around(vs[i].Time, time.Minute)
 	}
 	return vs, falseActions
+}
+
+// mayAct says whether a failover within the step is no false action: it
+// takes the primary away, or kills an agent, which the primary's node's
+// guard cannot tell from the node's loss once the agent is away for longer
+// than the guard waits (the kubelet's back-off after a second kill is 10 s).
+func (s Step) mayAct() bool {
+	return s.Kind.Acts() || s.Kind == AgentKilled || (s.With != nil && s.With.Kind == AgentKilled)
 }
 
 // covers says whether t falls within the fault, from its start until

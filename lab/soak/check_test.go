@@ -32,6 +32,8 @@ func TestCheckerFindsWhatARunBroke(t *testing.T) {
 			Primaries: []Primaries{{Time: at(10.1), Count: 2}, {Time: at(10.5), Count: 1}}}},
 		{name: "a failover outside every fault", h: History{Faults: []Fault{crashAt(10), quiet}, Decisions: []Decision{retire(10.1), retire(105)}},
 			want: []string{"a false action: RetirePrimary of mqtt/edge-broker-a"}},
+		{name: "a failover within an agent's death is no false action", h: History{Faults: []Fault{{Step: Step{Kind: AgentKilled, On: PrimaryNode}, Start: at(100), Back: at(112)}},
+			Decisions: []Decision{retire(110)}}},
 		{name: "a failover just after a fault's settle", h: History{Faults: []Fault{crashAt(10)}, Decisions: []Decision{retire(10.1), retire(20.1)}},
 			want: []string{"a false action"}},
 		{name: "a crash never failed over", h: History{Faults: []Fault{{Step: Step{Kind: Crash}, Start: at(10), Back: at(12)}}},

@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -94,7 +95,8 @@ func Run(ctx context.Context, cfg Config) (_ History, err error) {
 	}
 	defer p.Stop()
 	r := &runner{cfg: cfg, cp: cp, p: p, say: say,
-		roles: [2]string{testbed.PrimaryName, testbed.StandbyName}, at: [2]*kubenode.Node{cl.Nodes[0], cl.Nodes[1]}, third: cl.Nodes[2], all: cl.Nodes[:3]}
+		roles: [2]string{testbed.PrimaryName, testbed.StandbyName}, at: [2]*kubenode.Node{cl.Nodes[0], cl.Nodes[1]}, third: cl.Nodes[2], all: cl.Nodes[:3],
+		home: map[string]*kubenode.Node{testbed.PrimaryName: cl.Nodes[0], testbed.StandbyName: cl.Nodes[1]}}
 	if err := p.WaitPair(ctx, r.roles[0], r.roles[1], r.at[0].Name, r.at[1].Name); err != nil {
 		return History{}, err
 	}
@@ -154,6 +156,8 @@ type runner struct {
 	// all are the three nodes, in a fixed order (for the samplers: the
 	// roles move under them).
 	all []*kubenode.Node
+	// home is each broker Deployment's node (StartPair pins them).
+	home map[string]*kubenode.Node
 
 	mu        sync.Mutex
 	primaries []Primaries
@@ -235,14 +239,7 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 	if err = errors.Join(err, withErr); err != nil {
 		return fail(err)
 	}
-	if st.Kind.Acts() {
-		if err := r.p.WaitOnePrimary(fctx, standby, primary, old); err != nil {
-			return fail(err)
-		}
-		r.roles[0], r.roles[1] = r.roles[1], r.roles[0]
-		r.at[0], r.at[1] = r.at[1], r.at[0]
-	}
-	if err := r.p.WaitPair(fctx, r.roles[0], r.roles[1], r.at[0].Name, r.at[1].Name); err != nil {
+	if err := r.settle(fctx, old, st.Kind.Acts()); err != nil {
 		return fail(err)
 	}
 	f.Back = time.Now()
@@ -263,6 +260,66 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 		}
 	}
 	return f
+}
+
+// settle waits until the pair is whole again, whichever way round: the
+// old primary's pod gone (after a fault that acts), one Deployment the
+// primary and the other its standby, both Ready with their nodes recorded,
+// the probe's messages flowing; and takes the roles as it finds them (a
+// fault may have failed the pair over twice: a crash, then the new
+// primary's node's agent away for longer than its guard waits).
+func (r *runner) settle(ctx context.Context, old string, acted bool) error {
+	var primary string
+	for {
+		var state string
+		primary, state = r.readRoles(ctx, old, acted)
+		if primary != "" {
+			break
+		}
+		select { // polling the API until the roles settle
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("one primary, the old primary's pod %s gone: %w; last seen: %s", old, ctx.Err(), state)
+		}
+	}
+	standby := testbed.StandbyName
+	if primary == testbed.StandbyName {
+		standby = testbed.PrimaryName
+	}
+	r.roles = [2]string{primary, standby}
+	r.at = [2]*kubenode.Node{r.home[primary], r.home[standby]}
+	return r.p.WaitPair(ctx, primary, standby, r.at[0].Name, r.at[1].Name)
+}
+
+// readRoles returns the primary's Deployment once one Deployment of the
+// pair is the primary, with its policy, and the other the standby, and (if
+// acted) the pod old is gone; else "" and what it saw.
+func (r *runner) readRoles(ctx context.Context, old string, acted bool) (string, string) {
+	c := r.p.Client
+	if acted {
+		_, err := c.CoreV1().Pods(nodeloss.BrokerNamespace).Get(ctx, old, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return "", fmt.Sprintf("the old primary's pod %s still there (%v)", old, err)
+		}
+	}
+	var primaries, standbys []string
+	for _, name := range []string{testbed.PrimaryName, testbed.StandbyName} {
+		d, err := c.AppsV1().Deployments(nodeloss.BrokerNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", err.Error()
+		}
+		_, policy := d.Annotations[contract.AnnStandby]
+		switch role := d.Annotations[contract.AnnRole]; {
+		case role == "primary" && policy:
+			primaries = append(primaries, name)
+		case role == "standby" && !policy:
+			standbys = append(standbys, name)
+		}
+	}
+	if len(primaries) != 1 || len(standbys) != 1 {
+		return "", fmt.Sprintf("primaries %v, standbys %v", primaries, standbys)
+	}
+	return primaries[0], ""
 }
 
 // BrokerNamespaceOf names a pair's Deployment as the agents' decision

@@ -538,7 +538,8 @@ func (r *runner) decisions() (ds []Decision, as []Alarm) {
 // samplePrimaries records every half second how many brokers serve as
 // primaries: the pods that were Ready while their Deployment was the
 // primary, as long as they exist, their broker runs and is not paused (the
-// fence) and their node is not cut off from power.
+// fence), their node is not cut off from power, and they are not being
+// deleted on a node that is linked (serving).
 func (r *runner) samplePrimaries(ctx context.Context) {
 	everPrimary := map[string]bool{}
 	for {
@@ -583,9 +584,20 @@ func (r *runner) countPrimaries(ctx context.Context, everPrimary map[string]bool
 }
 
 // serving says whether pod's broker runs, unpaused, on a node with power.
+//
+// A pod being deleted on a node that is linked serves nobody: it is out of
+// its Service's endpoints, its connections were ended (amf-connkill) and its
+// kubelet is stopping it (a power-cut node thawed by the lab's restore, which
+// a real reboot would not even bring back, runs its old primary for the
+// seconds that takes). On a partitioned node it may still serve the clients
+// on that side, which only the fence stops.
 func (r *runner) serving(pod *corev1.Pod) bool {
 	for _, n := range r.all {
-		if n.Name == pod.Spec.NodeName && strings.Contains(n.Faulty(), "frozen") {
+		if n.Name != pod.Spec.NodeName {
+			continue
+		}
+		faults := n.Faulty()
+		if strings.Contains(faults, "frozen") || (pod.DeletionTimestamp != nil && !strings.Contains(faults, "link down")) {
 			return false
 		}
 	}

@@ -11,7 +11,10 @@ STATICCHECK_VERSION := v0.8.2
 LDFLAGS   := -s -w
 CMDS      := amf-sidecar amf-agent amf-lab
 
-.PHONY: help demo build test test-short test-unit test-parity test-exporter test-train test-cgroup2 test-v2node bench-v2node model leadtime evaluate k8s containerd bench arm64 test-arm64 images lint deps clean
+SOAK_DURATION ?= 10m
+SOAK_SEED     ?= 1
+
+.PHONY: help demo build soak test test-short test-unit test-parity test-exporter test-train test-cgroup2 test-v2node bench-v2node model leadtime evaluate k8s containerd bench arm64 test-arm64 images lint deps clean
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -68,6 +71,9 @@ test-v2node: containerd ## the product on a node as Kubernetes ships it now: a q
 
 bench-v2node: containerd ## amf-lab bench signal --mode sidecar inside the cgroup v2 guest node (root; make k8s first; ≈ 5 min)
 	AMF_VMNODE_BENCH=1 AMF_REQUIRE_K8S=1 AMF_REQUIRE_NODE=1 AMF_REQUIRE_VMNODE=1 $(GO) test -count=1 -v -timeout 30m -run TestSignalBenchInTheGuest ./lab/vmnode/
+
+soak: build ## amf-lab soak: SOAK_DURATION (10m) of SOAK_SEED's (1) random faults on three lab nodes, the history checked; exit 1 on any violation (root; make deps k8s first)
+	bin/amf-lab soak --duration $(SOAK_DURATION) --seed $(SOAK_SEED)
 
 test-short: ## quick tests only (no long-running parts)
 	$(GO) test -short ./...

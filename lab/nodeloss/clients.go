@@ -158,18 +158,8 @@ func (c *Clients) Stop() {
 // Service spreads connections over both brokers of a hot pair, and a client
 // of the standby would not see the primary's loss at all.
 func (c *Clients) OntoPrimary(ctx context.Context, pod string) error {
-	node := c.node
-	pods, err := c.cs.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=edge-broker"})
-	if err != nil {
+	if err := c.Tell(ctx); err != nil {
 		return err
-	}
-	for _, p := range pods.Items {
-		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
-			continue
-		}
-		if err := tell(ctx, node, net.JoinHostPort(p.Status.PodIP, "1883"), p.Name); err != nil {
-			return fmt.Errorf("tell %s its name: %w", p.Name, err)
-		}
 	}
 	for _, cl := range c.List {
 		for try := 1; ; try++ {
@@ -185,6 +175,25 @@ func (c *Clients) OntoPrimary(ctx context.Context, pod string) error {
 			}
 			cl.close()
 			cl.connect(c.life)
+		}
+	}
+	return nil
+}
+
+// Tell tells each edge broker its pod's name (retained on whoamiTopic,
+// published in the clients' node's network to the pods' IPs): a client's
+// connection knows its broker once it has it, at once or when told later.
+func (c *Clients) Tell(ctx context.Context) error {
+	pods, err := c.cs.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=edge-broker"})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		if err := tell(ctx, c.node, net.JoinHostPort(p.Status.PodIP, "1883"), p.Name); err != nil {
+			return fmt.Errorf("tell %s its name: %w", p.Name, err)
 		}
 	}
 	return nil
@@ -233,10 +242,16 @@ func (cl *Client) Describe(mark int) string {
 // restarted in place before it was retired, say) is not the new primary
 // serving it.
 func (cl *Client) ServedAgain(mark int, by string) (served, lost time.Time) {
+	return cl.ServedAgainBy(mark, func(b string) bool { return by == "" || b == by })
+}
+
+// ServedAgainBy is ServedAgain by any broker (pod) that ok accepts; a
+// connection whose broker is not known yet is "".
+func (cl *Client) ServedAgainBy(mark int, ok func(broker string) bool) (served, lost time.Time) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	for e, t := range cl.first {
-		if e > mark && (by == "" || cl.onOf[e] == by) && (served.IsZero() || t.Before(served)) {
+		if e > mark && ok(cl.onOf[e]) && (served.IsZero() || t.Before(served)) {
 			served = t
 		}
 	}
@@ -355,9 +370,14 @@ func tell(ctx context.Context, node *kubenode.Node, addr, name string) error {
 // connection after its mark, and returns each one's figures, seconds after
 // from.
 func (c *Clients) Served(ctx context.Context, marks []int, from time.Time, wait time.Duration, by string) []ClientCut {
+	return c.ServedBy(ctx, marks, from, wait, func(b string) bool { return by == "" || b == by })
+}
+
+// ServedBy is Served by any broker (pod) that ok accepts.
+func (c *Clients) ServedBy(ctx context.Context, marks []int, from time.Time, wait time.Duration, ok func(broker string) bool) []ClientCut {
 	_ = eventually(ctx, "every client served again", wait-time.Since(from), func() (bool, string) {
 		for i, cl := range c.List {
-			if s, _ := cl.ServedAgain(marks[i], by); s.IsZero() {
+			if s, _ := cl.ServedAgainBy(marks[i], ok); s.IsZero() {
 				return false, cl.Name + " not yet"
 			}
 		}
@@ -371,7 +391,7 @@ func (c *Clients) Served(ctx context.Context, marks []int, from time.Time, wait 
 	}
 	var out []ClientCut
 	for i, cl := range c.List {
-		served, lost := cl.ServedAgain(marks[i], by)
+		served, lost := cl.ServedAgainBy(marks[i], ok)
 		out = append(out, ClientCut{Client: cl.Name, Kind: cl.Kind, KeepAlive: cl.KeepAlive.Seconds(), LostS: since(lost), ServedS: since(served)})
 	}
 	return out

@@ -205,10 +205,6 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 	if err != nil {
 		return fail(err)
 	}
-	newPod, err := r.p.PodOf(fctx, standby)
-	if err != nil {
-		return fail(err)
-	}
 	var marks []int
 	if r.clients != nil && st.Kind.Acts() {
 		if err := r.clients.OntoPrimary(fctx, old); err != nil {
@@ -251,7 +247,14 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 	if st.Kind.Acts() {
 		f.Failover = r.retired(BrokerNamespaceOf(primary), f.Start)
 		if r.clients != nil {
-			f.Clients = r.clients.Served(fctx, marks, f.Start, r.cfg.ClientWait, newPod)
+			// Served by either broker of the pair but the old primary's pod:
+			// the Service spreads connections over both brokers of a hot
+			// pair, and a client that reconnects once the new standby is
+			// Ready may reach it (told its name now, as the pair is whole).
+			if err := r.clients.Tell(fctx); err != nil {
+				return fail(err)
+			}
+			f.Clients = r.clients.ServedBy(fctx, marks, f.Start, r.cfg.ClientWait, func(b string) bool { return b != "" && b != old })
 			for i, c := range f.Clients {
 				if c.ServedS < 0 {
 					f.ClientsNotBack = append(f.ClientsNotBack, r.clients.List[i].Describe(marks[i]))

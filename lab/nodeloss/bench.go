@@ -265,7 +265,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 	defer p.Stop()
 	defer func() {
 		if err != nil {
-			saveAgentLogs(cfg.WorkDir, p, say)
+			SaveAgentLogs(cfg.WorkDir, p, say)
 		}
 	}()
 	var clients *Clients
@@ -416,7 +416,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 				rep.PartStayedPaused++
 			}
 		}
-		rep.PartFenceP50, rep.PartFailoverP50 = quantile(fence, 0.5), quantile(fo, 0.5)
+		rep.PartFenceP50, rep.PartFailoverP50 = Quantile(fence, 0.5), Quantile(fo, 0.5)
 	}
 	if cfg.Slow > 0 {
 		if err := slowNode(ctx, p, cp, at[0], at[1], roles, cfg, rep, say); err != nil {
@@ -450,8 +450,8 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 	for _, c := range rep.PerCut {
 		sot, fo, lost = append(sot, c.SOTS), append(fo, c.FailoverS), append(lost, c.LostS)
 	}
-	rep.SOTP50, rep.SOTP99, rep.SOTMax = quantile(sot, 0.5), quantile(sot, 0.99), quantile(sot, 1)
-	rep.Failover, rep.FailMax, rep.LostP50 = quantile(fo, 0.5), quantile(fo, 1), quantile(lost, 0.5)
+	rep.SOTP50, rep.SOTP99, rep.SOTMax = Quantile(sot, 0.5), Quantile(sot, 0.99), Quantile(sot, 1)
+	rep.Failover, rep.FailMax, rep.LostP50 = Quantile(fo, 0.5), Quantile(fo, 1), Quantile(lost, 0.5)
 	rep.clientFigures(cfg.ClientWait)
 
 	if cfg.K8sToleration > 0 {
@@ -476,7 +476,7 @@ func RunBench(ctx context.Context, cfg BenchConfig) (_ *BenchReport, err error) 
 			say("Kubernetes alone: client %s lost its connection after %.2f s, served again after %.2f s", cc.Client, cc.LostS, cc.ServedS)
 			xs = append(xs, cc.Figure(cfg.K8sWait))
 		}
-		rep.K8sClientSOTP50, rep.K8sClientSOTMax = quantile(xs, 0.5), quantile(xs, 1)
+		rep.K8sClientSOTP50, rep.K8sClientSOTMax = Quantile(xs, 0.5), Quantile(xs, 1)
 	}
 	return rep, nil
 }
@@ -615,13 +615,13 @@ func (r *BenchReport) crashFigures(wait time.Duration) {
 		}
 	}
 	r.Crashes = len(r.PerCrash)
-	r.CrashFailoverP50, r.CrashFailoverMax = quantile(fo, 0.5), quantile(fo, 1)
-	r.CrashClientSOTP50, r.CrashClientSOTMax = quantile(cls, 0.5), quantile(cls, 1)
+	r.CrashFailoverP50, r.CrashFailoverMax = Quantile(fo, 0.5), Quantile(fo, 1)
+	r.CrashClientSOTP50, r.CrashClientSOTMax = Quantile(cls, 0.5), Quantile(cls, 1)
 }
 
-// saveAgentLogs writes what each agent logged into dir (agent-NODE.log),
-// for a run that failed.
-func saveAgentLogs(dir string, p *Pair, say func(string, ...any)) {
+// SaveAgentLogs writes what each agent logged into dir (agent-NODE.log):
+// a failed bench's, a soak's.
+func SaveAgentLogs(dir string, p *Pair, say func(string, ...any)) {
 	for node, ag := range p.Agents {
 		var b strings.Builder
 		for _, l := range ag.Lines() {
@@ -637,8 +637,9 @@ func saveAgentLogs(dir string, p *Pair, say func(string, ...any)) {
 	}
 }
 
-// quantile is the nearest-rank quantile q of xs (0 if empty).
-func quantile(xs []float64, q float64) float64 {
+// Quantile is the nearest-rank quantile q of xs (0 if empty), as the lab's
+// node-loss bench and soak report their figures.
+func Quantile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
@@ -780,7 +781,7 @@ func (r *BenchReport) clientFigures(wait time.Duration) {
 		return
 	}
 	q := func(xs []float64) (p50, p99, top float64) {
-		return quantile(xs, 0.5), quantile(xs, 0.99), quantile(xs, 1)
+		return Quantile(xs, 0.5), Quantile(xs, 0.99), Quantile(xs, 1)
 	}
 	r.ClientSOTP50, r.ClientSOTP99, r.ClientSOTMax = q(all)
 	if xs := by[InPod]; len(xs) > 0 {

@@ -2,7 +2,6 @@ package soak
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -333,13 +332,13 @@ func Figures(h History, vs []Violation, falseActions []Decision, wait time.Durat
 		}
 	}
 	for k, xs := range sots {
-		r.SOTP99[k] = quantile(xs, 0.99)
+		r.SOTP99[k] = nodeloss.Quantile(xs, 0.99)
 	}
 	for k, xs := range backs {
-		r.BackP99[k] = quantile(xs, 0.99)
+		r.BackP99[k] = nodeloss.Quantile(xs, 0.99)
 	}
 	for k, xs := range clients {
-		r.ClientP99[k] = quantile(xs, 0.99)
+		r.ClientP99[k] = nodeloss.Quantile(xs, 0.99)
 	}
 	for _, use := range usesByNode(h.AgentUse) {
 		r.AgentRSSStart = max(r.AgentRSSStart, mib(use[0].RSS))
@@ -353,15 +352,4 @@ func Figures(h History, vs []Violation, falseActions []Decision, wait time.Durat
 		}
 	}
 	return r
-}
-
-// quantile is the nearest-rank quantile q of xs (0 if empty).
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }

@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg Config) (_ History, err error) {
 	h.Primaries, h.AgentUse = r.primaries, r.agentUse
 	h.Decisions, h.Alarms = r.decisions()
 	h.Leftovers = r.leftovers(ctx)
-	saveAgentLogs(cfg.WorkDir, p, say)
+	nodeloss.SaveAgentLogs(cfg.WorkDir, p, say)
 	return h, ctx.Err()
 }
 
@@ -747,21 +747,4 @@ func (r *runner) extraPods(ctx context.Context) []string {
 		left = append(left, fmt.Sprintf("%d Deployments in %s, not the pair's two", len(deps.Items), nodeloss.BrokerNamespace))
 	}
 	return left
-}
-
-// saveAgentLogs writes what each agent logged into dir (agent-NODE.log).
-func saveAgentLogs(dir string, p *nodeloss.Pair, say func(string, ...any)) {
-	for node, ag := range p.Agents {
-		var b strings.Builder
-		for _, l := range ag.Lines() {
-			b.WriteString(l.Raw)
-			b.WriteByte('\n')
-		}
-		path := filepath.Join(dir, "agent-"+node+".log")
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			say("the agents' logs: %v", err)
-			return
-		}
-	}
-	say("the agents' logs are in %s", dir)
 }

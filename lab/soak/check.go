@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/nodeloss"
+	"github.com/amf-edge/amf/liveness"
 )
 
 // Fault is one step as it ran.
@@ -27,6 +29,11 @@ type Fault struct {
 	// Start to Back; Lost the messages sent meanwhile and never received.
 	SOT  time.Duration `json:"sot"`
 	Lost int           `json:"lost"`
+	// Down and WithDown are how long the container a SidecarKilled or
+	// AgentKilled step (or the one within it) killed was away: from the
+	// kill until the kubelet had it Ready again (its back-off included).
+	Down     time.Duration `json:"down,omitempty"`
+	WithDown time.Duration `json:"with_down,omitempty"`
 	// ClientsNotBack are the clients of the primary not served by the
 	// new one within the wait, after a fault that acts.
 	ClientsNotBack []string `json:"clients_not_back,omitempty"`
@@ -105,19 +112,24 @@ type Bounds struct {
 	AgentGrowthFactor float64
 	// AgentThreads bounds the growth of an agent's threads likewise.
 	AgentThreads int
+	// AgentAway and SidecarSilent are how long an agent, or a primary's
+	// sidecar, may be away before a failover is the product's rule, not a
+	// false action: the guard's Lost, and amf.io/sidecar-grace (defaults).
+	AgentAway, SidecarSilent time.Duration
 }
 
 // DefaultBounds are the lab's: the failover figures DESIGN.md and the
 // README give (a crash failed over in ≈ 0.1 s, a lost node in ≈ 3 s, a
 // partition fenced and failed over in ≈ 3 s), with room for the lab's
 // slowest runs; a fault that takes nothing away must not be seen by the
-// probe at all beyond its ordinary spacing.
+// probe at all beyond its ordinary spacing. A killed agent or sidecar may
+// take up to the kubelet's back-off (5 min at most) to be back.
 func DefaultBounds() Bounds {
 	return Bounds{
 		Back: map[Kind]time.Duration{
-			Crash: 30 * time.Second, Hang: time.Minute, SidecarKilled: time.Minute, PowerCut: 3 * time.Minute, Partition: 3 * time.Minute,
+			Crash: 30 * time.Second, Hang: time.Minute, PowerCut: 3 * time.Minute, Partition: 3 * time.Minute,
 			StandbyCut: 3 * time.Minute, KubeletRestart: time.Minute, ContainerdRestart: time.Minute,
-			AgentKilled: time.Minute, APIServerRestart: time.Minute, SlowNode: 2 * time.Minute,
+			AgentKilled: 6 * time.Minute, SidecarKilled: 6 * time.Minute, APIServerRestart: time.Minute, SlowNode: 2 * time.Minute,
 		},
 		SOT: map[Kind]time.Duration{
 			Crash: 2 * time.Second, Hang: 2 * time.Second, SidecarKilled: 2 * time.Second, PowerCut: 8 * time.Second, Partition: 8 * time.Second,
@@ -130,6 +142,8 @@ func DefaultBounds() Bounds {
 		AgentGrowthBytes:  16 << 20,
 		AgentGrowthFactor: 0.5,
 		AgentThreads:      8,
+		AgentAway:         liveness.DefaultTiming.Lost,
+		SidecarSilent:     contract.DefaultGates().SidecarGrace,
 	}
 }
 
@@ -180,7 +194,7 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 		if d.Action != "RetirePrimary" && d.Action != "ResizeInPlace" {
 			continue
 		}
-		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.Step.mayAct() && f.covers(d.Time, b.Settle) }) {
+		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.mayAct(b) && f.covers(d.Time, b.Settle) }) {
 			falseActions = append(falseActions, d)
 			add(d.Time, "a false action: %s of %s by the agent on %s, outside every fault that takes a broker away", d.Action, d.Deployment, d.Node)
 		}
@@ -221,12 +235,16 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 	return vs, falseActions
 }
 
-// mayAct says whether a failover within the step is no false action: it
-// takes the primary away, or kills an agent, which the primary's node's
-// guard cannot tell from the node's loss once the agent is away for longer
-// than the guard waits (the kubelet's back-off after a second kill is 10 s).
-func (s Step) mayAct() bool {
-	return s.Kind.Acts() || s.Kind == AgentKilled || (s.With != nil && s.With.Kind == AgentKilled)
+// mayAct says whether a failover within the fault is no false action: it
+// takes the primary away, or it killed an agent or a sidecar that stayed
+// away for longer than the product's rule allows (the guard's Lost: a dead
+// agent is a lost node to its guard; the sidecar grace), as the kubelet's
+// back-off holds a container killed again (10 s, doubling).
+func (f Fault) mayAct(b Bounds) bool {
+	away := func(k Kind, down time.Duration) bool {
+		return (k == AgentKilled && down > b.AgentAway) || (k == SidecarKilled && down > b.SidecarSilent)
+	}
+	return f.Step.Kind.Acts() || away(f.Step.Kind, f.Down) || (f.Step.With != nil && away(f.Step.With.Kind, f.WithDown))
 }
 
 // covers says whether t falls within the fault, from its start until

@@ -224,7 +224,7 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 			case <-fctx.Done():
 				return
 			}
-			withErr = r.strike(fctx, *st.With)
+			f.WithDown, withErr = r.strike(fctx, *st.With)
 		}()
 	}
 	err = r.fault(fctx, st, &f, primary, standby, old, pn, sn)
@@ -251,10 +251,11 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 			// the Service spreads connections over both brokers of a hot
 			// pair, and a client that reconnects once the new standby is
 			// Ready may reach it (told its name now, as the pair is whole).
-			if err := r.clients.Tell(fctx); err != nil {
+			// The run's context, not the fault's: the clients' wait is their own.
+			if err := r.clients.Tell(ctx); err != nil {
 				return fail(err)
 			}
-			f.Clients = r.clients.ServedBy(fctx, marks, f.Start, r.cfg.ClientWait, func(b string) bool { return b != "" && b != old })
+			f.Clients = r.clients.ServedBy(ctx, marks, f.Start, r.cfg.ClientWait, func(b string) bool { return b != "" && b != old })
 			for i, c := range f.Clients {
 				if c.ServedS < 0 {
 					f.ClientsNotBack = append(f.ClientsNotBack, r.clients.List[i].Describe(marks[i]))
@@ -372,7 +373,9 @@ func (r *runner) fault(ctx context.Context, st Step, f *Fault, primary, standby,
 		}
 		return errors.Join(err, r.p.Restore(context.WithoutCancel(ctx), sn))
 	}
-	return r.strike(ctx, st)
+	down, err := r.strike(ctx, st)
+	f.Down = down
+	return err
 }
 
 // hold lets a fault last d: a part of the schedule, not a synchronisation.
@@ -386,16 +389,17 @@ func (r *runner) hold(ctx context.Context, d time.Duration) error {
 }
 
 // strike makes a fault that takes no broker away, and returns when it is
-// over: the daemon, the agent or the API server back, the node fast again.
-func (r *runner) strike(ctx context.Context, st Step) error {
+// over: the daemon, the agent or the API server back, the node fast again;
+// and, for a container killed, how long it was away.
+func (r *runner) strike(ctx context.Context, st Step) (time.Duration, error) {
 	n := r.node(st.On)
 	switch st.Kind {
 	case KubeletRestart:
-		return n.RestartDaemon(ctx, kubenode.Kubelet, syscall.SIGKILL)
+		return 0, n.RestartDaemon(ctx, kubenode.Kubelet, syscall.SIGKILL)
 	case ContainerdRestart:
-		return n.RestartDaemon(ctx, kubenode.Containerd, syscall.SIGKILL)
+		return 0, n.RestartDaemon(ctx, kubenode.Containerd, syscall.SIGKILL)
 	case APIServerRestart:
-		return r.cp.RestartAPIServer(ctx)
+		return 0, r.cp.RestartAPIServer(ctx)
 	case AgentKilled:
 		return r.killContainer(ctx, n, testbed.AgentNamespace, r.p.Agents[n.Name].Pod, "agent")
 	case SidecarKilled:
@@ -405,13 +409,13 @@ func (r *runner) strike(ctx context.Context, st Step) error {
 		}
 		pod, err := r.p.PodOf(ctx, dep)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		return r.killContainer(ctx, n, nodeloss.BrokerNamespace, pod, contract.SidecarName)
 	case SlowNode:
-		return r.slow(ctx, n, st.Hold)
+		return 0, r.slow(ctx, n, st.Hold)
 	}
-	return fmt.Errorf("soak: %s cannot come within another fault", st.Kind)
+	return 0, fmt.Errorf("soak: %s cannot come within another fault", st.Kind)
 }
 
 // hang stops every process of pod's broker (SIGSTOP).
@@ -441,9 +445,10 @@ func (r *runner) hang(ctx context.Context, pod string) error {
 	return nil
 }
 
-// killContainer kills the process of pod's container on n and waits until
-// the kubelet has started it again and it is Ready.
-func (r *runner) killContainer(ctx context.Context, n *kubenode.Node, ns, pod, container string) error {
+// killContainer kills the process of pod's container on n, waits until the
+// kubelet has started it again and it is Ready, and returns how long that
+// took.
+func (r *runner) killContainer(ctx context.Context, n *kubenode.Node, ns, pod, container string) (time.Duration, error) {
 	c := r.p.Client.CoreV1().Pods(ns)
 	restarts := func() (int32, bool, error) {
 		pd, err := c.Get(ctx, pod, metav1.GetOptions{})
@@ -460,24 +465,25 @@ func (r *runner) killContainer(ctx context.Context, n *kubenode.Node, ns, pod, c
 	}
 	before, _, err := restarts()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	pid, err := n.ContainerPID(ctx, ns, pod, container)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill %s of %s/%s on %s (%d): %w", container, ns, pod, n.Name, pid, err)
+		return 0, fmt.Errorf("kill %s of %s/%s on %s (%d): %w", container, ns, pod, n.Name, pid, err)
 	}
 	for {
 		now, ready, err := restarts()
 		if err == nil && now > before && ready {
-			return nil
+			return time.Since(killed), nil
 		}
 		select { // polling the API until the kubelet reports the restart
 		case <-time.After(250 * time.Millisecond):
 		case <-ctx.Done():
-			return fmt.Errorf("%s of %s/%s on %s not Ready again: %w (last: restarts %d, %v)", container, ns, pod, n.Name, ctx.Err(), now, err)
+			return time.Since(killed), fmt.Errorf("%s of %s/%s on %s not Ready again: %w (last: restarts %d, %v)", container, ns, pod, n.Name, ctx.Err(), now, err)
 		}
 	}
 }

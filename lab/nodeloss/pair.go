@@ -364,22 +364,12 @@ func (p *Pair) BrokerPaused(ctx context.Context, pod string) (bool, string, erro
 	if err != nil {
 		return false, "", err
 	}
-	var id string
-	for _, cs := range pd.Status.ContainerStatuses {
-		if cs.Name == testbed.BrokerContainer {
-			_, id, _ = strings.Cut(cs.ContainerID, "://")
-		}
-	}
-	if id == "" {
-		return false, "", fmt.Errorf("pod %s: no %s container ID in its status", pod, testbed.BrokerContainer)
-	}
-	c := pause.Container{Leaf: id}
-	pids, err := c.PIDs()
+	pids, err := BrokerPIDs(pd)
 	if err != nil {
 		return false, "", err
 	}
 	if len(pids) == 0 {
-		return false, "no process of container " + id[:12], nil
+		return false, "no process of its broker container", nil
 	}
 	var states []string
 	all := true
@@ -392,6 +382,21 @@ func (p *Pair) BrokerPaused(ctx context.Context, pod string) (bool, string, erro
 		states = append(states, fmt.Sprintf("%d stopped=%v", pid, stopped))
 	}
 	return all, strings.Join(states, ", "), nil
+}
+
+// BrokerPIDs lists the host PIDs of pod's broker container (testbed's,
+// "mosquitto"), found by its container ID, its cgroup's last element.
+func BrokerPIDs(pod *corev1.Pod) ([]int, error) {
+	var id string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == testbed.BrokerContainer {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		return nil, fmt.Errorf("pod %s: no %s container ID in its status", pod.Name, testbed.BrokerContainer)
+	}
+	return pause.Container{Leaf: id}.PIDs()
 }
 
 // CrashBroker kills (SIGKILL) the main process of pod's broker container

@@ -25,6 +25,7 @@ import (
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/nodeloss"
+	"github.com/amf-edge/amf/lab/proc"
 	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/pause"
 	"github.com/amf-edge/amf/podsignal"
@@ -424,18 +425,12 @@ func (r *runner) hang(ctx context.Context, pod string) error {
 	if err != nil {
 		return err
 	}
-	var id string
-	for _, cs := range pd.Status.ContainerStatuses {
-		if cs.Name == testbed.BrokerContainer {
-			_, id, _ = strings.Cut(cs.ContainerID, "://")
-		}
-	}
-	pids, err := pause.Container{Leaf: id}.PIDs()
+	pids, err := nodeloss.BrokerPIDs(pd)
 	if err == nil && len(pids) == 0 {
 		err = errors.New("no process")
 	}
-	if id == "" || err != nil {
-		return fmt.Errorf("hang pod %s's broker: %w", pod, errors.Join(err, errors.New("no container ID")))
+	if err != nil {
+		return fmt.Errorf("hang pod %s's broker: %w", pod, err)
 	}
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -610,24 +605,14 @@ func (r *runner) serving(pod *corev1.Pod) bool {
 			return false
 		}
 	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != testbed.BrokerContainer {
-			continue
-		}
-		_, id, _ := strings.Cut(cs.ContainerID, "://")
-		if id == "" {
-			return false
-		}
-		pids, err := pause.Container{Leaf: id}.PIDs()
-		if err != nil || len(pids) == 0 {
-			return false
-		}
-		for _, pid := range pids {
-			if stopped, err := pause.Stopped("", pid); err == nil && !stopped {
-				return true
-			}
-		}
+	pids, err := nodeloss.BrokerPIDs(pod)
+	if err != nil {
 		return false
+	}
+	for _, pid := range pids {
+		if stopped, err := pause.Stopped("", pid); err == nil && !stopped {
+			return true
+		}
 	}
 	return false
 }
@@ -660,29 +645,15 @@ func (r *runner) readAgentUse(ctx context.Context, n *kubenode.Node) (AgentUse, 
 	if err != nil {
 		return AgentUse{}, err
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	_, rss, err := proc.Usage(pid)
 	if err != nil {
 		return AgentUse{}, err
 	}
-	u := AgentUse{Time: time.Now(), Node: n.Name}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		switch k {
-		case "VmRSS": // kB
-			kb, _ := strconv.ParseInt(f[0], 10, 64)
-			u.RSS = kb << 10
-		case "Threads":
-			u.Threads, _ = strconv.Atoi(f[0])
-		}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return AgentUse{}, err
 	}
-	if u.RSS == 0 {
-		return AgentUse{}, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
-	}
-	return u, nil
+	return AgentUse{Time: time.Now(), Node: n.Name, RSS: rss, Threads: len(tasks)}, nil
 }
 
 // leftovers waits (a minute at most) until the brokers' namespace holds

@@ -71,8 +71,11 @@ type Primaries struct {
 type AgentUse struct {
 	Time    time.Time `json:"time"`
 	Node    string    `json:"node"`
+	PID     int       `json:"pid"`
 	RSS     int64     `json:"rss_bytes"`
 	Threads int       `json:"threads"`
+	// Goroutines is 0 where the agent's /metrics did not answer.
+	Goroutines int `json:"goroutines,omitempty"`
 }
 
 // History is everything a run saw: the checker's only input.
@@ -110,8 +113,11 @@ type Bounds struct {
 	// sample to its last: by Bytes, or by Factor, whichever is larger.
 	AgentGrowthBytes  int64
 	AgentGrowthFactor float64
-	// AgentThreads bounds the growth of an agent's threads likewise.
-	AgentThreads int
+	// AgentThreads bounds the growth of an agent's threads likewise, and
+	// AgentGoroutines that of its goroutines, by count or by factor.
+	AgentThreads          int
+	AgentGoroutines       int
+	AgentGoroutinesFactor float64
 	// AgentAway and SidecarSilent are how long an agent, or a primary's
 	// sidecar, may be away before a failover is the product's rule, not a
 	// false action: the guard's Lost, and amf.io/sidecar-grace (defaults).
@@ -142,8 +148,12 @@ func DefaultBounds() Bounds {
 		AgentGrowthBytes:  16 << 20,
 		AgentGrowthFactor: 0.5,
 		AgentThreads:      8,
-		AgentAway:         liveness.DefaultTiming.Lost,
-		SidecarSilent:     contract.DefaultGates().SidecarGrace,
+		// A pair's agent runs ≈ 60; each connected sidecar, guard, probe
+		// and watch adds a few, which come and go with the faults.
+		AgentGoroutines:       40,
+		AgentGoroutinesFactor: 0.5,
+		AgentAway:             liveness.DefaultTiming.Lost,
+		SidecarSilent:         contract.DefaultGates().SidecarGrace,
 	}
 }
 
@@ -227,6 +237,11 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 		if last.Threads-first.Threads > b.AgentThreads {
 			add(last.Time, "the agent on %s grew from %d threads to %d (bound +%d)", node, first.Threads, last.Threads, b.AgentThreads)
 		}
+		if g0, g1, at, ok := goroutineSpan(use); ok {
+			if limit := max(b.AgentGoroutines, int(float64(g0)*b.AgentGoroutinesFactor)); g1-g0 > limit {
+				add(at, "the agent on %s grew from %d goroutines to %d (bound +%d)", node, g0, g1, limit)
+			}
+		}
 	}
 	sort.SliceStable(vs, func(i, j int) bool { return vs[i].Time.Before(vs[j].Time) })
 	for i := range vs {
@@ -298,6 +313,21 @@ func usesByNode(us []AgentUse) map[string][]AgentUse {
 	return out
 }
 
+// goroutineSpan is the first and the last goroutine count of a node's
+// samples that have one.
+func goroutineSpan(use []AgentUse) (first, last int, at time.Time, ok bool) {
+	for _, u := range use {
+		if u.Goroutines == 0 {
+			continue
+		}
+		if !ok {
+			first, ok = u.Goroutines, true
+		}
+		last, at = u.Goroutines, u.Time
+	}
+	return first, last, at, ok
+}
+
 // Report is the run's figures; its JSON is the soak's last line.
 type Report struct {
 	DurationS    float64          `json:"duration_s"`
@@ -317,6 +347,10 @@ type Report struct {
 	// AgentRSS is the largest agent's RSS in its first and last samples.
 	AgentRSSStart float64 `json:"agent_rss_mib_start"`
 	AgentRSSEnd   float64 `json:"agent_rss_mib_end"`
+	// AgentGoroutines likewise: the most goroutines of an agent at its
+	// first and last samples that read them.
+	AgentGoroutinesStart int `json:"agent_goroutines_start"`
+	AgentGoroutinesEnd   int `json:"agent_goroutines_end"`
 	// PodHours are the healthy brokers' hours in the run and FalseAlarms
 	// their health turning anomalous with no fault to cause it: the
 	// detector's false-alarm figure (its goal ≤ 1 per pod-day).
@@ -361,6 +395,9 @@ func Figures(h History, vs []Violation, falseActions []Decision, wait time.Durat
 	for _, use := range usesByNode(h.AgentUse) {
 		r.AgentRSSStart = max(r.AgentRSSStart, mib(use[0].RSS))
 		r.AgentRSSEnd = max(r.AgentRSSEnd, mib(use[len(use)-1].RSS))
+		if g0, g1, _, ok := goroutineSpan(use); ok {
+			r.AgentGoroutinesStart, r.AgentGoroutinesEnd = max(r.AgentGoroutinesStart, g0), max(r.AgentGoroutinesEnd, g1)
+		}
 	}
 	r.PodHours = float64(h.BrokerPods) * h.End.Sub(h.Start).Hours()
 	settle := DefaultBounds().Settle

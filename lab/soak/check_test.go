@@ -65,6 +65,9 @@ func TestCheckerFindsWhatARunBroke(t *testing.T) {
 		{name: "an agent that grew", h: History{AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 40 << 20, Threads: 10}, {Time: at(600), Node: "n0", RSS: 70 << 20, Threads: 30}}},
 			want: []string{"grew from 40.0 MiB to 70.0 MiB", "grew from 10 threads to 30"}},
 		{name: "an agent that stayed", h: History{AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 40 << 20, Threads: 10}, {Time: at(600), Node: "n0", RSS: 50 << 20, Threads: 12}}}},
+		{name: "an agent whose goroutines grew", h: History{AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 40 << 20, Goroutines: 60}, {Time: at(300), Node: "n0", RSS: 40 << 20}, {Time: at(600), Node: "n0", RSS: 40 << 20, Goroutines: 160}}},
+			want: []string{"grew from 60 goroutines to 160"}},
+		{name: "an agent whose goroutines came and went", h: History{AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 40 << 20, Goroutines: 60}, {Time: at(300), Node: "n0", RSS: 40 << 20, Goroutines: 200}, {Time: at(600), Node: "n0", RSS: 40 << 20, Goroutines: 90}}}},
 		{name: "a client not back", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.ClientsNotBack = []string{"in-pod-n2-30s"}; return f }()}},
 			want: []string{"client in-pod-n2-30s not served"}},
 	} {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +21,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/prometheus/common/expfmt"
+	prommodel "github.com/prometheus/common/model"
 
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
@@ -635,7 +640,8 @@ func (r *runner) sampleAgents(ctx context.Context) {
 	}
 }
 
-// readAgentUse reads the RSS and threads of the agent's process on n.
+// readAgentUse reads the RSS, threads and goroutines of the agent's
+// process on n.
 func (r *runner) readAgentUse(ctx context.Context, n *kubenode.Node) (AgentUse, error) {
 	ag := r.p.Agents[n.Name]
 	if ag == nil || strings.Contains(n.Faulty(), "frozen") {
@@ -653,7 +659,41 @@ func (r *runner) readAgentUse(ctx context.Context, n *kubenode.Node) (AgentUse, 
 	if err != nil {
 		return AgentUse{}, err
 	}
-	return AgentUse{Time: time.Now(), Node: n.Name, RSS: rss, Threads: len(tasks)}, nil
+	u := AgentUse{Time: time.Now(), Node: n.Name, PID: pid, RSS: rss, Threads: len(tasks)}
+	// Goroutines from the agent's own /metrics (the Go collector's
+	// go_goroutines), on its pod's IP: an unanswered scrape (the API
+	// server away, the agent restarting) leaves the sample without them.
+	if pod, err := r.cp.Client().CoreV1().Pods(testbed.AgentNamespace).Get(ctx, ag.Pod, metav1.GetOptions{}); err == nil && pod.Status.PodIP != "" {
+		if g, err := goroutines(ctx, "http://"+net.JoinHostPort(pod.Status.PodIP, "9464")+"/metrics"); err == nil {
+			u.Goroutines = g
+		}
+	}
+	return u, nil
+}
+
+// goroutines reads go_goroutines from a Prometheus text endpoint.
+func goroutines(ctx context.Context, url string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", url, err)
+	}
+	ms := families["go_goroutines"].GetMetric()
+	if len(ms) == 0 {
+		return 0, fmt.Errorf("%s: no go_goroutines", url)
+	}
+	return int(ms[0].GetGauge().GetValue()), nil
 }
 
 // leftovers waits (a minute at most) until the brokers' namespace holds

@@ -793,6 +793,45 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
 	return cp.StartAPIServer(ctx)
 }
 
+// KillEtcd kills etcd (SIGKILL to its process group), as a crash would;
+// the API server runs on, failing what needs storage, until StartEtcd.
+func (cp *ControlPlane) KillEtcd() {
+	cp.mu.Lock()
+	p := cp.etcd
+	cp.mu.Unlock()
+	p.stop(0)
+}
+
+// StartEtcd starts a killed etcd again on its ports and data directory, and
+// waits until the API server is ready on it again.
+func (cp *ControlPlane) StartEtcd(ctx context.Context) error {
+	cp.mu.Lock()
+	if cp.stopped {
+		cp.mu.Unlock()
+		return errors.New("controlplane: stopped")
+	}
+	if cp.etcd.running() {
+		cp.mu.Unlock()
+		return errors.New("controlplane: etcd is running")
+	}
+	p := cp.newProcess("etcd", cp.etcdArgs())
+	cp.etcd = p
+	apiserver := cp.apiserver
+	cp.mu.Unlock()
+	if err := p.start(); err != nil {
+		return err
+	}
+	wctx, cancel := untilExit(ctx, p, apiserver)
+	defer cancel()
+	return cp.waitAPIServer(wctx)
+}
+
+// RestartEtcd kills etcd and starts it again (KillEtcd, StartEtcd).
+func (cp *ControlPlane) RestartEtcd(ctx context.Context) error {
+	cp.KillEtcd()
+	return cp.StartEtcd(ctx)
+}
+
 // Stop stops every component: kwok, scheduler and controller manager, then the
 // API server, then etcd (the API server must not outlive its storage), each by
 // SIGTERM to its process group and SIGKILL after a grace period. It is called by

@@ -3,6 +3,7 @@ package controlplane_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -251,6 +252,30 @@ data:
 		t.Fatal(err)
 	}
 	waitReplicas(ctx, t, cs, ns, name, 1)
+
+	// etcd killed and started again on its data: what was written before
+	// is there, and writes go through again.
+	t0 = time.Now()
+	if err := cp.RestartEtcd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("etcd restarted in %v", time.Since(t0).Round(time.Millisecond))
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := cs.AppsV1().Deployments(ns).GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if scale.Spec.Replicas != 1 {
+			return fmt.Errorf("replicas %d after etcd's restart, want the 1 written before it", scale.Spec.Replicas)
+		}
+		scale.Spec.Replicas = 2
+		_, err = cs.AppsV1().Deployments(ns).UpdateScale(ctx, name, scale, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReplicas(ctx, t, cs, ns, name, 2)
 
 	t0 = time.Now()
 	cp.Stop()

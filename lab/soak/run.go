@@ -351,6 +351,14 @@ func (r *runner) fault(ctx context.Context, st Step, f *Fault, primary, standby,
 			return err
 		}
 		return exchanged()
+	case OOM:
+		f.Start = time.Now()
+		stop, err := r.oom(ctx, pn, old)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		return exchanged()
 	case Hang:
 		f.Start = time.Now()
 		if err := r.hang(ctx, old); err != nil {
@@ -406,6 +414,8 @@ func (r *runner) strike(ctx context.Context, st Step) (time.Duration, error) {
 		return 0, n.RestartDaemon(ctx, kubenode.Containerd, syscall.SIGKILL)
 	case APIServerRestart:
 		return 0, r.cp.RestartAPIServer(ctx)
+	case EtcdRestart:
+		return 0, r.cp.RestartEtcd(ctx)
 	case AgentKilled:
 		return r.killContainer(ctx, n, testbed.AgentNamespace, r.p.Agents[n.Name].Pod, "agent")
 	case SidecarKilled:
@@ -422,6 +432,42 @@ func (r *runner) strike(ctx context.Context, st Step) (time.Duration, error) {
 		return 0, r.slow(ctx, n, st.Hold)
 	}
 	return 0, fmt.Errorf("soak: %s cannot come within another fault", st.Kind)
+}
+
+// oom starts a process in pod's broker container on n that takes twice
+// the container's memory limit at once (the lab's load generator, which
+// the lab's Mosquitto image holds): the kernel kills it, the largest
+// process of the cgroup. stop waits for its end (kills it if the kernel
+// has not).
+func (r *runner) oom(ctx context.Context, n *kubenode.Node, pod string) (stop func(), err error) {
+	pd, err := r.p.Client.CoreV1().Pods(nodeloss.BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var limit int64
+	for _, c := range pd.Spec.Containers {
+		if c.Name == testbed.BrokerContainer {
+			limit = c.Resources.Limits.Memory().Value()
+		}
+	}
+	if limit == 0 {
+		return nil, fmt.Errorf("pod %s: its %s container has no memory limit to cross", pod, testbed.BrokerContainer)
+	}
+	profile := fmt.Sprintf("60s:mem=%dMi", 2*limit>>20)
+	cmd, err := n.Exec(ctx, nodeloss.BrokerNamespace, pod, testbed.BrokerContainer, []string{images.LabBinary, "stress", "--profile", profile}, io.Discard, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	return func() {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second): // the pod's deletion ends the exec
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}, nil
 }
 
 // hang stops every process of pod's broker (SIGSTOP).

@@ -30,6 +30,12 @@ const (
 	// Partition takes the primary's node's link down: its agent fences,
 	// its guard fails it over; the heal follows.
 	Partition Kind = "partition"
+	// OOM runs a process in the primary's broker container that allocates
+	// past the container's memory limit: the kernel OOM-kills it, the
+	// sidecar sees the kill in the container's memory cgroup, and its agent
+	// fails the pair over at once (an OOM kill is an end of the broker
+	// whichever of its processes the kernel chose).
+	OOM Kind = "oom"
 	// Hang stops every process of the primary's broker (SIGSTOP): its
 	// sidecar's checks go unanswered, and its agent fails it over.
 	Hang Kind = "hang"
@@ -49,13 +55,16 @@ const (
 	AgentKilled Kind = "agent-killed"
 	// APIServerRestart stops the API server and starts it again.
 	APIServerRestart Kind = "apiserver-restart"
+	// EtcdRestart kills etcd (SIGKILL) and starts it again on its data:
+	// the API server stays up and fails what needs storage meanwhile.
+	EtcdRestart Kind = "etcd-restart"
 	// SlowNode holds a node at a fraction of a CPU, saturated, for Hold.
 	SlowNode Kind = "slow-node"
 )
 
 // Kinds are every kind of fault, in a fixed order (the schedule draws from
 // it by index, so the order is part of what a seed means).
-var kindsInOrder = []Kind{Crash, Hang, PowerCut, Partition, StandbyCut, KubeletRestart, ContainerdRestart, SidecarKilled, AgentKilled, APIServerRestart, SlowNode}
+var kindsInOrder = []Kind{Crash, Hang, PowerCut, Partition, StandbyCut, KubeletRestart, ContainerdRestart, SidecarKilled, AgentKilled, APIServerRestart, SlowNode, OOM, EtcdRestart}
 
 // Kinds returns every kind of fault the schedule knows.
 func Kinds() []Kind { return slices.Clone(kindsInOrder) }
@@ -87,7 +96,9 @@ func joinKinds(ks []Kind) string {
 }
 
 // Acts says whether a fault of kind k must end in a failover.
-func (k Kind) Acts() bool { return k == Crash || k == Hang || k == PowerCut || k == Partition }
+func (k Kind) Acts() bool {
+	return k == Crash || k == OOM || k == Hang || k == PowerCut || k == Partition
+}
 
 // Role names a node by what it holds when the fault begins: the pair's
 // roles move with every failover, so a schedule names roles, not nodes.
@@ -104,9 +115,9 @@ const (
 // Step is one fault of the schedule.
 type Step struct {
 	Kind Kind `json:"kind"`
-	// On is the node it strikes (Crash, Hang, PowerCut and Partition strike
-	// the primary's, StandbyCut the standby's; APIServerRestart strikes
-	// none); for SidecarKilled, the broker whose sidecar it kills.
+	// On is the node it strikes (Crash, OOM, Hang, PowerCut and Partition
+	// strike the primary's, StandbyCut the standby's; APIServerRestart and
+	// EtcdRestart strike none); for SidecarKilled, the broker whose sidecar it kills.
 	On Role `json:"on,omitempty"`
 	// Hold is how long a SlowNode lasts.
 	Hold time.Duration `json:"hold,omitempty"`
@@ -158,7 +169,7 @@ func NewSchedule(seed uint64, kinds []Kind) *Schedule {
 
 // overlapping are the faults that may come within another: each leaves the
 // pair as it was, and none takes the node the failover goes to away.
-var overlapping = []Kind{KubeletRestart, ContainerdRestart, AgentKilled, APIServerRestart}
+var overlapping = []Kind{KubeletRestart, ContainerdRestart, AgentKilled, APIServerRestart, EtcdRestart}
 
 // Next draws the next step.
 func (s *Schedule) Next() Step {
@@ -189,13 +200,13 @@ func (s *Schedule) Next() Step {
 func (s *Schedule) draw(k Kind) Step {
 	st := Step{Kind: k}
 	switch k {
-	case Crash, Hang, PowerCut, Partition:
+	case Crash, OOM, Hang, PowerCut, Partition:
 		st.On = PrimaryNode
 	case SidecarKilled:
 		st.On = []Role{PrimaryNode, StandbyNode}[s.rng.IntN(2)]
 	case StandbyCut:
 		st.On = StandbyNode
-	case APIServerRestart:
+	case APIServerRestart, EtcdRestart:
 	default:
 		st.On = []Role{PrimaryNode, StandbyNode, ThirdNode}[s.rng.IntN(3)]
 	}

@@ -320,7 +320,7 @@ func (r *runner) readRoles(ctx context.Context, old string, acted bool) (string,
 		}
 		_, policy := d.Annotations[contract.AnnStandby]
 		switch role := d.Annotations[contract.AnnRole]; {
-		case role == "primary" && policy:
+		case isPrimary(d) && policy:
 			primaries = append(primaries, name)
 		case role == "standby" && !policy:
 			standbys = append(standbys, name)
@@ -330,6 +330,16 @@ func (r *runner) readRoles(ctx context.Context, old string, acted bool) (string,
 		return "", fmt.Sprintf("primaries %v, standbys %v", primaries, standbys)
 	}
 	return primaries[0], ""
+}
+
+// isPrimary says whether d is a pair's primary: its role says so, or it
+// has none yet and holds the pair's policy (amf.io/role is written by the
+// first role exchange; until then the Deployment the user annotated is the
+// primary).
+func isPrimary(d *appsv1.Deployment) bool {
+	_, policy := d.Annotations[contract.AnnStandby]
+	role := d.Annotations[contract.AnnRole]
+	return role == "primary" || (role == "" && policy)
 }
 
 // BrokerNamespaceOf names a pair's Deployment as the agents' decision
@@ -624,7 +634,7 @@ func (r *runner) countPrimaries(ctx context.Context, everPrimary map[string]bool
 	s := Primaries{Time: time.Now()}
 	for _, pod := range pods.Items {
 		for _, d := range deps.Items {
-			if d.Annotations[contract.AnnRole] == "primary" && strings.HasPrefix(pod.Name, d.Name+"-") &&
+			if isPrimary(&d) && strings.HasPrefix(pod.Name, d.Name+"-") &&
 				pod.DeletionTimestamp == nil && testbed.PodReady(&pod) {
 				everPrimary[pod.Name] = true
 			}

@@ -26,6 +26,7 @@ func TestExitStatusesFollowTheConvention(t *testing.T) {
 		{"soak help", []string{"soak", "-h"}, exitcode.OK},
 		{"soak an unknown fault", []string{"soak", "--faults", "crash,meteor"}, exitcode.Usage},
 		{"soak no duration", []string{"soak", "--duration", "0s"}, exitcode.Usage},
+		{"soak an unknown pair", []string{"soak", "--pairs", "sidecar,daemon"}, exitcode.Usage},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -82,7 +82,7 @@ type Clients struct {
 // pod on node and connects the clients, those of the LAN too unless lan is
 // nil; Stop ends them.
 func (p *Pair) StartClients(ctx context.Context, node *kubenode.Node, lan *kubenode.LAN, keepAlives []time.Duration) (*Clients, error) {
-	return startClients(ctx, p.Client, BrokerNamespace, node, lan, keepAlives)
+	return startClients(ctx, p.Client, p.Namespace, node, lan, keepAlives)
 }
 
 // startClients is StartClients for the edge brokers of namespace ns.

@@ -1,9 +1,11 @@
 package nodeloss
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"syscall"
@@ -34,10 +36,13 @@ const BrokerNamespace = "mqtt"
 // (testbed.PrimaryName) pinned to node 0, its hot standby
 // (testbed.StandbyName) running on node 1.
 type Pair struct {
-	Client kubernetes.Interface
-	Nodes  []*kubenode.Node
-	Agents map[string]*testbed.AgentPod // by node
-	Probe  *probe.Probe
+	// Namespace holds the pair's brokers (BrokerNamespace unless the
+	// PairConfig named another).
+	Namespace string
+	Client    kubernetes.Interface
+	Nodes     []*kubenode.Node
+	Agents    map[string]*testbed.AgentPod // by node
+	Probe     *probe.Probe
 	// RDS and OBU are the remote brokers' addresses (host:port on node 2).
 	RDS, OBU string
 	stops    []func()
@@ -51,6 +56,20 @@ type PairConfig struct {
 	Dir          string            // for the RDS and OBU brokers' files (world-readable)
 	// Policy is added to the primary's (amf.io/redundancy: hot).
 	Policy map[string]string
+	// Namespace holds the brokers (default BrokerNamespace); a second pair
+	// of the same cluster needs one of its own.
+	Namespace string
+	// Mode is how the brokers are watched: contract.ModeSidecar (default,
+	// the sidecar injected) or contract.ModeNode (the agents sample them).
+	Mode contract.Mode
+	// Swap puts the primary on node 1 and its standby on node 0.
+	Swap bool
+	// Agents, when set, are the agents of the cluster already deployed
+	// (another Pair's): the pair uses them instead of deploying its own.
+	Agents map[string]*testbed.AgentPod
+	// AgentLayout is the kustomize layout of manifests/ the agents are
+	// deployed from (default "base"; "overlays/node-mode" for node mode).
+	AgentLayout string
 }
 
 // StartPair starts it all and returns once the agents run; Stop ends what
@@ -59,8 +78,11 @@ func StartPair(ctx context.Context, cfg PairConfig) (_ *Pair, err error) {
 	if cfg.Cluster == nil || len(cfg.Cluster.Nodes) < 3 {
 		return nil, errors.New("nodeloss: a Pair needs a cluster of three nodes")
 	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = BrokerNamespace
+	}
 	nodes := cfg.Cluster.Nodes
-	p := &Pair{Client: cfg.ControlPlane.Client(), Nodes: nodes, Agents: map[string]*testbed.AgentPod{}}
+	p := &Pair{Namespace: cfg.Namespace, Client: cfg.ControlPlane.Client(), Nodes: nodes, Agents: map[string]*testbed.AgentPod{}}
 	defer func() {
 		if err != nil {
 			p.Stop()
@@ -85,43 +107,55 @@ func StartPair(ctx context.Context, cfg PairConfig) (_ *Pair, err error) {
 		return nil, fmt.Errorf("the E2E probe between RDS and OBU: %w", err)
 	}
 	p.stops = append(p.stops, func() { p.Probe.Stop() })
-	var names []string
-	for _, n := range nodes {
-		names = append(names, n.Name)
-	}
-	agents, err := testbed.DeployAgents(ctx, cfg.ControlPlane, cfg.Repo, names, nil)
-	if err != nil {
-		return nil, fmt.Errorf("the agent DaemonSet: %w", err)
-	}
-	for i, ag := range agents {
-		p.Agents[names[i]] = ag
-		p.stops = append(p.stops, ag.Stop)
+	if cfg.Agents != nil {
+		maps.Copy(p.Agents, cfg.Agents)
+	} else {
+		var names []string
+		for _, n := range nodes {
+			names = append(names, n.Name)
+		}
+		agents, err := testbed.DeployAgentsLayout(ctx, cfg.ControlPlane, cfg.Repo, cmp.Or(cfg.AgentLayout, "base"), names, nil)
+		if err != nil {
+			return nil, fmt.Errorf("the agent DaemonSet: %w", err)
+		}
+		for i, ag := range agents {
+			p.Agents[names[i]] = ag
+			p.stops = append(p.stops, ag.Stop)
+		}
 	}
 	policy := map[string]string{contract.AnnRedundancy: string(contract.Hot)}
 	for k, v := range cfg.Policy {
 		policy[k] = v
 	}
-	ed := testbed.Edge{Namespace: BrokerNamespace, RDS: rds.Addr, OBU: obu.Addr, Bridge: testbed.DefaultBridge,
+	ed := testbed.Edge{Namespace: p.Namespace, RDS: rds.Addr, OBU: obu.Addr, Bridge: testbed.DefaultBridge,
 		BrokerPortA: 1883, BrokerPortB: 1883, BrokerImage: images.MosquittoRef, Policy: policy}
 	objs, err := ed.AMF()
+	if cfg.Mode == contract.ModeNode {
+		objs, err = ed.NodeMode()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the edge brokers' objects: %w", err)
 	}
-	if _, err := p.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: BrokerNamespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := p.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
 	for _, cm := range objs.ConfigMaps {
-		if _, err := p.Client.CoreV1().ConfigMaps(BrokerNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		if _, err := p.Client.CoreV1().ConfigMaps(p.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
 	}
 	for i, d := range objs.Deployments {
-		// The primary on node 0, its hot standby running on node 1.
-		d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodes[i].Name}
+		// The primary on node 0, its hot standby running on node 1 (or
+		// the other way round).
+		n := nodes[i]
+		if cfg.Swap {
+			n = nodes[1-i]
+		}
+		d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: n.Name}
 		if d.Name == testbed.StandbyName {
 			d.Spec.Replicas = ptr.To[int32](1)
 		}
-		if _, err := p.Client.AppsV1().Deployments(BrokerNamespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		if _, err := p.Client.AppsV1().Deployments(p.Namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +200,7 @@ func eventually(ctx context.Context, what string, timeout time.Duration, cond fu
 }
 
 func (p *Pair) dep(ctx context.Context, name string) *appsv1.Deployment {
-	d, err := p.Client.AppsV1().Deployments(BrokerNamespace).Get(ctx, name, metav1.GetOptions{})
+	d, err := p.Client.AppsV1().Deployments(p.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil
 	}
@@ -204,7 +238,7 @@ func (p *Pair) WaitPair(ctx context.Context, primary, standby, primaryNode, stan
 
 // PodOf returns the name of dep's one pod.
 func (p *Pair) PodOf(ctx context.Context, dep string) (string, error) {
-	pods, err := p.Client.CoreV1().Pods(BrokerNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + dep})
+	pods, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + dep})
 	if err != nil {
 		return "", err
 	}
@@ -268,7 +302,7 @@ func (p *Pair) WaitFailover(ctx context.Context, primary, standby, oldPod string
 		return f, err
 	}
 	if f.Retired, err = p.waitLine(ctx, guardNode, "the RetirePrimary decision", func(l testbed.AgentLine) bool {
-		return l.Msg == "decision" && l.Action == "RetirePrimary" && l.Deployment == BrokerNamespace+"/"+primary && l.Time.After(faultAt) && l.Error == ""
+		return l.Msg == "decision" && l.Action == "RetirePrimary" && l.Deployment == p.Namespace+"/"+primary && l.Time.After(faultAt) && l.Error == ""
 	}); err != nil {
 		return f, err
 	}
@@ -291,7 +325,7 @@ func (p *Pair) WaitExchanged(ctx context.Context, primary, standby, oldPod strin
 			f.StandbyUnready = describe(sd)
 		}
 		f.Seen = time.Now()
-		pod, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, oldPod, metav1.GetOptions{})
+		pod, err := p.Client.CoreV1().Pods(p.Namespace).Get(ctx, oldPod, metav1.GetOptions{})
 		deleted := apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil)
 		ok := deleted && sd.Annotations[contract.AnnRole] == "primary" && pd.Annotations[contract.AnnRole] == "standby" && ready(sd)
 		return ok, fmt.Sprintf("old pod %s deleted %v (%v); %s; %s", oldPod, deleted, err, describe(pd), describe(sd))
@@ -330,7 +364,7 @@ func (p *Pair) Restore(ctx context.Context, n *kubenode.Node) error {
 // Deployment with the policy and role primary, one pod each.
 func (p *Pair) WaitOnePrimary(ctx context.Context, primary, standby, oldPod string) error {
 	if err := eventually(ctx, "the old primary's pod gone, one primary", 3*time.Minute, func() (bool, string) {
-		_, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, oldPod, metav1.GetOptions{})
+		_, err := p.Client.CoreV1().Pods(p.Namespace).Get(ctx, oldPod, metav1.GetOptions{})
 		pd, sd := p.dep(ctx, primary), p.dep(ctx, standby)
 		if pd == nil || sd == nil {
 			return false, "not read"
@@ -360,7 +394,7 @@ func (p *Pair) WaitOnePrimary(ctx context.Context, primary, standby, oldPod stri
 // the host's /proc: the container's ID is its cgroup's last element. It
 // names what it saw.
 func (p *Pair) BrokerPaused(ctx context.Context, pod string) (bool, string, error) {
-	pd, err := p.Client.CoreV1().Pods(BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
+	pd, err := p.Client.CoreV1().Pods(p.Namespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return false, "", err
 	}
@@ -402,7 +436,7 @@ func BrokerPIDs(pod *corev1.Pod) ([]int, error) {
 // CrashBroker kills (SIGKILL) the main process of pod's broker container
 // on node n, as a crash of the broker does, and returns when.
 func (p *Pair) CrashBroker(ctx context.Context, n *kubenode.Node, pod string) (time.Time, error) {
-	pid, err := n.ContainerPID(ctx, BrokerNamespace, pod, testbed.BrokerContainer)
+	pid, err := n.ContainerPID(ctx, p.Namespace, pod, testbed.BrokerContainer)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -18,28 +18,69 @@ type Fault struct {
 	// Nodes are the nodes the step's roles named when it began.
 	Nodes map[Role]string `json:"nodes"`
 	Start time.Time       `json:"start"`
-	// Back is when the pair was whole again: both brokers Ready in their
-	// roles, one primary, every node Ready, the probe's messages flowing
-	// (zero: never, and Err says what was last seen).
+	// Back is when every pair was whole again: both brokers Ready in
+	// their roles, one primary, every node Ready, the probes' messages
+	// flowing (zero: never, and Err says what was last seen).
 	Back time.Time `json:"back"`
 	Err  string    `json:"error,omitempty"`
-	// Failover is the agent's RetirePrimary decision of a fault that acts.
-	Failover time.Time `json:"failover"`
-	// SOT is the probe's longest interval between fresh messages from
-	// Start to Back; Lost the messages sent meanwhile and never received.
-	SOT  time.Duration `json:"sot"`
-	Lost int           `json:"lost"`
 	// Down and WithDown are how long the container a SidecarKilled or
 	// AgentKilled step (or the one within it) killed was away: from the
 	// kill until the kubelet had it Ready again (its back-off included).
 	Down     time.Duration `json:"down,omitempty"`
 	WithDown time.Duration `json:"with_down,omitempty"`
+	// Pairs are what the fault was to each pair, in the run's order.
+	Pairs []PairPart `json:"pairs"`
+}
+
+// PairPart is what a fault was to one pair.
+type PairPart struct {
+	Namespace string `json:"namespace"`
+	// PrimaryNode is where the pair's primary ran when the fault began.
+	PrimaryNode string `json:"primary_node"`
+	// Acts says the fault took the pair's primary away (its broker, or
+	// the node it ran on): the pair must fail over.
+	Acts bool `json:"acts,omitempty"`
+	// Failover is the agent's RetirePrimary decision of a pair that acts.
+	Failover time.Time `json:"failover,omitzero"`
+	// SOT is the pair's probe's longest interval between fresh messages
+	// from the fault's Start to Back; Lost the messages sent meanwhile and
+	// never received.
+	SOT  time.Duration `json:"sot"`
+	Lost int           `json:"lost"`
 	// ClientsNotBack are the clients of the primary not served by the
 	// new one within the wait, after a fault that acts.
 	ClientsNotBack []string `json:"clients_not_back,omitempty"`
 	// Clients are each client's figures, seconds after Start (-1: not
 	// within the wait).
 	Clients []nodeloss.ClientCut `json:"clients,omitempty"`
+}
+
+// part is the fault's part for namespace ns (nil: none).
+func (f Fault) part(ns string) *PairPart {
+	for i := range f.Pairs {
+		if f.Pairs[i].Namespace == ns {
+			return &f.Pairs[i]
+		}
+	}
+	return nil
+}
+
+// SOT is the longest probe gap of any pair in the fault.
+func (f Fault) SOT() time.Duration {
+	var m time.Duration
+	for _, p := range f.Pairs {
+		m = max(m, p.SOT)
+	}
+	return m
+}
+
+// Lost is the probe messages every pair lost in the fault.
+func (f Fault) Lost() int {
+	n := 0
+	for _, p := range f.Pairs {
+		n += p.Lost
+	}
+	return n
 }
 
 // Decision is an action an agent decided (its "decision" line).
@@ -59,12 +100,14 @@ type Alarm struct {
 	Raw  string    `json:"raw"`
 }
 
-// Primaries is how many brokers were primaries serving at once, as the
-// API server said at Time: Deployments of role primary with a Ready pod.
+// Primaries is how many brokers of one pair were primaries serving at
+// once, as the API server said at Time: Deployments of role primary with
+// a Ready pod.
 type Primaries struct {
-	Time  time.Time `json:"time"`
-	Count int       `json:"count"`
-	Pods  []string  `json:"pods,omitempty"`
+	Namespace string    `json:"namespace"`
+	Time      time.Time `json:"time"`
+	Count     int       `json:"count"`
+	Pods      []string  `json:"pods,omitempty"`
 }
 
 // AgentUse is what an agent's process held at Time.
@@ -94,13 +137,24 @@ type History struct {
 	// BrokerPods is how many broker pods ran through the run (for the
 	// pod-hours of the detector's false-alarm figure).
 	BrokerPods int `json:"broker_pods"`
+	// Pairs are the pairs' namespaces and modes, in the run's order.
+	Pairs []PairInfo `json:"pairs"`
+}
+
+// PairInfo names a pair of the run.
+type PairInfo struct {
+	Namespace string        `json:"namespace"`
+	Mode      contract.Mode `json:"mode"`
 }
 
 // Bounds are what the checker holds a run to.
 type Bounds struct {
-	// Back bounds the time from a fault to the pair whole again, by kind;
-	// SOT the probe's longest interval between fresh messages meanwhile.
+	// Back bounds the time from a fault to the pairs whole again, by
+	// kind; SOT a pair's probe's longest interval between fresh messages
+	// meanwhile, for the pairs it takes a primary from (or, for a fault
+	// that takes none, every pair), QuietSOT for the others.
 	Back, SOT map[Kind]time.Duration
+	QuietSOT  time.Duration
 	// Overlapped is added to both when a second fault came within one.
 	Overlapped time.Duration
 	// TwoPrimaries bounds how long two brokers may be primaries at once.
@@ -142,6 +196,7 @@ func DefaultBounds() Bounds {
 			StandbyCut: 2 * time.Second, KubeletRestart: 2 * time.Second, ContainerdRestart: 2 * time.Second,
 			AgentKilled: 2 * time.Second, APIServerRestart: 2 * time.Second, SlowNode: 2 * time.Second,
 		},
+		QuietSOT:          2 * time.Second,
 		Overlapped:        30 * time.Second,
 		TwoPrimaries:      2 * time.Second,
 		Settle:            5 * time.Second,
@@ -187,43 +242,52 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 		case f.Back.Sub(f.Start) > b.Back[f.Step.Kind]+extra:
 			add(f.Back, "%s: the pair whole again after %.1f s (bound %v)", f.Step, f.Back.Sub(f.Start).Seconds(), b.Back[f.Step.Kind]+extra)
 		}
-		if bound := b.SOT[f.Step.Kind] + extra; f.SOT > bound {
-			add(f.Start, "%s: the probe's messages stopped for %.2f s (bound %v)", f.Step, f.SOT.Seconds(), bound)
-		}
-		if f.Step.Kind.Acts() && f.Failover.IsZero() && !f.Back.IsZero() {
-			add(f.Start, "%s: no failover", f.Step)
-		}
-		if !f.Step.Kind.Acts() && f.Lost > 0 {
-			add(f.Start, "%s: %d of the probe's messages lost by a fault that takes no broker away", f.Step, f.Lost)
-		}
-		for _, c := range f.ClientsNotBack {
-			add(f.Start, "%s: client %s not served by the new primary", f.Step, c)
+		for _, p := range f.Pairs {
+			bound := b.SOT[f.Step.Kind] + extra
+			if !p.Acts && f.Step.Kind.Acts() {
+				bound = b.QuietSOT + extra
+			}
+			if p.SOT > bound {
+				add(f.Start, "%s: %s: the probe's messages stopped for %.2f s (bound %v)", f.Step, p.Namespace, p.SOT.Seconds(), bound)
+			}
+			if p.Acts && p.Failover.IsZero() && !f.Back.IsZero() {
+				add(f.Start, "%s: %s: no failover", f.Step, p.Namespace)
+			}
+			if !p.Acts && p.Lost > 0 {
+				add(f.Start, "%s: %s: %d of the probe's messages lost by a fault that takes none of its brokers away", f.Step, p.Namespace, p.Lost)
+			}
+			for _, c := range p.ClientsNotBack {
+				add(f.Start, "%s: %s: client %s not served by the new primary", f.Step, p.Namespace, c)
+			}
 		}
 	}
 	for _, d := range h.Decisions {
 		if d.Action != "RetirePrimary" && d.Action != "ResizeInPlace" {
 			continue
 		}
-		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.mayAct(b) && f.covers(d.Time, b.Settle) }) {
+		ns, _, _ := strings.Cut(d.Deployment, "/")
+		if !slices.ContainsFunc(h.Faults, func(f Fault) bool { return f.mayAct(ns, b) && f.covers(d.Time, b.Settle) }) {
 			falseActions = append(falseActions, d)
 			add(d.Time, "a false action: %s of %s by the agent on %s, outside every fault that takes a broker away", d.Action, d.Deployment, d.Node)
 		}
 	}
-	var since time.Time
-	var pods []string
-	for _, p := range h.Primaries {
-		switch {
-		case p.Count > 1 && since.IsZero():
-			since, pods = p.Time, p.Pods
-		case p.Count <= 1 && !since.IsZero():
-			if p.Time.Sub(since) > b.TwoPrimaries {
-				add(since, "two primaries (%s) for %.1f s (bound %v)", strings.Join(pods, ", "), p.Time.Sub(since).Seconds(), b.TwoPrimaries)
+	for ns, samples := range primariesByPair(h.Primaries) {
+		var since time.Time
+		var pods []string
+		for _, p := range samples {
+			switch {
+			case p.Count > 1 && since.IsZero():
+				since, pods = p.Time, p.Pods
+			case p.Count <= 1 && !since.IsZero():
+				if p.Time.Sub(since) > b.TwoPrimaries {
+					add(since, "%s: two primaries (%s) for %.1f s (bound %v)", ns, strings.Join(pods, ", "), p.Time.Sub(since).Seconds(), b.TwoPrimaries)
+				}
+				since = time.Time{}
 			}
-			since = time.Time{}
 		}
-	}
-	if !since.IsZero() && h.End.Sub(since) > b.TwoPrimaries {
-		add(since, "two primaries (%s) from %s to the end", strings.Join(pods, ", "), since.UTC().Format("15:04:05"))
+		if !since.IsZero() && h.End.Sub(since) > b.TwoPrimaries {
+			add(since, "%s: two primaries (%s) from %s to the end", ns, strings.Join(pods, ", "), since.UTC().Format("15:04:05"))
+		}
 	}
 	for _, l := range h.Leftovers {
 		add(h.End, "left over: %s", l)
@@ -250,16 +314,37 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 	return vs, falseActions
 }
 
-// mayAct says whether a failover within the fault is no false action: it
-// takes the primary away, or it killed an agent or a sidecar that stayed
-// away for longer than the product's rule allows (the guard's Lost: a dead
-// agent is a lost node to its guard; the sidecar grace), as the kubelet's
-// back-off holds a container killed again (10 s, doubling).
-func (f Fault) mayAct(b Bounds) bool {
-	away := func(k Kind, down time.Duration) bool {
-		return (k == AgentKilled && down > b.AgentAway) || (k == SidecarKilled && down > b.SidecarSilent)
+// mayAct says whether a failover of the pair in namespace ns within the
+// fault is no false action: the fault takes its primary away, or it killed
+// the agent of its primary's node, or its primary's sidecar, and that
+// stayed away for longer than the product's rule allows (the guard's Lost:
+// a dead agent is a lost node to its guard; the sidecar grace), as the
+// kubelet's back-off holds a container killed again (10 s, doubling).
+func (f Fault) mayAct(ns string, b Bounds) bool {
+	p := f.part(ns)
+	if p == nil {
+		return false
 	}
-	return f.Step.Kind.Acts() || away(f.Step.Kind, f.Down) || (f.Step.With != nil && away(f.Step.With.Kind, f.WithDown))
+	away := func(st *Step, down time.Duration) bool {
+		switch {
+		case st == nil:
+			return false
+		case st.Kind == AgentKilled:
+			return f.Nodes[st.On] == p.PrimaryNode && down > b.AgentAway
+		case st.Kind == SidecarKilled:
+			return st.On == PrimaryNode && ns == f.struck() && down > b.SidecarSilent
+		}
+		return false
+	}
+	return p.Acts || away(&f.Step, f.Down) || away(f.Step.With, f.WithDown)
+}
+
+// struck is the namespace of the pair the step names.
+func (f Fault) struck() string {
+	if f.Step.Pair < len(f.Pairs) {
+		return f.Pairs[f.Step.Pair].Namespace
+	}
+	return ""
 }
 
 // covers says whether t falls within the fault, from its start until
@@ -301,6 +386,18 @@ func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000") }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
+// primariesByPair groups the samples by pair, each in time order.
+func primariesByPair(ps []Primaries) map[string][]Primaries {
+	out := map[string][]Primaries{}
+	for _, p := range ps {
+		out[p.Namespace] = append(out[p.Namespace], p)
+	}
+	for _, s := range out {
+		sort.SliceStable(s, func(i, j int) bool { return s[i].Time.Before(s[j].Time) })
+	}
+	return out
+}
+
 // usesByNode groups the samples by node, each in time order.
 func usesByNode(us []AgentUse) map[string][]AgentUse {
 	out := map[string][]AgentUse{}
@@ -332,6 +429,7 @@ func goroutineSpan(use []AgentUse) (first, last int, at time.Time, ok bool) {
 type Report struct {
 	DurationS    float64          `json:"duration_s"`
 	Seed         uint64           `json:"seed"`
+	Pairs        []PairInfo       `json:"pairs"`
 	Faults       map[Kind]int     `json:"faults"`
 	Overlapped   int              `json:"overlapped"`
 	Violations   int              `json:"violations"`
@@ -362,7 +460,7 @@ type Report struct {
 func Figures(h History, vs []Violation, falseActions []Decision, wait time.Duration) Report {
 	r := Report{DurationS: h.End.Sub(h.Start).Seconds(), Seed: h.Seed, Faults: map[Kind]int{},
 		SOTP99: map[Kind]float64{}, BackP99: map[Kind]float64{}, Lost: map[Kind]int{}, ClientP99: map[Kind]float64{},
-		Violations: len(vs), FalseActions: len(falseActions)}
+		Violations: len(vs), FalseActions: len(falseActions), Pairs: h.Pairs}
 	sots, backs, clients := map[Kind][]float64{}, map[Kind][]float64{}, map[Kind][]float64{}
 	for _, f := range h.Faults {
 		k := f.Step.Kind
@@ -371,12 +469,14 @@ func Figures(h History, vs []Violation, falseActions []Decision, wait time.Durat
 			r.Overlapped++
 			r.Faults[f.Step.With.Kind]++
 		}
-		r.Lost[k] += f.Lost
-		sots[k] = append(sots[k], f.SOT.Seconds())
-		for _, c := range f.Clients {
-			clients[k] = append(clients[k], c.Figure(wait))
-			if c.ServedS < 0 {
-				r.ClientsNotBack++
+		r.Lost[k] += f.Lost()
+		sots[k] = append(sots[k], f.SOT().Seconds())
+		for _, p := range f.Pairs {
+			for _, c := range p.Clients {
+				clients[k] = append(clients[k], c.Figure(wait))
+				if c.ServedS < 0 {
+					r.ClientsNotBack++
+				}
 			}
 		}
 		if !f.Back.IsZero() {

@@ -12,53 +12,101 @@ var t0 = time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
 
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
-// crashAt is a crash at s seconds, failed over 0.1 s later, whole 5 s later.
+// Two pairs, as a run has them: "mqtt" with its primary on n0, "mqtt-1"
+// with its primary on n1.
+func parts() []PairPart {
+	return []PairPart{{Namespace: "mqtt", PrimaryNode: "n0"}, {Namespace: "mqtt-1", PrimaryNode: "n1"}}
+}
+
+// crashAt is a crash of pair 0's broker at s seconds, failed over 0.1 s
+// later, whole 5 s later.
 func crashAt(s float64) Fault {
-	return Fault{Step: Step{Kind: Crash, On: PrimaryNode}, Start: at(s), Failover: at(s + 0.1), Back: at(s + 5), SOT: 300 * time.Millisecond}
+	f := Fault{Step: Step{Kind: Crash, On: PrimaryNode}, Nodes: map[Role]string{PrimaryNode: "n0"}, Start: at(s), Back: at(s + 5), Pairs: parts()}
+	f.Pairs[0].Acts, f.Pairs[0].Failover, f.Pairs[0].SOT = true, at(s+0.1), 300*time.Millisecond
+	return f
+}
+
+// quietAt is a fault of kind k on pair 0's node role at s seconds, whole
+// after 10 s, down for (a killed container).
+func quietAt(k Kind, role Role, s float64, down time.Duration) Fault {
+	node := map[Role]string{PrimaryNode: "n0", StandbyNode: "n1", ThirdNode: "n2"}[role]
+	return Fault{Step: Step{Kind: k, On: role}, Nodes: map[Role]string{role: node}, Start: at(s), Back: at(s + 10), Down: down, Pairs: parts()}
+}
+
+func retire(s float64, dep string) Decision {
+	return Decision{Time: at(s), Node: "n1", Action: "RetirePrimary", Deployment: dep}
 }
 
 func TestCheckerFindsWhatARunBroke(t *testing.T) {
-	quiet := Fault{Step: Step{Kind: KubeletRestart, On: StandbyNode}, Start: at(100), Back: at(110), SOT: 200 * time.Millisecond}
-	retire := func(s float64) Decision {
-		return Decision{Time: at(s), Node: "n1", Action: "RetirePrimary", Deployment: "mqtt/edge-broker-a"}
-	}
+	quiet := quietAt(KubeletRestart, StandbyNode, 100, 0)
+	a := "mqtt/edge-broker-a"
 	for _, tc := range []struct {
 		name string
 		h    History
 		want []string // a substring of each violation, in time order
 	}{
 		{name: "a clean run", h: History{Faults: []Fault{crashAt(10), quiet},
-			Decisions: []Decision{retire(10.1), {Time: at(12), Action: "ScaleStandby"}},
-			Primaries: []Primaries{{Time: at(10.1), Count: 2}, {Time: at(10.5), Count: 1}}}},
-		{name: "a failover outside every fault", h: History{Faults: []Fault{crashAt(10), quiet}, Decisions: []Decision{retire(10.1), retire(105)}},
+			Decisions: []Decision{retire(10.1, a), {Time: at(12), Action: "ScaleStandby"}},
+			Primaries: []Primaries{{Namespace: "mqtt", Time: at(10.1), Count: 2}, {Namespace: "mqtt", Time: at(10.5), Count: 1}}}},
+		{name: "a failover outside every fault", h: History{Faults: []Fault{crashAt(10), quiet}, Decisions: []Decision{retire(10.1, a), retire(105, a)}},
 			want: []string{"a false action: RetirePrimary of mqtt/edge-broker-a"}},
-		{name: "a failover while a killed agent was away longer than its guard waits is no false action", h: History{Faults: []Fault{{Step: Step{Kind: AgentKilled, On: PrimaryNode}, Start: at(100), Back: at(112), Down: 10 * time.Second}},
-			Decisions: []Decision{retire(110)}}},
-		{name: "a failover after an agent back within its guard's wait is a false action", h: History{Faults: []Fault{{Step: Step{Kind: AgentKilled, On: PrimaryNode}, Start: at(100), Back: at(103), Down: time.Second}},
-			Decisions: []Decision{retire(102)}}, want: []string{"a false action"}},
-		{name: "a failover while a killed sidecar was silent beyond its grace is no false action", h: History{Faults: []Fault{{Step: Step{Kind: SidecarKilled, On: PrimaryNode}, Start: at(100), Back: at(112), Down: 10 * time.Second}},
-			Decisions: []Decision{retire(106)}}},
-		{name: "a failover after a sidecar back within its grace is a false action", h: History{Faults: []Fault{{Step: Step{Kind: SidecarKilled, On: PrimaryNode}, Start: at(100), Back: at(104), Down: 2 * time.Second}},
-			Decisions: []Decision{retire(103)}}, want: []string{"a false action"}},
-		{name: "a failover within a crash and an agent killed within it is no false action", h: History{Faults: []Fault{{Step: Step{Kind: Crash, With: &Step{Kind: AgentKilled}}, Start: at(100), Failover: at(100.1), Back: at(120), WithDown: 10 * time.Second}},
-			Decisions: []Decision{retire(100.1), retire(110)}}},
-		{name: "a failover just after a fault's settle", h: History{Faults: []Fault{crashAt(10)}, Decisions: []Decision{retire(10.1), retire(20.1)}},
+		{name: "a failover of the pair a crash left alone", h: History{Faults: []Fault{crashAt(10)}, Decisions: []Decision{retire(10.1, a), retire(10.2, "mqtt-1/edge-broker-a")}},
+			want: []string{"a false action: RetirePrimary of mqtt-1/edge-broker-a"}},
+		{name: "a power cut fails over every pair whose primary ran there", h: History{Faults: []Fault{func() Fault {
+			f := quietAt(PowerCut, PrimaryNode, 10, 0)
+			f.Pairs[0].Acts, f.Pairs[0].Failover, f.Pairs[1].PrimaryNode = true, at(13), "n0"
+			f.Pairs[1].Acts, f.Pairs[1].Failover = true, at(13.1)
+			return f
+		}()}, Decisions: []Decision{retire(13, a), retire(13.1, "mqtt-1/edge-broker-a")}}},
+		{name: "a pair a power cut took its primary from never failed over", h: History{Faults: []Fault{func() Fault {
+			f := quietAt(PowerCut, PrimaryNode, 10, 0)
+			f.Pairs[0].Acts, f.Pairs[0].Failover = true, at(13)
+			f.Pairs[1].Acts = true
+			return f
+		}()}, Decisions: []Decision{retire(13, a)}},
+			want: []string{"mqtt-1: no failover"}},
+		{name: "a failover while a killed agent was away longer than its guard waits is no false action", h: History{Faults: []Fault{quietAt(AgentKilled, PrimaryNode, 100, 10*time.Second)},
+			Decisions: []Decision{retire(108, a)}}},
+		{name: "a failover of a pair whose primary was not on the killed agent's node is a false action", h: History{Faults: []Fault{quietAt(AgentKilled, PrimaryNode, 100, 10*time.Second)},
+			Decisions: []Decision{retire(108, "mqtt-1/edge-broker-a")}}, want: []string{"a false action"}},
+		{name: "a failover after an agent back within its guard's wait is a false action", h: History{Faults: []Fault{quietAt(AgentKilled, PrimaryNode, 100, time.Second)},
+			Decisions: []Decision{retire(102, a)}}, want: []string{"a false action"}},
+		{name: "a failover while a killed sidecar was silent beyond its grace is no false action", h: History{Faults: []Fault{quietAt(SidecarKilled, PrimaryNode, 100, 10*time.Second)},
+			Decisions: []Decision{retire(106, a)}}},
+		{name: "a failover after a sidecar back within its grace is a false action", h: History{Faults: []Fault{quietAt(SidecarKilled, PrimaryNode, 100, 2*time.Second)},
+			Decisions: []Decision{retire(103, a)}}, want: []string{"a false action"}},
+		{name: "a failover within a crash and an agent killed within it is no false action", h: History{Faults: []Fault{func() Fault {
+			f := crashAt(100)
+			f.Step.With, f.Back, f.WithDown = &Step{Kind: AgentKilled, On: StandbyNode}, at(120), 10*time.Second
+			f.Nodes[StandbyNode] = "n1"
+			return f
+		}()}, Decisions: []Decision{retire(100.1, a), retire(110, "mqtt-1/edge-broker-a")}}},
+		{name: "a failover just after a fault's settle", h: History{Faults: []Fault{crashAt(10)}, Decisions: []Decision{retire(10.1, a), retire(20.1, a)}},
 			want: []string{"a false action"}},
-		{name: "a crash never failed over", h: History{Faults: []Fault{{Step: Step{Kind: Crash}, Start: at(10), Back: at(12)}}},
-			want: []string{"crash: no failover"}},
+		{name: "a crash never failed over", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.Pairs[0].Failover = time.Time{}; return f }()}},
+			want: []string{"crash on pair 0's primary's node: mqtt: no failover"}},
 		{name: "a pair never whole again", h: History{Faults: []Fault{{Step: Step{Kind: PowerCut}, Start: at(10), Err: "standby not Ready"}}},
 			want: []string{"the pair not whole again: standby not Ready"}},
-		{name: "too slow back", h: History{Faults: []Fault{{Step: Step{Kind: Crash}, Start: at(10), Failover: at(11), Back: at(50)}}},
+		{name: "too slow back", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.Back = at(50); return f }()}},
 			want: []string{"whole again after 40.0 s"}},
-		{name: "an overlap gives more time", h: History{Faults: []Fault{{Step: Step{Kind: Crash, With: &Step{Kind: KubeletRestart}}, Start: at(10), Failover: at(11), Back: at(50)}}}},
-		{name: "the probe stopped", h: History{Faults: []Fault{{Step: Step{Kind: SlowNode}, Start: at(10), Back: at(20), SOT: 5 * time.Second}}},
-			want: []string{"stopped for 5.00 s"}},
-		{name: "messages lost in a quiet fault", h: History{Faults: []Fault{{Step: Step{Kind: AgentKilled}, Start: at(10), Back: at(20), Lost: 3}}},
+		{name: "an overlap gives more time", h: History{Faults: []Fault{func() Fault {
+			f := crashAt(10)
+			f.Back, f.Step.With = at(50), &Step{Kind: KubeletRestart}
+			return f
+		}()}}},
+		{name: "the probe stopped", h: History{Faults: []Fault{func() Fault { f := quietAt(SlowNode, ThirdNode, 10, 0); f.Pairs[1].SOT = 5 * time.Second; return f }()}},
+			want: []string{"mqtt-1: the probe's messages stopped for 5.00 s"}},
+		{name: "the probe of a pair a crash left alone stopped", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.Pairs[1].SOT = 3 * time.Second; return f }()}},
+			want: []string{"mqtt-1: the probe's messages stopped for 3.00 s (bound 2s)"}},
+		{name: "messages lost in a quiet fault", h: History{Faults: []Fault{func() Fault { f := quietAt(AgentKilled, ThirdNode, 10, time.Second); f.Pairs[0].Lost = 3; return f }()}},
 			want: []string{"3 of the probe's messages lost"}},
-		{name: "messages lost in a failover are counted, not a violation", h: History{Faults: []Fault{{Step: Step{Kind: Crash}, Start: at(10), Failover: at(10.1), Back: at(15), Lost: 3}}}},
-		{name: "two primaries too long", h: History{Primaries: []Primaries{{Time: at(1), Count: 2, Pods: []string{"a", "b"}}, {Time: at(2), Count: 2}, {Time: at(4), Count: 1}}},
-			want: []string{"two primaries (a, b) for 3.0 s"}},
-		{name: "two primaries to the end", h: History{End: at(60), Primaries: []Primaries{{Time: at(1), Count: 2, Pods: []string{"a", "b"}}}},
+		{name: "messages lost in a failover are counted, not a violation", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.Pairs[0].Lost = 3; return f }()}}},
+		{name: "messages lost by the pair a crash left alone", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.Pairs[1].Lost = 2; return f }()}},
+			want: []string{"mqtt-1: 2 of the probe's messages lost"}},
+		{name: "two primaries too long", h: History{Primaries: []Primaries{{Namespace: "mqtt", Time: at(1), Count: 2, Pods: []string{"a", "b"}}, {Namespace: "mqtt", Time: at(2), Count: 2}, {Namespace: "mqtt", Time: at(4), Count: 1}}},
+			want: []string{"mqtt: two primaries (a, b) for 3.0 s"}},
+		{name: "one primary in each of two pairs", h: History{Primaries: []Primaries{{Namespace: "mqtt", Time: at(1), Count: 1}, {Namespace: "mqtt-1", Time: at(1), Count: 1}, {Namespace: "mqtt", Time: at(4), Count: 1}, {Namespace: "mqtt-1", Time: at(4), Count: 1}}}},
+		{name: "two primaries to the end", h: History{End: at(60), Primaries: []Primaries{{Namespace: "mqtt", Time: at(1), Count: 2, Pods: []string{"a", "b"}}}},
 			want: []string{"two primaries (a, b) from"}},
 		{name: "leftovers", h: History{End: at(60), Leftovers: []string{"pod mqtt/x Terminating"}},
 			want: []string{"left over: pod mqtt/x Terminating"}},
@@ -68,7 +116,7 @@ func TestCheckerFindsWhatARunBroke(t *testing.T) {
 		{name: "an agent whose goroutines grew", h: History{AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 40 << 20, Goroutines: 60}, {Time: at(300), Node: "n0", RSS: 40 << 20}, {Time: at(600), Node: "n0", RSS: 40 << 20, Goroutines: 160}}},
 			want: []string{"grew from 60 goroutines to 160"}},
 		{name: "an agent whose goroutines came and went", h: History{AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 40 << 20, Goroutines: 60}, {Time: at(300), Node: "n0", RSS: 40 << 20, Goroutines: 200}, {Time: at(600), Node: "n0", RSS: 40 << 20, Goroutines: 90}}}},
-		{name: "a client not back", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.ClientsNotBack = []string{"in-pod-n2-30s"}; return f }()}},
+		{name: "a client not back", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.Pairs[0].ClientsNotBack = []string{"in-pod-n2-30s"}; return f }()}},
 			want: []string{"client in-pod-n2-30s not served"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,30 +150,30 @@ func TestAViolationSaysWhatCameAroundIt(t *testing.T) {
 }
 
 func TestFiguresSumTheRunUp(t *testing.T) {
-	h := History{Seed: 1, Start: at(0), End: at(3600), BrokerPods: 2,
+	h := History{Seed: 1, Start: at(0), End: at(3600), BrokerPods: 4, Pairs: []PairInfo{{Namespace: "mqtt", Mode: "sidecar"}, {Namespace: "mqtt-1", Mode: "node"}},
 		Faults: []Fault{crashAt(10), func() Fault {
 			f := crashAt(100)
-			f.Lost = 4
-			f.SOT = time.Second
+			f.Pairs[0].Lost, f.Pairs[1].Lost = 4, 1
+			f.Pairs[1].SOT = time.Second
 			f.Step.With = &Step{Kind: APIServerRestart}
-			f.Clients = []nodeloss.ClientCut{{Client: "a", ServedS: 0.5}, {Client: "b", ServedS: -1}}
+			f.Pairs[0].Clients = []nodeloss.ClientCut{{Client: "a", ServedS: 0.5}, {Client: "b", ServedS: -1}}
 			return f
 		}()},
 		Alarms: []Alarm{{Time: at(10.5)}, {Time: at(1000)}},
-		AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 30 << 20}, {Time: at(3500), Node: "n0", RSS: 32 << 20},
+		AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 30 << 20, Goroutines: 50}, {Time: at(3500), Node: "n0", RSS: 32 << 20, Goroutines: 55},
 			{Time: at(1), Node: "n1", RSS: 31 << 20}, {Time: at(3500), Node: "n1", RSS: 31 << 20}}}
 	vs, fa := Check(h, DefaultBounds())
 	r := Figures(h, vs, fa, 2*time.Minute)
-	if r.DurationS != 3600 || r.Faults[Crash] != 2 || r.Faults[APIServerRestart] != 1 || r.Overlapped != 1 || r.Lost[Crash] != 4 {
+	if r.DurationS != 3600 || r.Faults[Crash] != 2 || r.Faults[APIServerRestart] != 1 || r.Overlapped != 1 || r.Lost[Crash] != 5 || len(r.Pairs) != 2 {
 		t.Errorf("figures %+v", r)
 	}
 	if r.SOTP99[Crash] != 1 || r.BackP99[Crash] != 5 || r.ClientP99[Crash] != 120 || r.ClientsNotBack != 1 {
 		t.Errorf("p99: sot %v, back %v, clients %v (%d not back)", r.SOTP99, r.BackP99, r.ClientP99, r.ClientsNotBack)
 	}
-	if r.AgentRSSStart != 31 || r.AgentRSSEnd != 32 {
-		t.Errorf("agent rss %v -> %v", r.AgentRSSStart, r.AgentRSSEnd)
+	if r.AgentRSSStart != 31 || r.AgentRSSEnd != 32 || r.AgentGoroutinesStart != 50 || r.AgentGoroutinesEnd != 55 {
+		t.Errorf("agent rss %v -> %v, goroutines %d -> %d", r.AgentRSSStart, r.AgentRSSEnd, r.AgentGoroutinesStart, r.AgentGoroutinesEnd)
 	}
-	if r.PodHours != 2 || r.FalseAlarms != 1 {
+	if r.PodHours != 4 || r.FalseAlarms != 1 {
 		t.Errorf("pod-hours %v, false alarms %d (one alarm in a fault, one outside)", r.PodHours, r.FalseAlarms)
 	}
 }

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,6 +51,10 @@ type Config struct {
 	// ClientWait bounds the wait for the pair's clients after a fault
 	// that acts (default 2 min; negative: no clients).
 	ClientWait time.Duration
+	// Pairs are the broker pairs, by how each is watched (default: one
+	// with the sidecar, one in node mode). Each has its namespace, its
+	// remote brokers and E2E probe, and its clients.
+	Pairs []contract.Mode
 	// SlowCPU is what a slow node is held at (default 0.7 of a CPU: on
 	// cgroup v1 a node's quota may not be below a pod's).
 	SlowCPU  float64
@@ -57,8 +62,9 @@ type Config struct {
 	Log      func(format string, args ...any)
 }
 
-// Run starts a control plane, three lab nodes, the agent DaemonSet, a hot
-// pair (primary on node 0, standby on node 1, its remote brokers and
+// Run starts a control plane, three lab nodes, the agent DaemonSet, the
+// hot pairs (the first with its primary on node 0 and its standby on node
+// 1, the next the other way round, and so on; their remote brokers and
 // clients on node 2), makes the schedule's faults one after another until
 // cfg.Duration is over, and returns what happened. An error is the lab's
 // (it could not start); a fault the pair did not come back from ends the
@@ -76,6 +82,9 @@ func Run(ctx context.Context, cfg Config) (_ History, err error) {
 	if cfg.SlowCPU <= 0 {
 		cfg.SlowCPU = 0.7
 	}
+	if len(cfg.Pairs) == 0 {
+		cfg.Pairs = []contract.Mode{contract.ModeSidecar, contract.ModeNode}
+	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
@@ -90,37 +99,62 @@ func Run(ctx context.Context, cfg Config) (_ History, err error) {
 		return History{}, err
 	}
 	defer stop()
-	dir := filepath.Join(cfg.WorkDir, "brokers")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return History{}, err
-	}
-	say("the agents and the hot pair")
-	p, err := nodeloss.StartPair(ctx, nodeloss.PairConfig{ControlPlane: cp, Cluster: cl, Repo: cfg.Repo, Dir: dir})
-	if err != nil {
-		return History{}, err
-	}
-	defer p.Stop()
-	r := &runner{cfg: cfg, cp: cp, p: p, say: say,
-		roles: [2]string{testbed.PrimaryName, testbed.StandbyName}, at: [2]*kubenode.Node{cl.Nodes[0], cl.Nodes[1]}, third: cl.Nodes[2], all: cl.Nodes[:3],
-		home: map[string]*kubenode.Node{testbed.PrimaryName: cl.Nodes[0], testbed.StandbyName: cl.Nodes[1]}}
-	if err := p.WaitPair(ctx, r.roles[0], r.roles[1], r.at[0].Name, r.at[1].Name); err != nil {
-		return History{}, err
-	}
-	if cfg.ClientWait > 0 {
-		say("the clients: a pod on %s and the LAN, through the Service's ClusterIP and NodePort, keep-alive 30 s", r.third.Name)
-		if r.clients, err = p.StartClients(ctx, r.third, cl.LAN, []time.Duration{30 * time.Second}); err != nil {
+	r := &runner{cfg: cfg, cp: cp, say: say, third: cl.Nodes[2], all: cl.Nodes[:3]}
+	defer func() {
+		for _, pr := range r.pairs {
+			if pr.clients != nil {
+				pr.clients.Stop()
+			}
+			pr.p.Stop()
+		}
+	}()
+	h := History{Seed: cfg.Seed}
+	for i, mode := range cfg.Pairs {
+		ns := pairNamespace(i)
+		pdir := filepath.Join(cfg.WorkDir, "brokers", ns)
+		if err := os.MkdirAll(pdir, 0o755); err != nil {
 			return History{}, err
 		}
-		defer r.clients.Stop()
+		pc := nodeloss.PairConfig{ControlPlane: cp, Cluster: cl, Repo: cfg.Repo, Dir: pdir, Namespace: ns, Mode: mode, Swap: i%2 == 1}
+		pn, sn := cl.Nodes[0], cl.Nodes[1]
+		if pc.Swap {
+			pn, sn = sn, pn
+		}
+		say("pair %d: a hot pair in namespace %s, %s mode, its primary on %s, its standby on %s", i, ns, mode, pn.Name, sn.Name)
+		if i > 0 {
+			pc.Agents = r.pairs[0].p.Agents
+		} else if slices.Contains(cfg.Pairs, contract.ModeNode) {
+			pc.AgentLayout = "overlays/node-mode"
+		}
+		p, err := nodeloss.StartPair(ctx, pc)
+		if err != nil {
+			return History{}, fmt.Errorf("pair %d: %w", i, err)
+		}
+		pr := &pairRun{p: p, mode: mode, roles: [2]string{testbed.PrimaryName, testbed.StandbyName}, at: [2]*kubenode.Node{pn, sn},
+			home: map[string]*kubenode.Node{testbed.PrimaryName: pn, testbed.StandbyName: sn}}
+		r.pairs = append(r.pairs, pr)
+		h.Pairs = append(h.Pairs, PairInfo{Namespace: ns, Mode: mode})
 	}
-	h := History{Seed: cfg.Seed, Start: time.Now(), BrokerPods: 2}
+	r.agents = r.pairs[0].p.Agents
+	for _, pr := range r.pairs {
+		if err := pr.p.WaitPair(ctx, pr.roles[0], pr.roles[1], pr.at[0].Name, pr.at[1].Name); err != nil {
+			return History{}, fmt.Errorf("%s: %w", pr.p.Namespace, err)
+		}
+		if cfg.ClientWait > 0 {
+			say("%s: the clients: a pod on %s and the LAN, through the Service's ClusterIP and NodePort, keep-alive 30 s", pr.p.Namespace, r.third.Name)
+			if pr.clients, err = pr.p.StartClients(ctx, r.third, cl.LAN, []time.Duration{30 * time.Second}); err != nil {
+				return History{}, err
+			}
+		}
+	}
+	h.Start, h.BrokerPods = time.Now(), 2*len(r.pairs)
 	sctx, stopSampling := context.WithCancel(ctx)
 	var sampling sync.WaitGroup
 	sampling.Add(2)
 	go func() { defer sampling.Done(); r.samplePrimaries(sctx) }()
 	go func() { defer sampling.Done(); r.sampleAgents(sctx) }()
 
-	sched := NewSchedule(cfg.Seed, cfg.Kinds)
+	sched := NewSchedule(cfg.Seed, cfg.Kinds, cfg.Pairs)
 	say("soak: seed %d for %v", cfg.Seed, cfg.Duration)
 	for i := 1; time.Since(h.Start) < cfg.Duration && ctx.Err() == nil; i++ {
 		st := sched.Next()
@@ -131,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (_ History, err error) {
 			say("fault %d: the run ends here: %s", i, f.Err)
 			break
 		}
-		say("fault %d: whole again after %.1f s (the probe's longest gap %.2f s, %d lost)", i, f.Back.Sub(f.Start).Seconds(), f.SOT.Seconds(), f.Lost)
+		say("fault %d: whole again after %.1f s (the probes' longest gap %.2f s, %d lost)", i, f.Back.Sub(f.Start).Seconds(), f.SOT().Seconds(), f.Lost())
 		select { // the schedule's quiet period: a part of the run, not a synchronisation
 		case <-time.After(st.Quiet):
 		case <-ctx.Done():
@@ -143,39 +177,57 @@ func Run(ctx context.Context, cfg Config) (_ History, err error) {
 	h.Primaries, h.AgentUse = r.primaries, r.agentUse
 	h.Decisions, h.Alarms = r.decisions()
 	h.Leftovers = r.leftovers(ctx)
-	nodeloss.SaveAgentLogs(cfg.WorkDir, p, say)
+	nodeloss.SaveAgentLogs(cfg.WorkDir, r.pairs[0].p, say)
 	return h, ctx.Err()
 }
 
 // runner is one run's lab and what it samples.
 type runner struct {
-	cfg     Config
-	cp      *controlplane.ControlPlane
-	p       *nodeloss.Pair
-	clients *nodeloss.Clients
-	say     func(string, ...any)
-	// roles are the primary's and the standby's Deployments; at their
-	// nodes; third the node of the remote brokers and the clients.
-	roles [2]string
-	at    [2]*kubenode.Node
+	cfg   Config
+	cp    *controlplane.ControlPlane
+	pairs []*pairRun
+	// agents are the cluster's agents, by node (every pair's).
+	agents map[string]*testbed.AgentPod
+	say    func(string, ...any)
+	// third is the node of the remote brokers and the clients.
 	third *kubenode.Node
 	// all are the three nodes, in a fixed order (for the samplers: the
 	// roles move under them).
 	all []*kubenode.Node
-	// home is each broker Deployment's node (StartPair pins them).
-	home map[string]*kubenode.Node
 
 	mu        sync.Mutex
 	primaries []Primaries
 	agentUse  []AgentUse
 }
 
-func (r *runner) node(role Role) *kubenode.Node {
+// pairRun is one broker pair as the run follows it.
+type pairRun struct {
+	p       *nodeloss.Pair
+	mode    contract.Mode
+	clients *nodeloss.Clients
+	// roles are the primary's and the standby's Deployments; at their
+	// nodes.
+	roles [2]string
+	at    [2]*kubenode.Node
+	// home is each Deployment's node (StartPair pins them).
+	home map[string]*kubenode.Node
+}
+
+// pairNamespace is the namespace of the run's i-th pair.
+func pairNamespace(i int) string {
+	if i == 0 {
+		return nodeloss.BrokerNamespace
+	}
+	return fmt.Sprintf("%s-%d", nodeloss.BrokerNamespace, i)
+}
+
+// node is the node role names for pair i.
+func (r *runner) node(i int, role Role) *kubenode.Node {
 	switch role {
 	case PrimaryNode:
-		return r.at[0]
+		return r.pairs[i].at[0]
 	case StandbyNode:
-		return r.at[1]
+		return r.pairs[i].at[1]
 	case ThirdNode:
 		return r.third
 	}
@@ -186,13 +238,35 @@ func (r *runner) nodes(st Step) map[Role]string {
 	out := map[Role]string{}
 	for _, s := range []*Step{&st, st.With} {
 		if s != nil && s.On != "" {
-			out[s.On] = r.node(s.On).Name
+			out[s.On] = r.node(st.Pair, s.On).Name
 		}
 	}
 	return out
 }
 
-// run makes one step and waits until the pair is whole again.
+// acting says which pairs st takes a primary from: the struck pair for a
+// fault of its broker; every pair whose primary runs on the node a power
+// cut or a partition takes away.
+func (r *runner) acting(st Step) []bool {
+	out := make([]bool, len(r.pairs))
+	var gone *kubenode.Node
+	switch st.Kind {
+	case Crash, OOM, Hang:
+		out[st.Pair] = true
+	case PowerCut, Partition:
+		gone = r.node(st.Pair, PrimaryNode)
+	case StandbyCut:
+		gone = r.node(st.Pair, StandbyNode)
+	}
+	for i, pr := range r.pairs {
+		if gone != nil && pr.at[0] == gone {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// run makes one step and waits until every pair is whole again.
 func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 	f = Fault{Step: st, Nodes: r.nodes(st)}
 	bound := r.cfg.Bounds.Back[st.Kind]
@@ -205,18 +279,22 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 		f.Back, f.Err = time.Time{}, err.Error()
 		return f
 	}
-	primary, standby := r.roles[0], r.roles[1]
-	pn, sn := r.at[0], r.at[1]
-	old, err := r.p.PodOf(fctx, primary)
-	if err != nil {
-		return fail(err)
-	}
-	var marks []int
-	if r.clients != nil && st.Kind.Acts() {
-		if err := r.clients.OntoPrimary(fctx, old); err != nil {
-			return fail(err)
+	acts := r.acting(st)
+	olds, prims := make([]string, len(r.pairs)), make([]string, len(r.pairs))
+	marks := make([][]int, len(r.pairs))
+	for i, pr := range r.pairs {
+		f.Pairs = append(f.Pairs, PairPart{Namespace: pr.p.Namespace, PrimaryNode: pr.at[0].Name, Acts: acts[i]})
+		old, err := pr.p.PodOf(fctx, pr.roles[0])
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", pr.p.Namespace, err))
 		}
-		marks = r.clients.Marks()
+		olds[i], prims[i] = old, pr.roles[0]
+		if pr.clients != nil && acts[i] {
+			if err := pr.clients.OntoPrimary(fctx, old); err != nil {
+				return fail(fmt.Errorf("%s: %w", pr.p.Namespace, err))
+			}
+			marks[i] = pr.clients.Marks()
+		}
 	}
 	f.Start = time.Now()
 	var with sync.WaitGroup
@@ -233,7 +311,7 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 			f.WithDown, withErr = r.strike(fctx, *st.With)
 		}()
 	}
-	err = r.fault(fctx, st, &f, primary, standby, old, pn, sn)
+	err := r.fault(fctx, st, &f, acts, olds)
 	with.Wait()
 	if withErr != nil {
 		withErr = fmt.Errorf("%s: %w", st.With.Kind, withErr)
@@ -241,48 +319,56 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 	if err = errors.Join(err, withErr); err != nil {
 		return fail(err)
 	}
-	if err := r.settle(fctx, old, st.Kind.Acts()); err != nil {
-		return fail(err)
+	for i, pr := range r.pairs {
+		if err := r.settle(fctx, pr, olds[i], acts[i]); err != nil {
+			return fail(fmt.Errorf("%s: %w", pr.p.Namespace, err))
+		}
 	}
 	f.Back = time.Now()
-	rec := r.p.Probe.Snapshot()
-	gap, _ := rec.MaxGap(f.Start, f.Back)
-	f.SOT = gap.Duration()
-	// A second's margin at the end: messages on their way are not lost.
-	f.Lost = len(rec.Lost(f.Start.Add(-time.Second), f.Back.Add(-time.Second)))
-	if st.Kind.Acts() {
-		f.Failover = r.retired(BrokerNamespaceOf(primary), f.Start)
-		if r.clients != nil {
-			// Served by either broker of the pair but the old primary's pod:
-			// the Service spreads connections over both brokers of a hot
-			// pair, and a client that reconnects once the new standby is
-			// Ready may reach it (told its name now, as the pair is whole).
-			// The run's context, not the fault's: the clients' wait is their own.
-			if err := r.clients.Tell(ctx); err != nil {
-				return fail(err)
-			}
-			f.Clients = r.clients.ServedBy(ctx, marks, f.Start, r.cfg.ClientWait, func(b string) bool { return b != "" && b != old })
-			for i, c := range f.Clients {
-				if c.ServedS < 0 {
-					f.ClientsNotBack = append(f.ClientsNotBack, r.clients.List[i].Describe(marks[i]))
-				}
+	for i, pr := range r.pairs {
+		part := &f.Pairs[i]
+		rec := pr.p.Probe.Snapshot()
+		gap, _ := rec.MaxGap(f.Start, f.Back)
+		part.SOT = gap.Duration()
+		// A second's margin at the end: messages on their way are not lost.
+		part.Lost = len(rec.Lost(f.Start.Add(-time.Second), f.Back.Add(-time.Second)))
+		if !acts[i] {
+			continue
+		}
+		part.Failover = r.retired(pr.p.Namespace+"/"+prims[i], f.Start)
+		if pr.clients == nil {
+			continue
+		}
+		// Served by either broker of the pair but the old primary's pod:
+		// the Service spreads connections over both brokers of a hot pair,
+		// and a client that reconnects once the new standby is Ready may
+		// reach it (told its name now, as the pair is whole). The run's
+		// context, not the fault's: the clients' wait is their own.
+		if err := pr.clients.Tell(ctx); err != nil {
+			return fail(fmt.Errorf("%s: %w", pr.p.Namespace, err))
+		}
+		old := olds[i]
+		part.Clients = pr.clients.ServedBy(ctx, marks[i], f.Start, r.cfg.ClientWait, func(b string) bool { return b != "" && b != old })
+		for j, c := range part.Clients {
+			if c.ServedS < 0 {
+				part.ClientsNotBack = append(part.ClientsNotBack, pr.clients.List[j].Describe(marks[i][j]))
 			}
 		}
 	}
 	return f
 }
 
-// settle waits until the pair is whole again, whichever way round: the
-// old primary's pod gone (after a fault that acts), one Deployment the
+// settle waits until pr is whole again, whichever way round: the old
+// primary's pod gone (if the fault took it away), one Deployment the
 // primary and the other its standby, both Ready with their nodes recorded,
 // the probe's messages flowing; and takes the roles as it finds them (a
 // fault may have failed the pair over twice: a crash, then the new
 // primary's node's agent away for longer than its guard waits).
-func (r *runner) settle(ctx context.Context, old string, acted bool) error {
+func (r *runner) settle(ctx context.Context, pr *pairRun, old string, acted bool) error {
 	var primary string
 	for {
 		var state string
-		primary, state = r.readRoles(ctx, old, acted)
+		primary, state = r.readRoles(ctx, pr, old, acted)
 		if primary != "" {
 			break
 		}
@@ -296,25 +382,26 @@ func (r *runner) settle(ctx context.Context, old string, acted bool) error {
 	if primary == testbed.StandbyName {
 		standby = testbed.PrimaryName
 	}
-	r.roles = [2]string{primary, standby}
-	r.at = [2]*kubenode.Node{r.home[primary], r.home[standby]}
-	return r.p.WaitPair(ctx, primary, standby, r.at[0].Name, r.at[1].Name)
+	pr.roles = [2]string{primary, standby}
+	pr.at = [2]*kubenode.Node{pr.home[primary], pr.home[standby]}
+	return pr.p.WaitPair(ctx, primary, standby, pr.at[0].Name, pr.at[1].Name)
 }
 
-// readRoles returns the primary's Deployment once one Deployment of the
+// readRoles returns pr's primary Deployment once one Deployment of the
 // pair is the primary, with its policy, and the other the standby, and (if
 // acted) the pod old is gone; else "" and what it saw.
-func (r *runner) readRoles(ctx context.Context, old string, acted bool) (string, string) {
-	c := r.p.Client
+func (r *runner) readRoles(ctx context.Context, pr *pairRun, old string, acted bool) (string, string) {
+	c := pr.p.Client
+	ns := pr.p.Namespace
 	if acted {
-		_, err := c.CoreV1().Pods(nodeloss.BrokerNamespace).Get(ctx, old, metav1.GetOptions{})
+		_, err := c.CoreV1().Pods(ns).Get(ctx, old, metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			return "", fmt.Sprintf("the old primary's pod %s still there (%v)", old, err)
 		}
 	}
 	var primaries, standbys []string
 	for _, name := range []string{testbed.PrimaryName, testbed.StandbyName} {
-		d, err := c.AppsV1().Deployments(nodeloss.BrokerNamespace).Get(ctx, name, metav1.GetOptions{})
+		d, err := c.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return "", err.Error()
 		}
@@ -342,20 +429,28 @@ func isPrimary(d *appsv1.Deployment) bool {
 	return role == "primary" || (role == "" && policy)
 }
 
-// BrokerNamespaceOf names a pair's Deployment as the agents' decision
-// lines do.
-func BrokerNamespaceOf(dep string) string { return nodeloss.BrokerNamespace + "/" + dep }
-
-// fault makes st's own fault and waits for what it must bring: for a
-// fault that acts, the standby the primary; for the others their end.
-func (r *runner) fault(ctx context.Context, st Step, f *Fault, primary, standby, old string, pn, sn *kubenode.Node) error {
+// fault makes st's own fault and waits for what it must bring: for the
+// pairs it takes a primary from (acts), the standby the primary; for the
+// others its end.
+func (r *runner) fault(ctx context.Context, st Step, f *Fault, acts []bool, olds []string) error {
 	exchanged := func() error {
-		_, err := r.p.WaitExchanged(ctx, primary, standby, old, f.Start, r.cfg.Bounds.Back[st.Kind])
-		return err
+		var errs []error
+		for i, pr := range r.pairs {
+			if !acts[i] {
+				continue
+			}
+			if _, err := pr.p.WaitExchanged(ctx, pr.roles[0], pr.roles[1], olds[i], f.Start, r.cfg.Bounds.Back[st.Kind]); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", pr.p.Namespace, err))
+			}
+		}
+		return errors.Join(errs...)
 	}
+	pr := r.pairs[st.Pair]
+	pn, sn, old := pr.at[0], pr.at[1], olds[st.Pair]
+	restore := func(n *kubenode.Node) error { return pr.p.Restore(context.WithoutCancel(ctx), n) }
 	switch st.Kind {
 	case Crash:
-		at, err := r.p.CrashBroker(ctx, pn, old)
+		at, err := pr.p.CrashBroker(ctx, pn, old)
 		f.Start = at
 		if err != nil {
 			return err
@@ -363,15 +458,18 @@ func (r *runner) fault(ctx context.Context, st Step, f *Fault, primary, standby,
 		return exchanged()
 	case OOM:
 		f.Start = time.Now()
-		stop, err := r.oom(ctx, pn, old)
+		stop, err := r.oom(ctx, pr, pn, old)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		return exchanged()
+		if err := exchanged(); err != nil {
+			return fmt.Errorf("%w (%s)", err, stop())
+		}
+		stop()
+		return nil
 	case Hang:
 		f.Start = time.Now()
-		if err := r.hang(ctx, old); err != nil {
+		if err := r.hang(ctx, pr, old); err != nil {
 			return err
 		}
 		return exchanged()
@@ -388,14 +486,17 @@ func (r *runner) fault(ctx context.Context, st Step, f *Fault, primary, standby,
 		if err == nil {
 			err = exchanged()
 		}
-		return errors.Join(err, r.p.Restore(context.WithoutCancel(ctx), pn))
+		return errors.Join(err, restore(pn))
 	case StandbyCut:
 		c, err := sn.PowerCut(ctx)
 		f.Start = c.At
 		if err == nil {
-			err = r.hold(ctx, 10*time.Second) // longer than the guard's Lost: what it does then is seen
+			// The primaries that ran there (another pair's) fail over;
+			// the rest hold longer than the guard's Lost, so that what it
+			// does then is seen.
+			err = errors.Join(exchanged(), r.hold(ctx, 10*time.Second))
 		}
-		return errors.Join(err, r.p.Restore(context.WithoutCancel(ctx), sn))
+		return errors.Join(err, restore(sn))
 	}
 	down, err := r.strike(ctx, st)
 	f.Down = down
@@ -416,7 +517,7 @@ func (r *runner) hold(ctx context.Context, d time.Duration) error {
 // over: the daemon, the agent or the API server back, the node fast again;
 // and, for a container killed, how long it was away.
 func (r *runner) strike(ctx context.Context, st Step) (time.Duration, error) {
-	n := r.node(st.On)
+	n := r.node(st.Pair, st.On)
 	switch st.Kind {
 	case KubeletRestart:
 		return 0, n.RestartDaemon(ctx, kubenode.Kubelet, syscall.SIGKILL)
@@ -427,17 +528,18 @@ func (r *runner) strike(ctx context.Context, st Step) (time.Duration, error) {
 	case EtcdRestart:
 		return 0, r.cp.RestartEtcd(ctx)
 	case AgentKilled:
-		return r.killContainer(ctx, n, testbed.AgentNamespace, r.p.Agents[n.Name].Pod, "agent")
+		return r.killContainer(ctx, n, testbed.AgentNamespace, r.agents[n.Name].Pod, "agent")
 	case SidecarKilled:
-		dep := r.roles[0]
+		pr := r.pairs[st.Pair]
+		dep := pr.roles[0]
 		if st.On == StandbyNode {
-			dep = r.roles[1]
+			dep = pr.roles[1]
 		}
-		pod, err := r.p.PodOf(ctx, dep)
+		pod, err := pr.p.PodOf(ctx, dep)
 		if err != nil {
 			return 0, err
 		}
-		return r.killContainer(ctx, n, nodeloss.BrokerNamespace, pod, contract.SidecarName)
+		return r.killContainer(ctx, n, pr.p.Namespace, pod, contract.SidecarName)
 	case SlowNode:
 		return 0, r.slow(ctx, n, st.Hold)
 	}
@@ -445,12 +547,15 @@ func (r *runner) strike(ctx context.Context, st Step) (time.Duration, error) {
 }
 
 // oom starts a process in pod's broker container on n that takes twice
-// the container's memory limit at once (the lab's load generator, which
-// the lab's Mosquitto image holds): the kernel kills it, the largest
-// process of the cgroup. stop waits for its end (kills it if the kernel
-// has not).
-func (r *runner) oom(ctx context.Context, n *kubenode.Node, pod string) (stop func(), err error) {
-	pd, err := r.p.Client.CoreV1().Pods(nodeloss.BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
+// the container's memory limit at once, in a memory file (the lab's load
+// generator, which the lab's Mosquitto image holds): charged to the
+// container but outside that process's RSS, so the kernel's OOM killer
+// ends the broker, the container's main process, as cgroup v2's
+// memory.oom.group would end the whole container. stop waits for the
+// process's end (kills the exec if the pod's end has not ended it) and
+// says what it wrote, for an OOM kill that did not come.
+func (r *runner) oom(ctx context.Context, pr *pairRun, n *kubenode.Node, pod string) (stop func() string, err error) {
+	pd, err := pr.p.Client.CoreV1().Pods(pr.p.Namespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -464,25 +569,28 @@ func (r *runner) oom(ctx context.Context, n *kubenode.Node, pod string) (stop fu
 		return nil, fmt.Errorf("pod %s: its %s container has no memory limit to cross", pod, testbed.BrokerContainer)
 	}
 	profile := fmt.Sprintf("60s:mem=%dMi", 2*limit>>20)
-	cmd, err := n.Exec(ctx, nodeloss.BrokerNamespace, pod, testbed.BrokerContainer, []string{images.LabBinary, "stress", "--profile", profile}, io.Discard, io.Discard)
+	var out bytes.Buffer
+	cmd, err := n.Exec(ctx, pr.p.Namespace, pod, testbed.BrokerContainer, []string{images.LabBinary, "stress", "--memory-file", "--profile", profile}, &out, &out)
 	if err != nil {
 		return nil, err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	return func() {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return func() string {
+		var err error
 		select {
-		case <-done:
-		case <-time.After(10 * time.Second): // the pod's deletion ends the exec
+		case err = <-done:
+		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			err = <-done
 		}
+		return fmt.Sprintf("stress in pod %s: %v; %s", pod, err, strings.TrimSpace(out.String()))
 	}, nil
 }
 
 // hang stops every process of pod's broker (SIGSTOP).
-func (r *runner) hang(ctx context.Context, pod string) error {
-	pd, err := r.p.Client.CoreV1().Pods(nodeloss.BrokerNamespace).Get(ctx, pod, metav1.GetOptions{})
+func (r *runner) hang(ctx context.Context, pr *pairRun, pod string) error {
+	pd, err := pr.p.Client.CoreV1().Pods(pr.p.Namespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -502,12 +610,17 @@ func (r *runner) hang(ctx context.Context, pod string) error {
 }
 
 // killContainer kills the process of pod's container on n, waits until the
-// kubelet has started it again and it is Ready, and returns how long that
-// took.
+// kubelet has started it again and it is Ready, or the pod is gone (a
+// primary whose sidecar stayed away beyond its grace is failed over), and
+// returns how long that took.
 func (r *runner) killContainer(ctx context.Context, n *kubenode.Node, ns, pod, container string) (time.Duration, error) {
-	c := r.p.Client.CoreV1().Pods(ns)
+	c := r.cp.Client().CoreV1().Pods(ns)
+	gone := false
 	restarts := func() (int32, bool, error) {
 		pd, err := c.Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && pd.DeletionTimestamp != nil) {
+			gone = true
+		}
 		if err != nil {
 			return 0, false, err
 		}
@@ -533,7 +646,7 @@ func (r *runner) killContainer(ctx context.Context, n *kubenode.Node, ns, pod, c
 	}
 	for {
 		now, ready, err := restarts()
-		if err == nil && now > before && ready {
+		if (err == nil && now > before && ready) || gone {
 			return time.Since(killed), nil
 		}
 		select { // polling the API until the kubelet reports the restart
@@ -555,7 +668,7 @@ func (r *runner) slow(ctx context.Context, n *kubenode.Node, d time.Duration) er
 				Args: []string{"stress", "--profile", fmt.Sprintf("%ds:cpu=2", int(d.Seconds())+60)}}},
 		},
 	}
-	c := r.p.Client.CoreV1().Pods(nodeloss.BrokerNamespace)
+	c := r.cp.Client().CoreV1().Pods(nodeloss.BrokerNamespace)
 	if _, err := c.Create(ctx, busy, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -564,14 +677,14 @@ func (r *runner) slow(ctx context.Context, n *kubenode.Node, d time.Duration) er
 		return err
 	}
 	err := r.hold(ctx, d)
-	return errors.Join(err, r.p.Restore(context.WithoutCancel(ctx), n))
+	return errors.Join(err, r.pairs[0].p.Restore(context.WithoutCancel(ctx), n))
 }
 
 // retired is the first RetirePrimary decision of dep after since, by any
 // agent (zero: none).
 func (r *runner) retired(dep string, since time.Time) time.Time {
 	var first time.Time
-	for _, ag := range r.p.Agents {
+	for _, ag := range r.agents {
 		for _, l := range ag.Lines() {
 			if l.Msg == "decision" && l.Action == "RetirePrimary" && l.Error == "" && l.Deployment == dep && l.Time.After(since) &&
 				(first.IsZero() || l.Time.Before(first)) {
@@ -585,7 +698,7 @@ func (r *runner) retired(dep string, since time.Time) time.Time {
 // decisions are the agents' decisions and their pods' health turning
 // anomalous, from every agent's log.
 func (r *runner) decisions() (ds []Decision, as []Alarm) {
-	for node, ag := range r.p.Agents {
+	for node, ag := range r.agents {
 		for _, l := range ag.Lines() {
 			switch {
 			case l.Msg == "decision" && l.Error == "" && l.Action != "" && l.Action != "Event":
@@ -600,18 +713,20 @@ func (r *runner) decisions() (ds []Decision, as []Alarm) {
 	return ds, as
 }
 
-// samplePrimaries records every half second how many brokers serve as
-// primaries: the pods that were Ready while their Deployment was the
-// primary, as long as they exist, their broker runs and is not paused (the
-// fence), their node is not cut off from power, and they are not being
-// deleted on a node that is linked (serving).
+// samplePrimaries records every half second how many brokers of each
+// pair serve as primaries: the pods that were Ready while their Deployment
+// was the primary, as long as they exist, their broker runs and is not
+// paused (the fence), their node is not cut off from power, and they are
+// not being deleted on a node that is linked (serving).
 func (r *runner) samplePrimaries(ctx context.Context) {
 	everPrimary := map[string]bool{}
 	for {
-		if s, ok := r.countPrimaries(ctx, everPrimary); ok {
-			r.mu.Lock()
-			r.primaries = append(r.primaries, s)
-			r.mu.Unlock()
+		for _, pr := range r.pairs {
+			if s, ok := r.countPrimaries(ctx, pr.p.Namespace, everPrimary); ok {
+				r.mu.Lock()
+				r.primaries = append(r.primaries, s)
+				r.mu.Unlock()
+			}
 		}
 		select { // a sampling period
 		case <-time.After(500 * time.Millisecond):
@@ -621,25 +736,26 @@ func (r *runner) samplePrimaries(ctx context.Context) {
 	}
 }
 
-func (r *runner) countPrimaries(ctx context.Context, everPrimary map[string]bool) (Primaries, bool) {
-	c := r.p.Client
-	deps, err := c.AppsV1().Deployments(nodeloss.BrokerNamespace).List(ctx, metav1.ListOptions{})
+func (r *runner) countPrimaries(ctx context.Context, ns string, everPrimary map[string]bool) (Primaries, bool) {
+	c := r.cp.Client()
+	deps, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return Primaries{}, false // the API server away: no sample
 	}
-	pods, err := c.CoreV1().Pods(nodeloss.BrokerNamespace).List(ctx, metav1.ListOptions{})
+	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return Primaries{}, false
 	}
-	s := Primaries{Time: time.Now()}
+	s := Primaries{Namespace: ns, Time: time.Now()}
 	for _, pod := range pods.Items {
+		key := ns + "/" + pod.Name
 		for _, d := range deps.Items {
 			if isPrimary(&d) && strings.HasPrefix(pod.Name, d.Name+"-") &&
 				pod.DeletionTimestamp == nil && testbed.PodReady(&pod) {
-				everPrimary[pod.Name] = true
+				everPrimary[key] = true
 			}
 		}
-		if !everPrimary[pod.Name] || !r.serving(&pod) {
+		if !everPrimary[key] || !r.serving(&pod) {
 			continue
 		}
 		s.Count++
@@ -699,7 +815,7 @@ func (r *runner) sampleAgents(ctx context.Context) {
 // readAgentUse reads the RSS, threads and goroutines of the agent's
 // process on n.
 func (r *runner) readAgentUse(ctx context.Context, n *kubenode.Node) (AgentUse, error) {
-	ag := r.p.Agents[n.Name]
+	ag := r.agents[n.Name]
 	if ag == nil || strings.Contains(n.Faulty(), "frozen") {
 		return AgentUse{}, errors.New("no agent to read")
 	}
@@ -760,7 +876,10 @@ func (r *runner) leftovers(ctx context.Context) []string {
 	var left []string
 	deadline := time.Now().Add(time.Minute)
 	for {
-		left = r.extraPods(ctx)
+		left = nil
+		for _, pr := range r.pairs {
+			left = append(left, r.extraPods(ctx, pr.p.Namespace)...)
+		}
 		if len(left) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
@@ -781,17 +900,17 @@ func (r *runner) leftovers(ctx context.Context) []string {
 	return left
 }
 
-// extraPods lists the brokers' namespace's pods beyond each Deployment's
+// extraPods lists a pair's namespace's pods beyond each Deployment's
 // replicas and the clients' pod, and those being deleted.
-func (r *runner) extraPods(ctx context.Context) []string {
-	c := r.p.Client
-	deps, err := c.AppsV1().Deployments(nodeloss.BrokerNamespace).List(ctx, metav1.ListOptions{})
+func (r *runner) extraPods(ctx context.Context, ns string) []string {
+	c := r.cp.Client()
+	deps, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return []string{fmt.Sprintf("the Deployments of %s: %v", nodeloss.BrokerNamespace, err)}
+		return []string{fmt.Sprintf("the Deployments of %s: %v", ns, err)}
 	}
-	pods, err := c.CoreV1().Pods(nodeloss.BrokerNamespace).List(ctx, metav1.ListOptions{})
+	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return []string{fmt.Sprintf("the pods of %s: %v", nodeloss.BrokerNamespace, err)}
+		return []string{fmt.Sprintf("the pods of %s: %v", ns, err)}
 	}
 	var left []string
 	count := map[string]int32{}
@@ -817,7 +936,7 @@ func (r *runner) extraPods(ctx context.Context) []string {
 		}
 	}
 	if len(deps.Items) != 2 {
-		left = append(left, fmt.Sprintf("%d Deployments in %s, not the pair's two", len(deps.Items), nodeloss.BrokerNamespace))
+		left = append(left, fmt.Sprintf("%d Deployments in %s, not the pair's two", len(deps.Items), ns))
 	}
 	return left
 }

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/amf-edge/amf/contract"
 )
 
 // Kind is a kind of fault.
@@ -115,6 +117,9 @@ const (
 // Step is one fault of the schedule.
 type Step struct {
 	Kind Kind `json:"kind"`
+	// Pair is the pair it strikes, by its index in the run: its broker
+	// (Crash, OOM, Hang, SidecarKilled), or the nodes its roles name.
+	Pair int `json:"pair"`
 	// On is the node it strikes (Crash, OOM, Hang, PowerCut and Partition
 	// strike the primary's, StandbyCut the standby's; APIServerRestart and
 	// EtcdRestart strike none); for SidecarKilled, the broker whose sidecar it kills.
@@ -133,7 +138,7 @@ type Step struct {
 func (s Step) String() string {
 	b := string(s.Kind)
 	if s.On != "" {
-		b += " on the " + string(s.On) + "'s node"
+		b += fmt.Sprintf(" on pair %d's %s's node", s.Pair, s.On)
 	}
 	if s.Hold > 0 {
 		b += fmt.Sprintf(" for %v", s.Hold.Round(100*time.Millisecond))
@@ -150,7 +155,11 @@ func (s Step) String() string {
 type Schedule struct {
 	Seed  uint64
 	kinds []Kind
-	rng   *rand.Rand
+	// pairs are the run's pairs by how they are watched; sidecars those
+	// with a sidecar (the only ones a SidecarKilled can strike).
+	pairs    []contract.Mode
+	sidecars []int
+	rng      *rand.Rand
 	// QuietMin and QuietMax bound a step's quiet period.
 	QuietMin, QuietMax time.Duration
 	// Overlap is the chance that a fault which acts has a second one
@@ -158,13 +167,29 @@ type Schedule struct {
 	Overlap float64
 }
 
-// NewSchedule returns the schedule of seed over kinds (all if empty).
-func NewSchedule(seed uint64, kinds []Kind) *Schedule {
+// NewSchedule returns the schedule of seed over kinds (all if empty) for
+// a run of pairs, each watched as its mode says (one sidecar pair if
+// empty). Without a sidecar pair it never draws SidecarKilled.
+func NewSchedule(seed uint64, kinds []Kind, pairs []contract.Mode) *Schedule {
 	if len(kinds) == 0 {
 		kinds = Kinds()
 	}
-	return &Schedule{Seed: seed, kinds: slices.Clone(kinds), rng: rand.New(rand.NewPCG(seed, 0x50a6)),
+	if len(pairs) == 0 {
+		pairs = []contract.Mode{contract.ModeSidecar}
+	}
+	s := &Schedule{Seed: seed, pairs: slices.Clone(pairs), rng: rand.New(rand.NewPCG(seed, 0x50a6)),
 		QuietMin: 5 * time.Second, QuietMax: 30 * time.Second, Overlap: 0.3}
+	for i, m := range pairs {
+		if m != contract.ModeNode {
+			s.sidecars = append(s.sidecars, i)
+		}
+	}
+	for _, k := range kinds {
+		if k != SidecarKilled || len(s.sidecars) > 0 {
+			s.kinds = append(s.kinds, k)
+		}
+	}
+	return s
 }
 
 // overlapping are the faults that may come within another: each leaves the
@@ -187,6 +212,7 @@ func (s *Schedule) Next() Step {
 	}
 	if p < s.Overlap && slices.Contains(s.kinds, k) {
 		w := s.draw(k)
+		w.Pair = st.Pair
 		if w.On != "" {
 			// Never the primary's node: the fault there is this step's.
 			w.On = on
@@ -196,9 +222,12 @@ func (s *Schedule) Next() Step {
 	return st
 }
 
-// draw fills in a step of kind k: its node and its hold.
+// draw fills in a step of kind k: its pair, its node and its hold.
 func (s *Schedule) draw(k Kind) Step {
-	st := Step{Kind: k}
+	st := Step{Kind: k, Pair: s.rng.IntN(len(s.pairs))}
+	if k == SidecarKilled {
+		st.Pair = s.sidecars[s.rng.IntN(len(s.sidecars))]
+	}
 	switch k {
 	case Crash, OOM, Hang, PowerCut, Partition:
 		st.On = PrimaryNode

@@ -51,6 +51,12 @@ func DeployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo strin
 	return deployAgents(ctx, cp, repo, "base", nodes, extra)
 }
 
+// DeployAgentsLayout is DeployAgents from another kustomize layout of
+// manifests/ (e.g. "overlays/node-mode").
+func DeployAgentsLayout(ctx context.Context, cp *controlplane.ControlPlane, repo, layout string, nodes []string, extra []string) ([]*AgentPod, error) {
+	return deployAgents(ctx, cp, repo, layout, nodes, extra)
+}
+
 func deployAgents(ctx context.Context, cp *controlplane.ControlPlane, repo, layout string, nodes []string, extra []string) ([]*AgentPod, error) {
 	if out, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(repo, "manifests", filepath.FromSlash(layout))); err != nil {
 		return nil, fmt.Errorf("kubectl apply -k manifests/%s: %w: %s", layout, err, out)

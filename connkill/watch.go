@@ -23,7 +23,9 @@ import (
 
 // Watcher is the agent's half: it watches the cluster's EndpointSlices and,
 // when an endpoint of a broker that AMF manages (a pod with the readiness
-// gate amf.io/healthy) turns terminating — the primary a failover or a
+// gate amf.io/healthy, or in node mode, whose pods inject leaves as they
+// are, a pod of a Deployment of a pair annotated amf.io/mode: node) turns
+// terminating — the primary a failover or a
 // switchover retires, on a lost node or not — asks Kill to end this node's
 // connections to it. Every node's agent does so for its own node: the
 // clients are wherever their pods or NATs are. Only the endpoint's TCP ports
@@ -53,12 +55,14 @@ func DefaultAgain() []time.Duration {
 	return []time.Duration{250 * time.Millisecond, 750 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second, 5 * time.Second}
 }
 
-// WatchRules are the rights Watcher needs: the EndpointSlices, and a pod by
-// name to tell a managed broker (already among the actuator's rights).
+// WatchRules are the rights Watcher needs: the EndpointSlices, and a pod,
+// its ReplicaSet and its Deployment by name to tell a managed broker (all
+// already among the actuator's rights).
 func WatchRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "deployments"}, Verbs: []string{"get"}},
 	}
 }
 
@@ -163,7 +167,7 @@ func (w *Watcher) end(ctx context.Context, eps []endpoint) (managed []endpoint) 
 	for _, ep := range eps {
 		log := w.Log.With(slog.String("pod", ep.namespace+"/"+ep.pod), slog.Any("endpoints", ep.dead))
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		p, err := w.Client.CoreV1().Pods(ep.namespace).Get(gctx, ep.pod, metav1.GetOptions{})
+		ours, err := w.managed(gctx, ep)
 		cancel()
 		switch {
 		case apierrors.IsNotFound(err):
@@ -171,7 +175,7 @@ func (w *Watcher) end(ctx context.Context, eps []endpoint) (managed []endpoint) 
 		case err != nil:
 			log.Warn("connkill: cannot tell whether a terminating endpoint is a managed broker's", slog.String("error", err.Error()))
 			continue
-		case !slices.ContainsFunc(p.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == contract.ConditionHealthy }):
+		case !ours:
 			continue // not AMF's: its clients are not ours to move
 		}
 		managed = append(managed, ep)
@@ -186,6 +190,46 @@ func (w *Watcher) end(ctx context.Context, eps []endpoint) (managed []endpoint) 
 		log.Info("connkill: the node's connections to a retired broker ended", slog.Int("flows", flows), slog.Int("sockets", sockets), slog.Duration("took", time.Since(start)))
 	}
 	return managed
+}
+
+// managed says whether ep's pod is a broker AMF manages: it has the
+// readiness gate amf.io/healthy (the sidecar's, written by inject), or its
+// Deployment, found through the ReplicaSet that controls it, is a pair's
+// member in node mode (amf.io/mode: node, with amf.io/standby on the
+// primary or amf.io/primary on the standby), whose pods carry nothing of
+// AMF's. A pod gone is NotFound; a ReplicaSet or Deployment gone says no.
+func (w *Watcher) managed(ctx context.Context, ep endpoint) (bool, error) {
+	p, err := w.Client.CoreV1().Pods(ep.namespace).Get(ctx, ep.pod, metav1.GetOptions{})
+	if err != nil {
+		return false, err
+	}
+	if slices.ContainsFunc(p.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == contract.ConditionHealthy }) {
+		return true, nil
+	}
+	ref := metav1.GetControllerOf(p)
+	if ref == nil || ref.Kind != "ReplicaSet" {
+		return false, nil
+	}
+	rs, err := w.Client.AppsV1().ReplicaSets(p.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("the ReplicaSet of pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	if ref = metav1.GetControllerOf(rs); ref == nil || ref.Kind != "Deployment" {
+		return false, nil
+	}
+	d, err := w.Client.AppsV1().Deployments(p.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("the Deployment of pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	_, primary := d.Annotations[contract.AnnStandby]
+	_, standby := d.Annotations[contract.AnnPrimary]
+	return d.Annotations[contract.AnnMode] == string(contract.ModeNode) && (primary || standby), nil
 }
 
 // again sweeps ep at each of the Again delays after now (see DefaultAgain),

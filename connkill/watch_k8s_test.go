@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/connkill"
 	"github.com/amf-edge/amf/contract"
@@ -38,12 +39,14 @@ func (k *kills) kill(_ context.Context, dead []netip.AddrPort) (int, int, error)
 }
 
 // TestTheWatcherAsksToEndTheConnectionsOfARetiredBrokerOnly runs the
-// Watcher against a real API server and its EndpointSlice controller: two
-// pods behind Services, a broker with the readiness gate amf.io/healthy and
-// another app without it, each kept terminating by a finalizer once
-// deleted (as a pod on a lost node stays). The broker's deletion asks Kill
-// for its endpoint's TCP ports, and again at each later sweep; the other
-// app's asks nothing.
+// Watcher against a real API server and its controllers: three pods behind
+// Services, a broker with the readiness gate amf.io/healthy, a broker in
+// node mode (a pod of a Deployment of a pair annotated amf.io/mode: node,
+// which inject leaves as the user wrote it), and another app, a
+// Deployment's too, without either, each kept terminating by a finalizer
+// once deleted (as a pod on a lost node stays). Each broker's deletion asks
+// Kill for its endpoint's TCP ports, and again at each later sweep; the
+// other app's asks nothing.
 func TestTheWatcherAsksToEndTheConnectionsOfARetiredBrokerOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -71,11 +74,19 @@ func TestTheWatcherAsksToEndTheConnectionsOfARetiredBrokerOnly(t *testing.T) {
 		}
 	}()
 
-	pods := map[string]string{} // name → IP
+	pods := map[string]string{} // app → IP
+	podNames := map[string]string{}
 	for _, app := range []struct {
 		name string
 		gate bool
-	}{{"broker", true}, {"web", false}} {
+		// ann, when set, makes the pod a Deployment's with these
+		// annotations.
+		ann map[string]string
+	}{
+		{name: "broker", gate: true},
+		{name: "nodebroker", ann: map[string]string{contract.AnnMode: string(contract.ModeNode), contract.AnnStandby: "nodebroker-b", contract.AnnRedundancy: string(contract.Hot)}},
+		{name: "web", ann: map[string]string{"app.example/tier": "front"}},
+	} {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: app.name}, Spec: corev1.ServiceSpec{
 			Selector: map[string]string{"app": app.name},
 			Ports:    []corev1.ServicePort{{Name: "main", Port: 1883, TargetPort: intstr.FromInt32(1883)}, {Name: "ws", Port: 9001, TargetPort: intstr.FromInt32(9001)}},
@@ -91,45 +102,81 @@ func TestTheWatcherAsksToEndTheConnectionsOfARetiredBrokerOnly(t *testing.T) {
 		if app.gate {
 			pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: contract.ConditionHealthy}}
 		}
-		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+		if app.ann == nil {
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			// The ReplicaSet controller copies the template's finalizers.
+			d := &appsv1.Deployment{
+				ObjectMeta: metav1.ObjectMeta{Name: app.name, Annotations: app.ann},
+				Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: pod.Labels},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels, Finalizers: pod.Finalizers}, Spec: pod.Spec}},
+			}
+			d.Spec.Template.Spec.NodeName = ""
+			if _, err := cs.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		t.Cleanup(func() {
-			_, _ = cs.CoreV1().Pods(ns).Patch(context.Background(), app.name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+			// Every pod of the app, the Deployment's replacement too.
+			list, _ := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app.name})
+			if list == nil {
+				return
+			}
+			for _, p := range list.Items {
+				_, _ = cs.CoreV1().Pods(ns).Patch(context.Background(), p.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+			}
 		})
-		ev, err := watchtools.UntilWithSync(ctx, cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns, fields.OneTermEqualSelector("metadata.name", app.name)),
+		ev, err := watchtools.UntilWithSync(ctx, cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "pods", ns, func(o *metav1.ListOptions) { o.LabelSelector = "app=" + app.name }),
 			&corev1.Pod{}, nil, func(ev watch.Event) (bool, error) {
 				p, ok := ev.Object.(*corev1.Pod)
 				return ok && p.Status.PodIP != "", nil // kwok gives it an IP as it runs it
 			})
 		if err != nil {
-			t.Fatalf("pod %s without an IP: %v", app.name, err)
+			t.Fatalf("pod of %s without an IP: %v", app.name, err)
 		}
-		pods[app.name] = ev.Object.(*corev1.Pod).Status.PodIP
+		p := ev.Object.(*corev1.Pod)
+		pods[app.name], podNames[app.name] = p.Status.PodIP, p.Name
 	}
 	// The other app first: were it asked for, its request would come
-	// before the broker's.
-	for _, name := range []string{"web", "broker"} {
-		if err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+	// before the brokers'.
+	for _, name := range []string{"web", "broker", "nodebroker"} {
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, podNames[name], metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The first request, then one per later sweep (Watcher.Again).
-	for i := range 3 {
+	// For each broker the first request, then one per later sweep
+	// (Watcher.Again).
+	for i := range 6 {
 		select {
 		case <-k.ch:
 		case <-ctx.Done():
-			t.Fatalf("%d requests to end the retired broker's connections, want 3", i)
+			t.Fatalf("%d requests to end the retired brokers' connections, want 6", i)
 		}
 	}
-	ip := netip.MustParseAddr(pods["broker"])
-	want := []netip.AddrPort{netip.AddrPortFrom(ip, 1883), netip.AddrPortFrom(ip, 9001)}
+	want := map[string][]netip.AddrPort{}
+	for _, b := range []string{"broker", "nodebroker"} {
+		ip := netip.MustParseAddr(pods[b])
+		want[b] = []netip.AddrPort{netip.AddrPortFrom(ip, 1883), netip.AddrPortFrom(ip, 9001)}
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	asked := map[string]int{}
 	for i, got := range k.got {
 		slices.SortFunc(got, func(a, b netip.AddrPort) int { return a.Compare(b) })
-		if !slices.Equal(got, want) {
-			t.Errorf("request %d: asked to end %v, want the broker's %v (and nothing of web at %s)", i, got, want, pods["web"])
+		var whose string
+		for b, w := range want {
+			if slices.Equal(got, w) {
+				whose = b
+			}
 		}
+		if whose == "" {
+			t.Errorf("request %d: asked to end %v, want a broker's %v (and nothing of web at %s)", i, got, want, pods["web"])
+		}
+		asked[whose]++
+	}
+	if asked["broker"] != 3 || asked["nodebroker"] != 3 {
+		t.Errorf("requests per broker %v, want 3 each (the first and two sweeps)", asked)
 	}
 }

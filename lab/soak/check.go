@@ -187,12 +187,12 @@ type Bounds struct {
 func DefaultBounds() Bounds {
 	return Bounds{
 		Back: map[Kind]time.Duration{
-			Crash: 30 * time.Second, OOM: 30 * time.Second, EtcdRestart: time.Minute, Hang: time.Minute, PowerCut: 3 * time.Minute, Partition: 3 * time.Minute,
+			Crash: 30 * time.Second, OOM: 30 * time.Second, Anomaly: 2 * time.Minute, EtcdRestart: time.Minute, Hang: time.Minute, PowerCut: 3 * time.Minute, Partition: 3 * time.Minute,
 			StandbyCut: 3 * time.Minute, KubeletRestart: time.Minute, ContainerdRestart: time.Minute,
 			AgentKilled: 6 * time.Minute, SidecarKilled: 6 * time.Minute, APIServerRestart: time.Minute, SlowNode: 2 * time.Minute,
 		},
 		SOT: map[Kind]time.Duration{
-			Crash: 2 * time.Second, OOM: 2 * time.Second, EtcdRestart: 2 * time.Second, Hang: 2 * time.Second, SidecarKilled: 2 * time.Second, PowerCut: 8 * time.Second, Partition: 8 * time.Second,
+			Crash: 2 * time.Second, OOM: 2 * time.Second, Anomaly: 2 * time.Second, EtcdRestart: 2 * time.Second, Hang: 2 * time.Second, SidecarKilled: 2 * time.Second, PowerCut: 8 * time.Second, Partition: 8 * time.Second,
 			StandbyCut: 2 * time.Second, KubeletRestart: 2 * time.Second, ContainerdRestart: 2 * time.Second,
 			AgentKilled: 2 * time.Second, APIServerRestart: 2 * time.Second, SlowNode: 2 * time.Second,
 		},

@@ -251,7 +251,7 @@ func (r *runner) acting(st Step) []bool {
 	out := make([]bool, len(r.pairs))
 	var gone *kubenode.Node
 	switch st.Kind {
-	case Crash, OOM, Hang:
+	case Crash, OOM, Anomaly, Hang:
 		out[st.Pair] = true
 	case PowerCut, Partition:
 		gone = r.node(st.Pair, PrimaryNode)
@@ -456,9 +456,9 @@ func (r *runner) fault(ctx context.Context, st Step, f *Fault, acts []bool, olds
 			return err
 		}
 		return exchanged()
-	case OOM:
+	case OOM, Anomaly:
 		f.Start = time.Now()
-		stop, err := r.oom(ctx, pr, pn, old)
+		stop, err := r.stress(ctx, pr, pn, old, st.Kind)
 		if err != nil {
 			return err
 		}
@@ -546,15 +546,16 @@ func (r *runner) strike(ctx context.Context, st Step) (time.Duration, error) {
 	return 0, fmt.Errorf("soak: %s cannot come within another fault", st.Kind)
 }
 
-// oom starts a process in pod's broker container on n that takes twice
-// the container's memory limit at once, in a memory file (the lab's load
-// generator, which the lab's Mosquitto image holds): charged to the
-// container but outside that process's RSS, so the kernel's OOM killer
-// ends the broker, the container's main process, as cgroup v2's
-// memory.oom.group would end the whole container. stop waits for the
+// stress starts the lab's load generator (which the lab's Mosquitto image
+// holds) in pod's broker container on n, its memory in a memory file:
+// charged to the container but outside that process's RSS. For OOM it
+// takes twice the container's memory limit at once, so the kernel's OOM
+// killer ends the broker, the container's main process, as cgroup v2's
+// memory.oom.group would end the whole container; for Anomaly it is the
+// paper's staged fault (Anomaly). stop waits for the
 // process's end (kills the exec if the pod's end has not ended it) and
-// says what it wrote, for an OOM kill that did not come.
-func (r *runner) oom(ctx context.Context, pr *pairRun, n *kubenode.Node, pod string) (stop func() string, err error) {
+// says what it wrote, for an end that did not come.
+func (r *runner) stress(ctx context.Context, pr *pairRun, n *kubenode.Node, pod string, k Kind) (stop func() string, err error) {
 	pd, err := pr.p.Client.CoreV1().Pods(pr.p.Namespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
@@ -569,6 +570,9 @@ func (r *runner) oom(ctx context.Context, pr *pairRun, n *kubenode.Node, pod str
 		return nil, fmt.Errorf("pod %s: its %s container has no memory limit to cross", pod, testbed.BrokerContainer)
 	}
 	profile := fmt.Sprintf("60s:mem=%dMi", 2*limit>>20)
+	if k == Anomaly {
+		profile = "30s:mem=60Mi,cpu=0.4;60s:mem=86Mi,ramp=2Mi/s"
+	}
 	var out bytes.Buffer
 	cmd, err := n.Exec(ctx, pr.p.Namespace, pod, testbed.BrokerContainer, []string{images.LabBinary, "stress", "--memory-file", "--profile", profile}, &out, &out)
 	if err != nil {

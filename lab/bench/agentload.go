@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,12 +15,11 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	"github.com/prometheus/common/expfmt"
-	prommodel "github.com/prometheus/common/model"
 
 	"github.com/amf-edge/amf/podsignal"
 
 	"github.com/amf-edge/amf/lab/proc"
+	"github.com/amf-edge/amf/lab/scrape"
 )
 
 // AgentLoadConfig configures the agent load benchmark.
@@ -188,17 +186,7 @@ func startTokenAgent(ctx context.Context, bin, workDir, namespace string, pods i
 
 // intakeLatency reads the agent's decode+ACL+state-update histogram.
 func intakeLatency(ctx context.Context, url string, rep *AgentLoadReport) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("agent metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := scrape.Families(ctx, url)
 	if err != nil {
 		return fmt.Errorf("agent metrics: %w", err)
 	}

@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	prommodel "github.com/prometheus/common/model"
-
 	"github.com/amf-edge/amf/lab/proc"
+	"github.com/amf-edge/amf/lab/scrape"
 )
 
 // NodeModeConfig configures the node-mode footprint benchmark.
@@ -220,17 +217,7 @@ func waitHealthy(ctx context.Context, url string, n int, bound time.Duration) er
 }
 
 func healthyPods(ctx context.Context, url string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	families, err := scrape.Families(ctx, url)
 	if err != nil {
 		return 0, err
 	}

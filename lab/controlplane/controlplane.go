@@ -767,24 +767,7 @@ func (cp *ControlPlane) StopAPIServer() {
 
 // StartAPIServer restarts a stopped API server (see StopAPIServer).
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
-	cp.mu.Lock()
-	if cp.stopped {
-		cp.mu.Unlock()
-		return errors.New("controlplane: stopped")
-	}
-	if cp.apiserver.running() {
-		cp.mu.Unlock()
-		return errors.New("controlplane: kube-apiserver is running")
-	}
-	p := cp.newProcess("kube-apiserver", cp.apiserverArgs())
-	cp.apiserver = p
-	cp.mu.Unlock()
-	if err := p.start(); err != nil {
-		return err
-	}
-	wctx, cancel := untilExit(ctx, cp.etcd, p)
-	defer cancel()
-	return cp.waitAPIServer(wctx)
+	return cp.startAgain(ctx, &cp.apiserver, "kube-apiserver", cp.apiserverArgs())
 }
 
 // RestartAPIServer stops and starts the API server.
@@ -805,31 +788,38 @@ func (cp *ControlPlane) KillEtcd() {
 // StartEtcd starts a killed etcd again on its ports and data directory, and
 // waits until the API server is ready on it again.
 func (cp *ControlPlane) StartEtcd(ctx context.Context) error {
-	cp.mu.Lock()
-	if cp.stopped {
-		cp.mu.Unlock()
-		return errors.New("controlplane: stopped")
-	}
-	if cp.etcd.running() {
-		cp.mu.Unlock()
-		return errors.New("controlplane: etcd is running")
-	}
-	p := cp.newProcess("etcd", cp.etcdArgs())
-	cp.etcd = p
-	apiserver := cp.apiserver
-	cp.mu.Unlock()
-	if err := p.start(); err != nil {
-		return err
-	}
-	wctx, cancel := untilExit(ctx, p, apiserver)
-	defer cancel()
-	return cp.waitAPIServer(wctx)
+	return cp.startAgain(ctx, &cp.etcd, "etcd", cp.etcdArgs())
 }
 
 // RestartEtcd kills etcd and starts it again (KillEtcd, StartEtcd).
 func (cp *ControlPlane) RestartEtcd(ctx context.Context) error {
 	cp.KillEtcd()
 	return cp.StartEtcd(ctx)
+}
+
+// startAgain starts the component in slot (etcd or the API server) again,
+// once it has stopped, and waits until the API server is ready, or either
+// of the two exits.
+func (cp *ControlPlane) startAgain(ctx context.Context, slot **process, name string, args []string) error {
+	cp.mu.Lock()
+	if cp.stopped {
+		cp.mu.Unlock()
+		return errors.New("controlplane: stopped")
+	}
+	if (*slot).running() {
+		cp.mu.Unlock()
+		return fmt.Errorf("controlplane: %s is running", name)
+	}
+	p := cp.newProcess(name, args)
+	*slot = p
+	etcd, apiserver := cp.etcd, cp.apiserver
+	cp.mu.Unlock()
+	if err := p.start(); err != nil {
+		return err
+	}
+	wctx, cancel := untilExit(ctx, etcd, apiserver)
+	defer cancel()
+	return cp.waitAPIServer(wctx)
 }
 
 // Stop stops every component: kwok, scheduler and controller manager, then the

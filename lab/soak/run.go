@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,15 +22,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/prometheus/common/expfmt"
-	prommodel "github.com/prometheus/common/model"
-
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/nodeloss"
 	"github.com/amf-edge/amf/lab/proc"
+	"github.com/amf-edge/amf/lab/scrape"
 	"github.com/amf-edge/amf/lab/testbed"
 	"github.com/amf-edge/amf/pause"
 	"github.com/amf-edge/amf/podsignal"
@@ -851,19 +848,9 @@ func (r *runner) readAgentUse(ctx context.Context, n *kubenode.Node) (AgentUse, 
 func goroutines(ctx context.Context, url string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	families, err := scrape.Families(ctx, url)
 	if err != nil {
 		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(prommodel.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", url, err)
 	}
 	ms := families["go_goroutines"].GetMetric()
 	if len(ms) == 0 {

@@ -85,11 +85,14 @@ func (f Fault) Lost() int {
 
 // Decision is an action an agent decided (its "decision" line).
 type Decision struct {
-	Time       time.Time `json:"time"`
-	Node       string    `json:"node"`
-	Action     string    `json:"action"`
-	Deployment string    `json:"deployment"`
-	Raw        string    `json:"raw"`
+	Time   time.Time `json:"time"`
+	Node   string    `json:"node"`
+	Action string    `json:"action"`
+	// Reason is an Event's (Action "Event"): SwitchoverConfirmed or
+	// Failover, said with a RetirePrimary.
+	Reason     string `json:"reason,omitempty"`
+	Deployment string `json:"deployment"`
+	Raw        string `json:"raw"`
 }
 
 // Alarm is a broker pod's health turning anomalous (the agent's
@@ -371,7 +374,11 @@ func (h History) around(t time.Time, d time.Duration) []string {
 	}
 	for _, x := range h.Decisions {
 		if near(x.Time) {
-			ls = append(ls, line{x.Time, fmt.Sprintf("%s the agent on %s: %s %s", stamp(x.Time), x.Node, x.Action, x.Deployment)})
+			what := x.Action
+			if x.Reason != "" {
+				what = x.Reason
+			}
+			ls = append(ls, line{x.Time, fmt.Sprintf("%s the agent on %s: %s %s", stamp(x.Time), x.Node, what, x.Deployment)})
 		}
 	}
 	sort.SliceStable(ls, func(i, j int) bool { return ls[i].at.Before(ls[j].at) })
@@ -441,7 +448,10 @@ type Report struct {
 	// (one not served counts as the wait: ClientsNotBack).
 	ClientP99      map[Kind]float64 `json:"client_sot_p99_s"`
 	ClientsNotBack int              `json:"clients_not_back"`
-	Lost           map[Kind]int     `json:"lost"`
+	// Retirements counts the primaries retired by reason: a switchover
+	// completed (SwitchoverConfirmed) or a failover (Failover).
+	Retirements map[string]int `json:"retirements"`
+	Lost        map[Kind]int   `json:"lost"`
 	// AgentRSS is the largest agent's RSS in its first and last samples.
 	AgentRSSStart float64 `json:"agent_rss_mib_start"`
 	AgentRSSEnd   float64 `json:"agent_rss_mib_end"`
@@ -460,7 +470,12 @@ type Report struct {
 func Figures(h History, vs []Violation, falseActions []Decision, wait time.Duration) Report {
 	r := Report{DurationS: h.End.Sub(h.Start).Seconds(), Seed: h.Seed, Faults: map[Kind]int{},
 		SOTP99: map[Kind]float64{}, BackP99: map[Kind]float64{}, Lost: map[Kind]int{}, ClientP99: map[Kind]float64{},
-		Violations: len(vs), FalseActions: len(falseActions), Pairs: h.Pairs}
+		Violations: len(vs), FalseActions: len(falseActions), Pairs: h.Pairs, Retirements: map[string]int{}}
+	for _, d := range h.Decisions {
+		if d.Action == "Event" {
+			r.Retirements[d.Reason]++
+		}
+	}
 	sots, backs, clients := map[Kind][]float64{}, map[Kind][]float64{}, map[Kind][]float64{}
 	for _, f := range h.Faults {
 		k := f.Step.Kind

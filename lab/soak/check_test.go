@@ -159,6 +159,8 @@ func TestFiguresSumTheRunUp(t *testing.T) {
 			f.Pairs[0].Clients = []nodeloss.ClientCut{{Client: "a", ServedS: 0.5}, {Client: "b", ServedS: -1}}
 			return f
 		}()},
+		Decisions: []Decision{{Time: at(10.1), Action: "RetirePrimary", Deployment: "mqtt/edge-broker-a"}, {Time: at(10.1), Action: "Event", Reason: "Failover", Deployment: "mqtt/edge-broker-a"},
+			{Time: at(100.1), Action: "RetirePrimary", Deployment: "mqtt/edge-broker-a"}, {Time: at(100.1), Action: "Event", Reason: "Failover", Deployment: "mqtt/edge-broker-a"}},
 		Alarms: []Alarm{{Time: at(10.5)}, {Time: at(1000)}},
 		AgentUse: []AgentUse{{Time: at(1), Node: "n0", RSS: 30 << 20, Goroutines: 50}, {Time: at(3500), Node: "n0", RSS: 32 << 20, Goroutines: 55},
 			{Time: at(1), Node: "n1", RSS: 31 << 20}, {Time: at(3500), Node: "n1", RSS: 31 << 20}}}
@@ -172,6 +174,9 @@ func TestFiguresSumTheRunUp(t *testing.T) {
 	}
 	if r.AgentRSSStart != 31 || r.AgentRSSEnd != 32 || r.AgentGoroutinesStart != 50 || r.AgentGoroutinesEnd != 55 {
 		t.Errorf("agent rss %v -> %v, goroutines %d -> %d", r.AgentRSSStart, r.AgentRSSEnd, r.AgentGoroutinesStart, r.AgentGoroutinesEnd)
+	}
+	if r.Retirements["Failover"] != 2 || len(r.Retirements) != 1 || r.FalseActions != 0 {
+		t.Errorf("retirements %v, false actions %d", r.Retirements, r.FalseActions)
 	}
 	if r.PodHours != 4 || r.FalseAlarms != 1 {
 		t.Errorf("pod-hours %v, false alarms %d (one alarm in a fault, one outside)", r.PodHours, r.FalseAlarms)

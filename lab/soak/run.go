@@ -696,14 +696,15 @@ func (r *runner) retired(dep string, since time.Time) time.Time {
 	return first
 }
 
-// decisions are the agents' decisions and their pods' health turning
-// anomalous, from every agent's log.
+// decisions are the agents' decisions (with the Events that say why a
+// primary was retired) and their pods' health turning anomalous, from
+// every agent's log.
 func (r *runner) decisions() (ds []Decision, as []Alarm) {
 	for node, ag := range r.agents {
 		for _, l := range ag.Lines() {
 			switch {
-			case l.Msg == "decision" && l.Error == "" && l.Action != "" && l.Action != "Event":
-				ds = append(ds, Decision{Time: l.Time, Node: node, Action: l.Action, Deployment: l.Deployment, Raw: l.Raw})
+			case l.Msg == "decision" && l.Error == "" && l.Action != "" && (l.Action != "Event" || retirement(l.Reason)):
+				ds = append(ds, Decision{Time: l.Time, Node: node, Action: l.Action, Reason: l.Reason, Deployment: l.Deployment, Raw: l.Raw})
 			case l.Msg == "transition" && l.To == string(podsignal.Anomalous):
 				as = append(as, Alarm{Time: l.Time, Pod: l.Namespace + "/" + l.Pod, Raw: l.Raw})
 			}
@@ -713,6 +714,10 @@ func (r *runner) decisions() (ds []Decision, as []Alarm) {
 	slices.SortFunc(as, func(a, b Alarm) int { return a.Time.Compare(b.Time) })
 	return ds, as
 }
+
+// retirement says whether an Event's reason says why a primary was
+// retired: a switchover completed, or a failover.
+func retirement(reason string) bool { return reason == "SwitchoverConfirmed" || reason == "Failover" }
 
 // samplePrimaries records every half second how many brokers of each
 // pair serve as primaries: the pods that were Ready while their Deployment

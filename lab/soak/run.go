@@ -112,7 +112,8 @@ func Run(ctx context.Context, cfg Config) (_ History, err error) {
 		if err := os.MkdirAll(pdir, 0o755); err != nil {
 			return History{}, err
 		}
-		pc := nodeloss.PairConfig{ControlPlane: cp, Cluster: cl, Repo: cfg.Repo, Dir: pdir, Namespace: ns, Mode: mode, Swap: i%2 == 1}
+		pc := nodeloss.PairConfig{ControlPlane: cp, Cluster: cl, Repo: cfg.Repo, Dir: pdir, Namespace: ns, Mode: mode, Swap: i%2 == 1,
+			Policy: map[string]string{contract.AnnCooldown: Cooldown.String()}}
 		pn, sn := cl.Nodes[0], cl.Nodes[1]
 		if pc.Swap {
 			pn, sn = sn, pn
@@ -291,6 +292,14 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 				return fail(fmt.Errorf("%s: %w", pr.p.Namespace, err))
 			}
 			marks[i] = pr.clients.Marks()
+		}
+	}
+	if st.Kind == Anomaly {
+		// The flap guard holds a switchover back for the cooldown after
+		// the pair's last retirement: the anomaly begins once it is over,
+		// so that it is switched over.
+		if err := r.hold(fctx, time.Until(r.lastRetired(r.pairs[st.Pair].p.Namespace).Add(Cooldown+time.Second))); err != nil {
+			return fail(err)
 		}
 	}
 	f.Start = time.Now()
@@ -679,6 +688,25 @@ func (r *runner) slow(ctx context.Context, n *kubenode.Node, d time.Duration) er
 	}
 	err := r.hold(ctx, d)
 	return errors.Join(err, r.pairs[0].p.Restore(context.WithoutCancel(ctx), n))
+}
+
+// Cooldown is the soak's pairs' amf.io/cooldown, the flap guard's least
+// time between two retirements of a pair (5 min by default, which would
+// keep most of a soak's anomalies from acting).
+const Cooldown = 20 * time.Second
+
+// lastRetired is the last RetirePrimary decision of a Deployment of
+// namespace ns, by any agent (zero: none).
+func (r *runner) lastRetired(ns string) time.Time {
+	var last time.Time
+	for _, ag := range r.agents {
+		for _, l := range ag.Lines() {
+			if l.Msg == "decision" && l.Action == "RetirePrimary" && l.Error == "" && strings.HasPrefix(l.Deployment, ns+"/") && l.Time.After(last) {
+				last = l.Time
+			}
+		}
+	}
+	return last
 }
 
 // retired is the first RetirePrimary decision of dep after since, by any

@@ -27,14 +27,16 @@ import (
 	"github.com/amf-edge/amf/pause"
 )
 
-// BrokerNamespace holds the edge brokers of a Pair.
+// BrokerNamespace holds the edge brokers of a Pair unless its PairConfig
+// names another.
 const BrokerNamespace = "mqtt"
 
-// Pair is the agent DaemonSet (manifests/base, --liveness on) on a cluster
-// of lab nodes, the RDS and OBU brokers on its third node, the E2E probe
-// between them, and a hot pair of edge brokers bridging them: the primary
-// (testbed.PrimaryName) pinned to node 0, its hot standby
-// (testbed.StandbyName) running on node 1.
+// Pair is the agent DaemonSet (manifests/base, --liveness on; or another
+// Pair's) on a cluster of lab nodes, the RDS and OBU brokers on its third
+// node, the E2E probe between them, and a hot pair of edge brokers bridging
+// them: the primary (testbed.PrimaryName) pinned to node 0, its hot standby
+// (testbed.StandbyName) running on node 1, or the other way round
+// (PairConfig.Swap).
 type Pair struct {
 	// Namespace holds the pair's brokers (BrokerNamespace unless the
 	// PairConfig named another).

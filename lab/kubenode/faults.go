@@ -24,6 +24,9 @@ import (
 //     it had open is ever closed: peers see neither FIN nor RST, only silence.
 //   - Partition: the LAN port goes down; the node keeps running, cut off from
 //     the API server, the other nodes and the host.
+//   - CutInbound: an asymmetric partition: the node still opens connections
+//     to its peers, they can open none to it, and it and the API server no
+//     longer hear each other (inboundRules).
 //   - Starve: the node's whole cgroup root gets a CPU quota (slow, alive).
 //   - StopDaemon: one daemon (the kubelet, say) dies alone; StartDaemon or
 //     Restore starts it again.
@@ -72,6 +75,81 @@ func (n *Node) Partition(context.Context) error {
 		return err
 	}
 	return n.setLink(false)
+}
+
+// inboundRules are CutInbound's iptables rules, in the node's network
+// namespace: every new TCP connection arriving at its LAN port dropped (to
+// the node itself or, in raw before any DNAT, to its pods), and every packet
+// between the API server (LANGateway:6443) and the node or its pods, both
+// ways. Established connections with its peers keep working, and new ones
+// out of the node still open: a SYN-ACK is no SYN.
+//
+// Both ways for the API server: dropping only what the node sends left its
+// watches delivering (a receiver takes in-order data whether or not its
+// ACKs arrive), so the lab's first version of this fault let the kubelet
+// see its pod's deletion and carry it out 6 s after the cut.
+func inboundRules() [][]string {
+	toAPI := []string{"-d", LANGateway, "-p", "tcp", "--dport", strconv.Itoa(APIServerPort), "-j", "DROP"}
+	return [][]string{
+		{"raw", "PREROUTING", "-i", "eth0", "-p", "tcp", "--syn", "-j", "DROP"},
+		{"raw", "PREROUTING", "-i", "eth0", "-s", LANGateway, "-p", "tcp", "--sport", strconv.Itoa(APIServerPort), "-j", "DROP"},
+		append([]string{"filter", "OUTPUT"}, toAPI...),
+		append([]string{"filter", "FORWARD"}, toAPI...),
+	}
+}
+
+// CutInbound makes an asymmetric partition of the node (inboundRules); the
+// node keeps running. Restore undoes it.
+func (n *Node) CutInbound(context.Context) error {
+	if err := n.needLAN("CutInbound"); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.fault.inboundCut = true // set first: Restore undoes what went in
+	n.mu.Unlock()
+	for _, r := range inboundRules() {
+		if err := n.iptables(rule(r, "-I")...); err != nil {
+			return fmt.Errorf("kubenode %s: cut inbound: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// uncutInbound deletes CutInbound's rules, those that are there.
+func (n *Node) uncutInbound() error {
+	n.mu.Lock()
+	cut := n.fault.inboundCut
+	n.mu.Unlock()
+	if !cut {
+		return nil
+	}
+	var errs []error
+	for _, r := range inboundRules() {
+		if n.iptables(rule(r, "-C")...) != nil {
+			continue // never inserted
+		}
+		if err := n.iptables(rule(r, "-D")...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("kubenode %s: inbound back: %w", n.Name, err)
+	}
+	n.mu.Lock()
+	n.fault.inboundCut = false
+	n.mu.Unlock()
+	return nil
+}
+
+// rule is iptables' arguments to do op (-I, -C, -D) with r: table, chain,
+// match and target.
+func rule(r []string, op string) []string {
+	return append([]string{"-t", r[0], op, r[1]}, r[2:]...)
+}
+
+// iptables runs iptables in the node's network namespace.
+func (n *Node) iptables(args ...string) error {
+	return run("nsenter", append([]string{"--net=" + n.NetNS, "--", "iptables", "-w"}, args...)...)
 }
 
 // Starve limits the whole node (daemons and pods) to cpus CPUs (e.g. 0.05)
@@ -185,7 +263,7 @@ func daemonUp(n *Node) map[string]func(context.Context) error {
 func (n *Node) Restore(ctx context.Context) error {
 	var errs []error
 	if n.cfg.LAN != nil {
-		errs = append(errs, n.setLink(true))
+		errs = append(errs, n.setLink(true), n.uncutInbound())
 	}
 	if err := n.setFreezer(ctx, "THAWED"); err != nil {
 		errs = append(errs, err)
@@ -230,6 +308,9 @@ func (n *Node) Faulty() string {
 	}
 	if n.fault.linkDown {
 		fs = append(fs, "link down")
+	}
+	if n.fault.inboundCut {
+		fs = append(fs, "inbound cut")
 	}
 	if n.fault.starved {
 		fs = append(fs, "starved")

@@ -199,6 +199,10 @@ func othersReady(t *testing.T, c kubernetes.Interface, cl *kubenode.Cluster, exc
 //   - slow node: a CPU quota holds the whole node (a busy pod included) to
 //     its share, and the kubelet still renews its Lease: the Node stays Ready;
 //   - kubelet dead: the pods run on and serve; NotReady after the grace;
+//   - asymmetric partition: a session opened before the cut is served, a new
+//     connection into the node hangs while the node's own connections out
+//     open; its pod, deleted in the API meanwhile, runs on until the heal,
+//     when its kubelet carries the deletion out; NotReady after the grace;
 //   - restore: each time the node comes back Ready and its broker serves.
 func TestNodeFaultsLookLikeTheRealOnes(t *testing.T) {
 	cp, cl := kubenodetest.StartCluster(t, 3, kubenodetest.Options{ControlPlane: controlplane.Options{
@@ -426,6 +430,76 @@ func TestNodeFaultsLookLikeTheRealOnes(t *testing.T) {
 			t.Errorf("the broker (pid %d) died with the kubelet: %v", containerPID, err)
 		}
 		restore(t, n)
+	})
+
+	// Last: the node's pod is deleted on the way.
+	t.Run("asymmetric partition", func(t *testing.T) {
+		n, peer := cl.Nodes[0], cl.Nodes[1]
+		session, err := mqttDial(ctx, "", addr[n], 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer session.Close()
+		if err := roundTrip(session, mqttConnect, connack, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		brokerPID, err := n.ContainerPID(ctx, metav1.NamespaceDefault, "broker-"+n.Name, "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := n.CutInbound(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if f := n.Faulty(); f != "inbound cut" {
+			t.Errorf("Faulty() = %q, want inbound cut", f)
+		}
+		if err := roundTrip(session, mqttPing, pingresp, 3*time.Second); err != nil {
+			t.Errorf("an MQTT session opened before the cut: %v, want it served", err)
+		}
+		if c, err := mqttDial(ctx, peer.NetNS, addr[n], 2*time.Second); err == nil {
+			c.Close()
+			t.Error("a new connection from another node to the cut node's broker was accepted")
+		} else if !errors.Is(err, context.DeadlineExceeded) && !os.IsTimeout(err) {
+			t.Errorf("a new connection from another node: %v, want a timeout (no refusal, no reset)", err)
+		}
+		if err := serves(ctx, n.NetNS, addr[peer], 10*time.Second); err != nil {
+			t.Errorf("out of the cut node to another node's broker: %v", err)
+		}
+		// Deleted in the API, the pod runs on: the kubelet no longer hears
+		// the API server (the first version of this fault let it carry
+		// out the deletion 6 s after the cut).
+		if err := c.CoreV1().Pods(metav1.NamespaceDefault).Delete(ctx, "broker-"+n.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		renewed := lease(t, c, n.Name).Spec.RenewTime.Time
+		seen := waitNode(t, c, n.Name, grace+time.Minute, "NotReady", notReady)
+		checkGrace(t, "asymmetric partition", t0, renewed, seen)
+		if err := syscall.Kill(brokerPID, 0); err != nil {
+			t.Errorf("the deleted pod's broker (pid %d) ended %v after the cut: its kubelet heard the API server", brokerPID, time.Since(t0).Round(time.Second))
+		}
+		if err := serves(ctx, n.NetNS, addr[n], 5*time.Second); err != nil {
+			t.Errorf("inside the cut node, its deleted pod: %v", err)
+		}
+		othersReady(t, c, cl, n)
+
+		rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		if err := n.Restore(rctx); err != nil {
+			t.Fatal(err)
+		}
+		if f := n.Faulty(); f != "" {
+			t.Errorf("after Restore %s still has: %s", n.Name, f)
+		}
+		if err := n.WaitReady(rctx); err != nil {
+			t.Fatal(err)
+		}
+		// Heard again, its kubelet carries the deletion out.
+		lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "pods", metav1.NamespaceDefault, fields.OneTermEqualSelector("metadata.name", "broker-"+n.Name))
+		if _, err := watchtools.UntilWithSync(rctx, lw, nil, func(store cache.Store) (bool, error) { return len(store.List()) == 0, nil },
+			func(ev watch.Event) (bool, error) { return ev.Type == watch.Deleted, nil }); err != nil {
+			t.Fatalf("after the heal the deleted pod is not gone: %v", err)
+		}
 	})
 }
 

@@ -120,8 +120,8 @@ type Node struct {
 
 // faultState is what faults the node has now (faults.go).
 type faultState struct {
-	frozen, linkDown, starved bool
-	down                      map[string]bool // daemons StopDaemon stopped
+	frozen, linkDown, starved, inboundCut bool
+	down                                  map[string]bool // daemons StopDaemon stopped
 }
 
 // Launch starts a node and returns once it is Ready. The caller calls Stop;

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
+	"github.com/amf-edge/amf/lab/brokerstate"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
 	"github.com/amf-edge/amf/lab/kubenode"
@@ -47,7 +48,9 @@ type Pair struct {
 	Probe     *probe.Probe
 	// RDS and OBU are the remote brokers' addresses (host:port on node 2).
 	RDS, OBU string
-	stops    []func()
+	// State says the pair is stateful (PairConfig.State).
+	State bool
+	stops []func()
 }
 
 // PairConfig configures StartPair.
@@ -72,6 +75,11 @@ type PairConfig struct {
 	// AgentLayout is the kustomize layout of manifests/ the agents are
 	// deployed from (default "base"; "overlays/node-mode" for node mode).
 	AgentLayout string
+	// State makes the pair stateful (sidecar mode only): its brokers keep
+	// their state in brokerstate.DataDir, injected with --state-dir, so
+	// that it is handed over at every switchover and failover, and the
+	// standby is held out of its Services until then (never Ready).
+	State bool
 }
 
 // StartPair starts it all and returns once the agents run; Stop ends what
@@ -83,8 +91,11 @@ func StartPair(ctx context.Context, cfg PairConfig) (_ *Pair, err error) {
 	if cfg.Namespace == "" {
 		cfg.Namespace = BrokerNamespace
 	}
+	if cfg.State && cfg.Mode == contract.ModeNode {
+		return nil, errors.New("nodeloss: a stateful pair is handed over by its sidecars: node mode has none")
+	}
 	nodes := cfg.Cluster.Nodes
-	p := &Pair{Namespace: cfg.Namespace, Client: cfg.ControlPlane.Client(), Nodes: nodes, Agents: map[string]*testbed.AgentPod{}}
+	p := &Pair{Namespace: cfg.Namespace, Client: cfg.ControlPlane.Client(), Nodes: nodes, Agents: map[string]*testbed.AgentPod{}, State: cfg.State}
 	defer func() {
 		if err != nil {
 			p.Stop()
@@ -131,6 +142,9 @@ func StartPair(ctx context.Context, cfg PairConfig) (_ *Pair, err error) {
 	}
 	ed := testbed.Edge{Namespace: p.Namespace, RDS: rds.Addr, OBU: obu.Addr, Bridge: testbed.DefaultBridge,
 		BrokerPortA: 1883, BrokerPortB: 1883, BrokerImage: images.MosquittoRef, Policy: policy}
+	if cfg.State {
+		ed.StateDir = brokerstate.DataDir
+	}
 	objs, err := ed.AMF()
 	if cfg.Mode == contract.ModeNode {
 		objs, err = ed.NodeMode()
@@ -221,12 +235,18 @@ func describe(d *appsv1.Deployment) string {
 		d.Status.ReadyReplicas, d.Annotations[contract.AnnRole], d.Annotations[contract.AnnPrimaryNode], d.Annotations[contract.AnnStandbyNode])
 }
 
-// WaitPair waits until primary and standby are Ready, the agents have
-// written the pair's nodes on the standby, and the probe's messages flow.
+// WaitPair waits until primary and standby are Ready (a stateful pair's
+// standby: ready but for the state, amf.io/standby-ready naming its pod),
+// the agents have written the pair's nodes on the standby, and the probe's
+// messages flow.
 func (p *Pair) WaitPair(ctx context.Context, primary, standby, primaryNode, standbyNode string) error {
 	if err := eventually(ctx, "the hot pair Ready with its nodes recorded", 3*time.Minute, func() (bool, string) {
 		pd, sd := p.dep(ctx, primary), p.dep(ctx, standby)
-		ok := ready(pd) && ready(sd) && sd.Annotations[contract.AnnPrimaryNode] == primaryNode && sd.Annotations[contract.AnnStandbyNode] == standbyNode &&
+		standbyReady := ready(sd)
+		if p.State {
+			standbyReady = p.holdsReady(ctx, sd)
+		}
+		ok := ready(pd) && standbyReady && sd.Annotations[contract.AnnPrimaryNode] == primaryNode && sd.Annotations[contract.AnnStandbyNode] == standbyNode &&
 			sd.Annotations[contract.AnnPrimary] == primary
 		return ok, describe(pd) + "; " + describe(sd)
 	}); err != nil {
@@ -236,6 +256,18 @@ func (p *Pair) WaitPair(ctx context.Context, primary, standby, primaryNode, stan
 		return fmt.Errorf("no messages from RDS to OBU through the edge brokers: %w", err)
 	}
 	return nil
+}
+
+// holdsReady says whether d, a stateful pair's standby, has a pod ready
+// but for the state: the one its agent names in amf.io/standby-ready, not
+// being deleted.
+func (p *Pair) holdsReady(ctx context.Context, d *appsv1.Deployment) bool {
+	if d == nil || d.Annotations[contract.AnnStandbyReady] == "" {
+		return false
+	}
+	name := d.Annotations[contract.AnnStandbyReady]
+	pod, err := p.Client.CoreV1().Pods(p.Namespace).Get(ctx, name, metav1.GetOptions{})
+	return err == nil && pod.DeletionTimestamp == nil && testbed.HeldForState(pod)
 }
 
 // PodOf returns the name of dep's one pod.

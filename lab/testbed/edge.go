@@ -49,13 +49,22 @@ type EdgeConfig struct {
 	RDS, OBU string // host:port of the remote brokers
 	ClientID string // prefix of the bridges' client IDs, distinct per edge broker
 	Bridge   Bridge
+	// Persistence, when set, is the folder Mosquitto keeps its state in
+	// (persistence true); else the broker keeps none.
+	Persistence string
 }
 
 // Render writes the configuration.
 func (c EdgeConfig) Render() string {
 	var b strings.Builder
 	b.WriteString(listener(c.Listen))
-	b.WriteString("allow_anonymous true\npersistence false\nlog_dest stdout\nconnection_messages true\n")
+	b.WriteString("allow_anonymous true\n")
+	if c.Persistence != "" {
+		fmt.Fprintf(&b, "persistence true\npersistence_location %s/\n", strings.TrimSuffix(c.Persistence, "/"))
+	} else {
+		b.WriteString("persistence false\n")
+	}
+	b.WriteString("log_dest stdout\nconnection_messages true\n")
 	bridge := func(name, addr, set, get string) {
 		id := c.ClientID + "-" + name
 		fmt.Fprintf(&b, "\nconnection %s\naddress %s\ntopic set/# %s\ntopic get/# %s\ncleansession true\ntry_private false\n"+
@@ -95,6 +104,11 @@ type Edge struct {
 	// ListenHost is the address the edge broker listens on (default: every
 	// address of the pod; the kubelet probes the pod's IP).
 	ListenHost string
+	// StateDir, when set, makes the pair stateful: the brokers keep their
+	// state there (persistence, on an emptyDir, which outlives a
+	// container's restarts as a claim would), and inject --state-dir hands
+	// it over at every switchover and failover.
+	StateDir string
 	// ModelDir, when set, is a host folder mounted read-only into the
 	// sidecars at ModelMount (a real node's pods see only what is mounted):
 	// SidecarModel then names a file under ModelMount.
@@ -143,7 +157,7 @@ func (e Edge) AMF() (Objects, error) {
 	if err != nil {
 		return Objects{}, err
 	}
-	out, _, err := inject.Inject(in, inject.Options{Standby: true, SidecarImage: e.SidecarImage, Model: e.SidecarModel})
+	out, _, err := inject.Inject(in, inject.Options{Standby: true, SidecarImage: e.SidecarImage, Model: e.SidecarModel, StateDir: e.StateDir})
 	if err != nil {
 		return Objects{}, fmt.Errorf("inject the edge broker: %w", err)
 	}
@@ -234,7 +248,7 @@ func (e Edge) configMap(name string, port int, suffix string) *corev1.ConfigMap 
 	if prefix == "" {
 		prefix = "edge"
 	}
-	conf := EdgeConfig{Listen: e.ListenHost + ":" + strconv.Itoa(port), RDS: e.RDS, OBU: e.OBU, ClientID: prefix + "-" + suffix, Bridge: e.Bridge}
+	conf := EdgeConfig{Listen: e.ListenHost + ":" + strconv.Itoa(port), RDS: e.RDS, OBU: e.OBU, ClientID: prefix + "-" + suffix, Bridge: e.Bridge, Persistence: e.StateDir}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.Namespace},
@@ -250,7 +264,7 @@ func (e Edge) plain(name string, port int, annotations map[string]string) *appsv
 	if e.Node != "" {
 		nodeSelector = map[string]string{corev1.LabelHostname: e.Node}
 	}
-	return &appsv1.Deployment{
+	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.Namespace, Labels: map[string]string{"app.kubernetes.io/name": "edge-broker"}, Annotations: annotations},
 		Spec: appsv1.DeploymentSpec{
@@ -288,6 +302,12 @@ func (e Edge) plain(name string, port int, annotations map[string]string) *appsv
 			},
 		},
 	}
+	if e.StateDir != "" {
+		spec := &d.Spec.Template.Spec
+		spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: e.StateDir})
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	return d
 }
 
 // adapt fits an injected Deployment to a run: its

@@ -176,16 +176,21 @@ func (p *StatePair) AwaitSnapshotLine(ctx context.Context) (AgentLine, error) {
 // SnapshotOfPlan says whether agent line l (any message) speaks of a
 // snapshot of the primary's broker that holds the whole plan, by the
 // counts the line carries (mosquittodb's: retained, sessions, queued).
-func (p *StatePair) SnapshotOfPlan(l AgentLine) bool {
-	if !strings.Contains(l.Raw, `"kind":"snapshot"`) || !strings.Contains(l.Raw, p.Primary.Name) {
+func (p *StatePair) SnapshotOfPlan(l AgentLine) bool { return SnapshotHolds(l, p.Primary.Name, p.Plan) }
+
+// SnapshotHolds says whether agent line l (any message) speaks of a
+// snapshot of pod's broker that holds the whole of plan, by the counts the
+// line carries (mosquittodb's: retained, sessions, queued).
+func SnapshotHolds(l AgentLine, pod string, plan brokerstate.Plan) bool {
+	if !strings.Contains(l.Raw, `"kind":"snapshot"`) || !strings.Contains(l.Raw, pod) {
 		return false
 	}
 	var n struct{ Retained, Sessions, Queued *int }
 	if json.Unmarshal([]byte(l.Raw), &n) != nil || n.Retained == nil || n.Sessions == nil || n.Queued == nil {
 		return false
 	}
-	ids := len(p.Plan.SessionIDs())
-	return *n.Retained >= p.Plan.Retained && *n.Sessions >= ids && *n.Queued >= ids*p.Plan.Queued
+	ids := len(plan.SessionIDs())
+	return *n.Retained >= plan.Retained && *n.Sessions >= ids && *n.Queued >= ids*plan.Queued
 }
 
 // Crash SIGKILLs the primary's broker and returns when.

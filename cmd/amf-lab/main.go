@@ -71,7 +71,7 @@ Usage:
       sidecars' model, an embedded name or a model file (default: the paper's, p1);
       amf's pair is stateful (persistence on, inject --state-dir): seeded before
       the fault, the new primary checked for what was lost after the switchover
-  amf-lab soak [--duration 10m] [--seed 1] [--faults crash,power-cut,...] [--pairs sidecar,node] [--out DIR] [-v]
+  amf-lab soak [--duration 10m] [--seed 1] [--faults crash,power-cut,...] [--pairs sidecar,node,state] [--out DIR] [-v]
       three lab nodes, the agent DaemonSet, a hot pair and its clients under a seeded
       random schedule of every fault the lab makes (some within others), then a checker
       over the whole history: each violation with the seed and what came around it,

@@ -13,7 +13,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/internal/exitcode"
 	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/lab/soak"
@@ -24,12 +23,17 @@ import (
 // three nodes, the history checked at the end. Its exit status is 1 if the
 // checker found a violation.
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var defaults []string
+	for _, k := range soak.DefaultPairs() {
+		defaults = append(defaults, string(k))
+	}
+	defaultPairs := strings.Join(defaults, ",")
 	fs := flag.NewFlagSet("amf-lab soak", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	duration := fs.Duration("duration", 10*time.Minute, "how long faults are begun (the last one runs to its end)")
 	seed := fs.Uint64("seed", 1, "the schedule's seed: the same seed gives the same faults in the same order")
 	faults := fs.String("faults", "", "comma-separated kinds of fault to draw from (default: all of "+joinKinds()+")")
-	pairs := fs.String("pairs", "sidecar,node", "the broker pairs, by how each is watched (sidecar or node), comma-separated: each has its own namespace, remote brokers, probe and clients")
+	pairs := fs.String("pairs", defaultPairs, "the broker pairs, comma-separated: sidecar (watched by its sidecars), node (node mode) or state (a sidecar pair handing its broker state over); each has its own namespace, remote brokers, probe and clients")
 	clientWait := fs.Duration("client-wait", 2*time.Minute, "after a fault that takes the primary away, the longest wait for its clients to be served by the new one (negative: no clients)")
 	out := fs.String("out", "", "write the run's history (history.json) and the agents' logs here (default: a temporary folder, removed unless the run failed)")
 	verbose := fs.Bool("v", false, "log the nodes and the control plane to standard error")
@@ -41,14 +45,10 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "amf-lab soak: --faults: %v\n", err)
 		return 2
 	}
-	var modes []contract.Mode
-	for _, m := range strings.Split(*pairs, ",") {
-		mode := contract.Mode(strings.TrimSpace(m))
-		if mode != contract.ModeSidecar && mode != contract.ModeNode {
-			fmt.Fprintf(stderr, "amf-lab soak: --pairs %q: each pair is %s or %s\n", *pairs, contract.ModeSidecar, contract.ModeNode)
-			return 2
-		}
-		modes = append(modes, mode)
+	kindsOfPairs, err := soak.ParsePairs(*pairs)
+	if err != nil {
+		fmt.Fprintf(stderr, "amf-lab soak: --pairs: %v\n", err)
+		return 2
 	}
 	if *duration <= 0 {
 		fmt.Fprintf(stderr, "amf-lab soak: --duration %v: want a positive duration, e.g. 10m or 2h\n", *duration)
@@ -80,7 +80,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		os.RemoveAll(dir)
 	}()
-	cfg := soak.Config{Duration: *duration, Seed: *seed, Kinds: kinds, Repo: repo, WorkDir: dir, Bounds: soak.DefaultBounds(), Pairs: modes,
+	cfg := soak.Config{Duration: *duration, Seed: *seed, Kinds: kinds, Repo: repo, WorkDir: dir, Bounds: soak.DefaultBounds(), Pairs: kindsOfPairs,
 		ClientWait: *clientWait, Progress: stderr}
 	if *verbose {
 		cfg.Log = func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) }
@@ -114,7 +114,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *faults != "" {
 		fmt.Fprintf(stdout, " --faults %s", *faults)
 	}
-	if *pairs != "sidecar,node" {
+	if *pairs != defaultPairs {
 		fmt.Fprintf(stdout, " --pairs %s", *pairs)
 	}
 	fmt.Fprintln(stdout)

@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -23,6 +24,9 @@ type Fault struct {
 	// flowing (zero: never, and Err says what was last seen).
 	Back time.Time `json:"back"`
 	Err  string    `json:"error,omitempty"`
+	// Healed is when a power cut's or a partition's node was given back
+	// (its link up, its rules gone, thawed).
+	Healed time.Time `json:"healed,omitzero"`
 	// Down and WithDown are how long the container a SidecarKilled or
 	// AgentKilled step (or the one within it) killed was away: from the
 	// kill until the kubelet had it Ready again (its back-off included).
@@ -35,8 +39,10 @@ type Fault struct {
 // PairPart is what a fault was to one pair.
 type PairPart struct {
 	Namespace string `json:"namespace"`
-	// PrimaryNode is where the pair's primary ran when the fault began.
+	// PrimaryNode and StandbyNode are where the pair's brokers ran when
+	// the fault began.
 	PrimaryNode string `json:"primary_node"`
+	StandbyNode string `json:"standby_node,omitempty"`
 	// Acts says the fault took the pair's primary away (its broker, or
 	// the node it ran on): the pair must fail over.
 	Acts bool `json:"acts,omitempty"`
@@ -53,6 +59,9 @@ type PairPart struct {
 	// Clients are each client's figures, seconds after Start (-1: not
 	// within the wait).
 	Clients []nodeloss.ClientCut `json:"clients,omitempty"`
+	// State is what a stateful pair's new primary held, after a fault
+	// that acts.
+	State *StateCheck `json:"state,omitempty"`
 }
 
 // part is the fault's part for namespace ns (nil: none).
@@ -148,6 +157,8 @@ type History struct {
 type PairInfo struct {
 	Namespace string        `json:"namespace"`
 	Mode      contract.Mode `json:"mode"`
+	// State says the pair is stateful (StatePair).
+	State bool `json:"state,omitempty"`
 }
 
 // Bounds are what the checker holds a run to.
@@ -162,6 +173,15 @@ type Bounds struct {
 	Overlapped time.Duration
 	// TwoPrimaries bounds how long two brokers may be primaries at once.
 	TwoPrimaries time.Duration
+	// UnfencedHeal bounds, for a node-mode pair whose primary's node a
+	// partition cut off, how long after the heal its old primary may
+	// still serve: nothing can fence it there (DESIGN.md, "The fence,
+	// carried out": left open), so it serves the clients on its side
+	// until its kubelet, hearing the API server again, stops it.
+	UnfencedHeal time.Duration
+	// StateAge bounds how much older than a failover's fault the retained
+	// set a stateful pair's new primary serves may be (the snapshot's).
+	StateAge time.Duration
 	// Settle is how long after a fault that acts its failover's last
 	// actions (the old primary scaled back as the standby) still belong to
 	// it.
@@ -183,7 +203,7 @@ type Bounds struct {
 
 // DefaultBounds are the lab's: the failover figures DESIGN.md and the
 // README give (a crash failed over in ≈ 0.1 s, a lost node in ≈ 3 s, a
-// partition fenced and failed over in ≈ 3 s), with room for the lab's
+// partition, either way, fenced and failed over in ≈ 3 s), with room for the lab's
 // slowest runs; a fault that takes nothing away must not be seen by the
 // probe at all beyond its ordinary spacing. A killed agent or sidecar may
 // take up to the kubelet's back-off (5 min at most) to be back.
@@ -191,17 +211,25 @@ func DefaultBounds() Bounds {
 	return Bounds{
 		Back: map[Kind]time.Duration{
 			Crash: 30 * time.Second, OOM: 30 * time.Second, Anomaly: 2 * time.Minute, EtcdRestart: time.Minute, Hang: time.Minute, PowerCut: 3 * time.Minute, Partition: 3 * time.Minute,
-			StandbyCut: 3 * time.Minute, KubeletRestart: time.Minute, ContainerdRestart: time.Minute,
+			AsymmetricPartition: 3 * time.Minute, StandbyCut: 3 * time.Minute, KubeletRestart: time.Minute, ContainerdRestart: time.Minute,
 			AgentKilled: 6 * time.Minute, SidecarKilled: 6 * time.Minute, APIServerRestart: time.Minute, SlowNode: 2 * time.Minute,
 		},
 		SOT: map[Kind]time.Duration{
 			Crash: 2 * time.Second, OOM: 2 * time.Second, Anomaly: 2 * time.Second, EtcdRestart: 2 * time.Second, Hang: 2 * time.Second, SidecarKilled: 2 * time.Second, PowerCut: 8 * time.Second, Partition: 8 * time.Second,
-			StandbyCut: 2 * time.Second, KubeletRestart: 2 * time.Second, ContainerdRestart: 2 * time.Second,
+			AsymmetricPartition: 8 * time.Second, StandbyCut: 2 * time.Second, KubeletRestart: 2 * time.Second, ContainerdRestart: 2 * time.Second,
 			AgentKilled: 2 * time.Second, APIServerRestart: 2 * time.Second, SlowNode: 2 * time.Second,
 		},
-		QuietSOT:          2 * time.Second,
-		Overlapped:        30 * time.Second,
-		TwoPrimaries:      2 * time.Second,
+		QuietSOT:     2 * time.Second,
+		Overlapped:   30 * time.Second,
+		TwoPrimaries: 2 * time.Second,
+		// The kubelet's connection to the API server comes back at TCP's
+		// next retransmission after the heal (its back-off doubles during
+		// the cut), then it stops the deleted pod.
+		UnfencedHeal: 10 * time.Second,
+		// A snapshot every second (the sidecar's --state-snapshot-every),
+		// its save, hand-in and relay (≈ 0.1 s measured), with room for
+		// the lab's load.
+		StateAge:          2 * time.Second,
 		Settle:            5 * time.Second,
 		AgentGrowthBytes:  16 << 20,
 		AgentGrowthFactor: 0.5,
@@ -262,6 +290,15 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 			for _, c := range p.ClientsNotBack {
 				add(f.Start, "%s: %s: client %s not served by the new primary", f.Step, p.Namespace, c)
 			}
+			if p.State != nil {
+				// DESIGN.md: the agent of the standby's node restarted
+				// during a handover has lost the state its hub held, and
+				// says so (StateNotCarried).
+				hubLost := f.Step.With != nil && f.Step.With.Kind == AgentKilled && f.Nodes[f.Step.With.On] == p.StandbyNode
+				for _, what := range p.State.broken(f.Start, b.StateAge, hubLost) {
+					add(f.Start, "%s: %s: the broker state: %s", f.Step, p.Namespace, what)
+				}
+			}
 		}
 	}
 	for _, d := range h.Decisions {
@@ -274,22 +311,19 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 			add(d.Time, "a false action: %s of %s by the agent on %s, outside every fault that takes a broker away", d.Action, d.Deployment, d.Node)
 		}
 	}
-	for ns, samples := range primariesByPair(h.Primaries) {
-		var since time.Time
-		var pods []string
-		for _, p := range samples {
-			switch {
-			case p.Count > 1 && since.IsZero():
-				since, pods = p.Time, p.Pods
-			case p.Count <= 1 && !since.IsZero():
-				if p.Time.Sub(since) > b.TwoPrimaries {
-					add(since, "%s: two primaries (%s) for %.1f s (bound %v)", ns, strings.Join(pods, ", "), p.Time.Sub(since).Seconds(), b.TwoPrimaries)
-				}
-				since = time.Time{}
-			}
+	for _, w := range twoPrimaries(h) {
+		bound, from := b.TwoPrimaries, w.since
+		if !w.unfenced.IsZero() {
+			bound, from = b.UnfencedHeal, w.unfenced
 		}
-		if !since.IsZero() && h.End.Sub(since) > b.TwoPrimaries {
-			add(since, "%s: two primaries (%s) from %s to the end", ns, strings.Join(pods, ", "), since.UTC().Format("15:04:05"))
+		switch {
+		case w.until.IsZero() && h.End.Sub(from) > bound:
+			add(w.since, "%s: two primaries (%s) from %s to the end", w.ns, strings.Join(w.pods, ", "), stamp(w.since))
+		case !w.until.IsZero() && w.until.Sub(from) > bound && w.unfenced.IsZero():
+			add(w.since, "%s: two primaries (%s) for %.1f s (bound %v)", w.ns, strings.Join(w.pods, ", "), w.until.Sub(w.since).Seconds(), bound)
+		case !w.until.IsZero() && w.until.Sub(from) > bound:
+			add(w.since, "%s: two primaries (%s) for %.1f s, %.1f s after the heal of its node-mode primary's partition (bound %v)",
+				w.ns, strings.Join(w.pods, ", "), w.until.Sub(w.since).Seconds(), w.until.Sub(from).Seconds(), bound)
 		}
 	}
 	for _, l := range h.Leftovers {
@@ -315,6 +349,56 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 		vs[i].Around = h.around(vs[i].Time, time.Minute)
 	}
 	return vs, falseActions
+}
+
+// overlap is a time two brokers of a pair served as primaries.
+type overlap struct {
+	ns           string
+	pods         []string
+	since, until time.Time // until zero: to the end
+	// unfenced is, for a node-mode pair whose primary's node a partition
+	// began to cut off before since, when that node was healed: until
+	// then nothing could stop its old primary (zero otherwise).
+	unfenced time.Time
+}
+
+// twoPrimaries are the pairs' overlaps, from the samples.
+func twoPrimaries(h History) []overlap {
+	nodeMode := map[string]bool{}
+	for _, p := range h.Pairs {
+		nodeMode[p.Namespace] = p.Mode == contract.ModeNode
+	}
+	var out []overlap
+	for ns, samples := range primariesByPair(h.Primaries) {
+		var w *overlap
+		for _, p := range samples {
+			switch {
+			case p.Count > 1 && w == nil:
+				w = &overlap{ns: ns, pods: p.Pods, since: p.Time}
+			case p.Count <= 1 && w != nil:
+				w.until = p.Time
+				out = append(out, *w)
+				w = nil
+			}
+		}
+		if w != nil {
+			out = append(out, *w)
+		}
+	}
+	for i := range out {
+		if !nodeMode[out[i].ns] {
+			continue
+		}
+		for _, f := range h.Faults {
+			p := f.part(out[i].ns)
+			cut := f.Step.Kind == Partition || f.Step.Kind == AsymmetricPartition
+			if cut && p != nil && p.Acts && !f.Healed.IsZero() && !out[i].since.Before(f.Start) && !out[i].since.After(f.Healed) {
+				out[i].unfenced = f.Healed
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].since.Before(out[j].since) })
+	return out
 }
 
 // mayAct says whether a failover of the pair in namespace ns within the
@@ -464,6 +548,20 @@ type Report struct {
 	// detector's false-alarm figure (its goal ≤ 1 per pod-day).
 	PodHours    float64 `json:"pod_hours"`
 	FalseAlarms int     `json:"false_alarms"`
+	// StateHandovers counts a stateful pair's handovers after faults that
+	// took its primary away, by how the state went (final, snapshot, not
+	// carried); StateLost what of its plan the new primaries did not hold
+	// (retained, sessions, qos1) and delivered twice (duplicates);
+	// StateRetainedAgeMax the oldest retained set a failover left, by the
+	// clock, seconds before its fault.
+	// UnfencedTwoPrimaries is how long, in all, node-mode pairs had two
+	// primaries while a partition cut their old one off and until its
+	// kubelet stopped it after the heal: node mode has no fence
+	// (Bounds.UnfencedHeal), and this is what that costs.
+	UnfencedTwoPrimaries float64        `json:"unfenced_two_primaries_s"`
+	StateHandovers       map[string]int `json:"state_handovers,omitempty"`
+	StateLost            map[string]int `json:"state_lost,omitempty"`
+	StateRetainedAgeMax  float64        `json:"state_retained_age_max_s,omitempty"`
 }
 
 // Figures sums h up; wait is what a client not served counts as.
@@ -487,6 +585,19 @@ func Figures(h History, vs []Violation, falseActions []Decision, wait time.Durat
 		r.Lost[k] += f.Lost()
 		sots[k] = append(sots[k], f.SOT().Seconds())
 		for _, p := range f.Pairs {
+			if c := p.State; c != nil {
+				if r.StateHandovers == nil {
+					r.StateHandovers, r.StateLost = map[string]int{}, map[string]int{"retained": 0, "sessions": 0, "qos1": 0, "duplicates": 0}
+				}
+				r.StateHandovers[c.Handover]++
+				r.StateLost["retained"] += c.RetainedLost
+				r.StateLost["sessions"] += c.SessionsLost
+				r.StateLost["qos1"] += c.QoS1Lost
+				r.StateLost["duplicates"] += c.Duplicates
+				if c.Handover == "snapshot" && !c.Clock.IsZero() {
+					r.StateRetainedAgeMax = max(r.StateRetainedAgeMax, c.RetainedAge(f.Start).Seconds())
+				}
+			}
 			for _, c := range p.Clients {
 				clients[k] = append(clients[k], c.Figure(wait))
 				if c.ServedS < 0 {
@@ -512,6 +623,11 @@ func Figures(h History, vs []Violation, falseActions []Decision, wait time.Durat
 		r.AgentRSSEnd = max(r.AgentRSSEnd, mib(use[len(use)-1].RSS))
 		if g0, g1, _, ok := goroutineSpan(use); ok {
 			r.AgentGoroutinesStart, r.AgentGoroutinesEnd = max(r.AgentGoroutinesStart, g0), max(r.AgentGoroutinesEnd, g1)
+		}
+	}
+	for _, w := range twoPrimaries(h) {
+		if !w.unfenced.IsZero() {
+			r.UnfencedTwoPrimaries += cmp.Or(w.until, h.End).Sub(w.since).Seconds()
 		}
 	}
 	r.PodHours = float64(h.BrokerPods) * h.End.Sub(h.Start).Hours()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/nodeloss"
 )
 
@@ -105,6 +106,11 @@ func TestCheckerFindsWhatARunBroke(t *testing.T) {
 			want: []string{"mqtt-1: 2 of the probe's messages lost"}},
 		{name: "two primaries too long", h: History{Primaries: []Primaries{{Namespace: "mqtt", Time: at(1), Count: 2, Pods: []string{"a", "b"}}, {Namespace: "mqtt", Time: at(2), Count: 2}, {Namespace: "mqtt", Time: at(4), Count: 1}}},
 			want: []string{"mqtt: two primaries (a, b) for 3.0 s"}},
+		{name: "a node-mode pair's old primary serving on its partitioned node until just after the heal", h: unfencedRun(contract.ModeNode, 1.5)},
+		{name: "a node-mode pair's old primary serving long after the heal", h: unfencedRun(contract.ModeNode, 12),
+			want: []string{"mqtt-1: two primaries (a, b) for 18.0 s, 12.0 s after the heal of its node-mode primary's partition (bound 10s)"}},
+		{name: "a sidecar pair's partitioned primary is fenced: no such excuse", h: unfencedRun(contract.ModeSidecar, 1.5),
+			want: []string{"mqtt-1: two primaries (a, b) for 7.5 s (bound 2s)"}},
 		{name: "one primary in each of two pairs", h: History{Primaries: []Primaries{{Namespace: "mqtt", Time: at(1), Count: 1}, {Namespace: "mqtt-1", Time: at(1), Count: 1}, {Namespace: "mqtt", Time: at(4), Count: 1}, {Namespace: "mqtt-1", Time: at(4), Count: 1}}}},
 		{name: "two primaries to the end", h: History{End: at(60), Primaries: []Primaries{{Namespace: "mqtt", Time: at(1), Count: 2, Pods: []string{"a", "b"}}}},
 			want: []string{"two primaries (a, b) from"}},
@@ -132,6 +138,17 @@ func TestCheckerFindsWhatARunBroke(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unfencedRun is a partition of pair 1's primary's node (mqtt-1, of
+// mode m) at 10 s, its new primary serving from 14 s, the node healed at
+// 20 s, and the old primary serving until afterHeal seconds after that.
+func unfencedRun(m contract.Mode, afterHeal float64) History {
+	f := quietAt(Partition, PrimaryNode, 10, 0)
+	f.Nodes[PrimaryNode], f.Pairs[1].Acts, f.Pairs[1].Failover, f.Healed, f.Back = "n1", true, at(13), at(20), at(40)
+	return History{Faults: []Fault{f}, Decisions: []Decision{retire(13, "mqtt-1/edge-broker-a")},
+		Pairs:     []PairInfo{{Namespace: "mqtt", Mode: contract.ModeSidecar}, {Namespace: "mqtt-1", Mode: m}},
+		Primaries: []Primaries{{Namespace: "mqtt-1", Time: at(14), Count: 2, Pods: []string{"a", "b"}}, {Namespace: "mqtt-1", Time: at(20 + afterHeal), Count: 1}}}
 }
 
 func TestAViolationSaysWhatCameAroundIt(t *testing.T) {
@@ -180,5 +197,60 @@ func TestFiguresSumTheRunUp(t *testing.T) {
 	}
 	if r.PodHours != 4 || r.FalseAlarms != 1 {
 		t.Errorf("pod-hours %v, false alarms %d (one alarm in a fault, one outside)", r.PodHours, r.FalseAlarms)
+	}
+	if r.UnfencedTwoPrimaries != 0 || r.StateHandovers != nil {
+		t.Errorf("unfenced %v s, state handovers %v, in a run with neither", r.UnfencedTwoPrimaries, r.StateHandovers)
+	}
+
+	u := unfencedRun(contract.ModeNode, 1.5)
+	u.End = at(100)
+	u.Faults[0].Pairs[0].State = &StateCheck{Handover: "snapshot", Clock: at(9.2), QoS1Lost: 2, Duplicates: 1}
+	vs, fa = Check(u, DefaultBounds())
+	r = Figures(u, vs, fa, 2*time.Minute)
+	if r.UnfencedTwoPrimaries != 7.5 {
+		t.Errorf("unfenced two primaries %v s, want 7.5 (from 14 s to 1.5 s after the heal at 20 s)", r.UnfencedTwoPrimaries)
+	}
+	if r.StateHandovers["snapshot"] != 1 || r.StateLost["qos1"] != 2 || r.StateLost["duplicates"] != 1 || r.StateRetainedAgeMax != 0.8 {
+		t.Errorf("state: handovers %v, lost %v, retained age %v s", r.StateHandovers, r.StateLost, r.StateRetainedAgeMax)
+	}
+}
+
+// TestStateCheckHoldsTheBrokerStatePromises: a switchover keeps every value
+// the old primary acknowledged; a failover a retained set no older than the
+// bound; neither loses any of the plan, and a state given up is said.
+func TestStateCheckHoldsTheBrokerStatePromises(t *testing.T) {
+	start := at(100)
+	for _, tc := range []struct {
+		name    string
+		c       StateCheck
+		hubLost bool
+		want    []string // a substring of each broken promise
+	}{
+		{"a switchover on the final state", StateCheck{Handover: "final", Acked: at(99.9), Clock: at(99.9)}, false, nil},
+		{"a switchover that lost the last value", StateCheck{Handover: "final", Acked: at(99.9), Clock: at(99.8)}, false, []string{"the switchover lost retained values"}},
+		{"a failover on a fresh snapshot", StateCheck{Handover: "snapshot", Acked: at(100), Clock: at(99.1)}, false, nil},
+		{"a failover on a snapshot newer than the fault (cut one way)", StateCheck{Handover: "snapshot", Clock: at(101)}, false, nil},
+		{"a failover on an old snapshot", StateCheck{Handover: "snapshot", Clock: at(97.5)}, false, []string{"2.50 s older than the fault"}},
+		{"sessions and queued messages lost", StateCheck{Handover: "snapshot", Clock: at(99.5), SessionsLost: 1, QoS1Lost: 10}, false,
+			[]string{"lost 0 retained messages, 1 sessions and 10 queued"}},
+		{"duplicates are QoS 1's right", StateCheck{Handover: "snapshot", Clock: at(99.5), Duplicates: 3}, false, nil},
+		{"the state given up", StateCheck{Handover: "not carried", Why: "no snapshot", Clock: at(99.5)}, false, []string{"not carried: no snapshot"}},
+		{"no retained clock at all", StateCheck{Handover: "snapshot", RetainedLost: 100}, false, []string{"lost 100 retained", "no retained clock"}},
+		{"nothing said", StateCheck{Handover: "none said", Clock: at(99.5)}, false, []string{"neither StateCarried nor StateNotCarried"}},
+		{"not read", StateCheck{Handover: "snapshot", Err: "connection refused"}, false, []string{"not read: connection refused"}},
+		{"given up with the standby's hub lost, said", StateCheck{Handover: "not carried", Why: "no snapshot", SessionsLost: 3, QoS1Lost: 30}, true, nil},
+		{"a hub lost is no excuse for a carried state that lost", StateCheck{Handover: "snapshot", Clock: at(99.5), QoS1Lost: 1}, true, []string{"lost 0 retained messages, 0 sessions and 1 queued"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.c.broken(start, 2*time.Second, tc.hubLost)
+			if len(got) != len(tc.want) {
+				t.Fatalf("broken = %q, want %d like %q", got, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("broken[%d] = %q, want it to say %q", i, got[i], w)
+				}
+			}
+		})
 	}
 }

@@ -24,6 +24,7 @@ func TestAFaultActsOnEveryPairWhosePrimaryItTakes(t *testing.T) {
 		{"an anomaly too", apart, Step{Kind: Anomaly, On: PrimaryNode, Pair: 0}, []bool{true, false}},
 		{"a power cut of a node with one primary", apart, Step{Kind: PowerCut, On: PrimaryNode, Pair: 0}, []bool{true, false}},
 		{"a partition of a node with both primaries", together, Step{Kind: Partition, On: PrimaryNode, Pair: 1}, []bool{true, true}},
+		{"an asymmetric partition of a node with one primary", apart, Step{Kind: AsymmetricPartition, On: PrimaryNode, Pair: 1}, []bool{false, true}},
 		{"the standby's power cut takes the other pair's primary", apart, Step{Kind: StandbyCut, On: StandbyNode, Pair: 0}, []bool{false, true}},
 		{"the standby's power cut with both standbys there", together, Step{Kind: StandbyCut, On: StandbyNode, Pair: 0}, []bool{false, false}},
 		{"a kubelet restart takes nothing", together, Step{Kind: KubeletRestart, On: PrimaryNode, Pair: 0}, []bool{false, false}},

@@ -33,6 +33,13 @@ const (
 	// Partition takes the primary's node's link down: its agent fences,
 	// its guard fails it over; the heal follows.
 	Partition Kind = "partition"
+	// AsymmetricPartition cuts the primary's node one way: it still opens
+	// connections to its peers (its agent's probes reach its guard), they
+	// open none to it, and it and the API server no longer hear each other
+	// (kubenode's CutInbound). Its guard stops vouching for it, so its
+	// agent fences before the guard declares it lost and fails it over;
+	// the heal follows.
+	AsymmetricPartition Kind = "asymmetric-partition"
 	// OOM runs a process in the primary's broker container that allocates
 	// past the container's memory limit: the kernel OOM-kills it, the
 	// sidecar sees the kill in the container's memory cgroup, and its agent
@@ -76,7 +83,7 @@ const (
 
 // Kinds are every kind of fault, in a fixed order (the schedule draws from
 // it by index, so the order is part of what a seed means).
-var kindsInOrder = []Kind{Crash, Hang, PowerCut, Partition, StandbyCut, KubeletRestart, ContainerdRestart, SidecarKilled, AgentKilled, APIServerRestart, SlowNode, OOM, EtcdRestart, Anomaly}
+var kindsInOrder = []Kind{Crash, Hang, PowerCut, Partition, StandbyCut, KubeletRestart, ContainerdRestart, SidecarKilled, AgentKilled, APIServerRestart, SlowNode, OOM, EtcdRestart, Anomaly, AsymmetricPartition}
 
 // Kinds returns every kind of fault the schedule knows.
 func Kinds() []Kind { return slices.Clone(kindsInOrder) }
@@ -109,7 +116,11 @@ func joinKinds(ks []Kind) string {
 
 // Acts says whether a fault of kind k must end in a failover.
 func (k Kind) Acts() bool {
-	return k == Crash || k == OOM || k == Anomaly || k == Hang || k == PowerCut || k == Partition
+	switch k {
+	case Crash, OOM, Anomaly, Hang, PowerCut, Partition, AsymmetricPartition:
+		return true
+	}
+	return false
 }
 
 // Role names a node by what it holds when the fault begins: the pair's
@@ -131,7 +142,7 @@ type Step struct {
 	// (Crash, OOM, Anomaly, Hang, SidecarKilled), or the nodes its roles name.
 	Pair int `json:"pair"`
 	// On is the node it strikes (Crash, OOM, Anomaly, Hang, PowerCut and
-	// Partition strike the primary's, StandbyCut the standby's; APIServerRestart and
+	// both partitions strike the primary's, StandbyCut the standby's; APIServerRestart and
 	// EtcdRestart strike none); for SidecarKilled, the broker whose sidecar it kills.
 	On Role `json:"on,omitempty"`
 	// Hold is how long a SlowNode lasts.
@@ -249,7 +260,7 @@ func (s *Schedule) draw(k Kind) Step {
 		st.Pair = s.sidecars[s.rng.IntN(len(s.sidecars))]
 	}
 	switch k {
-	case Crash, OOM, Anomaly, Hang, PowerCut, Partition:
+	case Crash, OOM, Anomaly, Hang, PowerCut, Partition, AsymmetricPartition:
 		st.On = PrimaryNode
 	case SidecarKilled:
 		st.On = []Role{PrimaryNode, StandbyNode}[s.rng.IntN(2)]

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/inject"
 )
@@ -138,5 +140,44 @@ func TestEdgeNodeModeObjectsCarryTheAnnotationsAndNoSidecar(t *testing.T) {
 	e.ModelDir = "/models"
 	if _, err := e.NodeMode(); err == nil {
 		t.Error("node mode accepted a model file")
+	}
+}
+
+// TestEdgeStatefulPairKeepsItsStateForTheHandover: with StateDir the edge
+// brokers keep their state there, on a volume of their own, and inject
+// --state-dir marks both pods for the handover (the sidecar mounts that
+// volume too); without it nothing of the kind is written.
+func TestEdgeStatefulPairKeepsItsStateForTheHandover(t *testing.T) {
+	for _, dir := range []string{"/mosquitto/data", ""} {
+		e := Edge{Namespace: "run-1", RDS: "127.0.0.1:1901", OBU: "127.0.0.1:1902", Bridge: DefaultBridge, BrokerPortA: 1883, BrokerPortB: 1883, StateDir: dir}
+		objs, err := e.AMF()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range objs.Deployments {
+			spec := d.Spec.Template.Spec
+			conf := objs.ConfigMaps[i].Data["mosquitto.conf"]
+			mounted := func(c []corev1.VolumeMount) bool {
+				return slices.ContainsFunc(c, func(m corev1.VolumeMount) bool { return m.Name == "data" && m.MountPath == dir })
+			}
+			if dir == "" {
+				if !strings.Contains(conf, "persistence false\n") || d.Spec.Template.Annotations[contract.AnnStateDir] != "" || mounted(spec.Containers[0].VolumeMounts) {
+					t.Errorf("%s without StateDir: state kept (annotations %v):\n%s", d.Name, d.Spec.Template.Annotations, conf)
+				}
+				continue
+			}
+			if !strings.Contains(conf, "persistence true\npersistence_location /mosquitto/data/\n") {
+				t.Errorf("%s: configuration keeps no state in %s:\n%s", d.Name, dir, conf)
+			}
+			if got := d.Spec.Template.Annotations[contract.AnnStateDir]; got != dir {
+				t.Errorf("%s: %s = %q, want %q", d.Name, contract.AnnStateDir, got, dir)
+			}
+			if !mounted(spec.Containers[0].VolumeMounts) || !mounted(spec.InitContainers[0].VolumeMounts) {
+				t.Errorf("%s: the broker and the sidecar must both mount the data volume at %s", d.Name, dir)
+			}
+			if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "data" && v.EmptyDir != nil }) {
+				t.Errorf("%s: no emptyDir data volume: %v", d.Name, spec.Volumes)
+			}
+		}
 	}
 }

@@ -254,7 +254,17 @@ func (a *Actuator) beginHandover(ctx context.Context, w *workload, pk podKey) *h
 	a.handovers[w.key] = h
 	a.log.Info("decision", slog.String("deployment", w.key.String()), slog.String("action", "BeginHandover"), slog.String("kind", hv.Kind),
 		slog.String("from", hv.From), slog.String("to", pk.String()))
-	st, from, ok := a.latestState(h.from)
+	// A failover's snapshot is one of the retired primary's pods: the hub
+	// held that pod's states before the retirement. The Deployment's next
+	// pod (it comes back as the hot standby, its broker empty) hands its
+	// own snapshots in within seconds; in the soak, with this node's hub
+	// emptied by its agent's restart, the handover took one of those and
+	// said the state carried.
+	var heldBy time.Time
+	if hv.Kind == contract.StateSnapshot {
+		heldBy = hv.At
+	}
+	st, from, ok := a.latestState(h.from, heldBy)
 	switch {
 	case hv.Kind == contract.StateSnapshot && !ok:
 		a.giveUp(ctx, w, h, fmt.Sprintf("failover: the primary's broker wrote no final state, and this node's hub holds no snapshot of it (amf-sidecar --state-snapshot-every; for a pair across nodes, amf-agent --state-peer-token on both); %s serves from its own", pk.name))
@@ -313,16 +323,17 @@ func (a *Actuator) clearHandover(ctx context.Context, dep podKey) {
 
 // latestState is the newest state the hub holds from a pod of Deployment
 // dep: handed in here (its pods that signalled to this agent) or relayed
-// from another node.
-func (a *Actuator) latestState(dep podKey) (statehub.State, podsignal.PodID, bool) {
-	best, ok := a.states.LatestOwned(dep.ns, dep.name)
+// from another node; if heldBy is not zero, only from a pod whose states
+// the hub held by then.
+func (a *Actuator) latestState(dep podKey, heldBy time.Time) (statehub.State, podsignal.PodID, bool) {
+	best, ok := a.states.LatestOwned(dep.ns, dep.name, heldBy)
 	from := best.From
 	for pk, d := range a.owners {
 		if pk.ns != dep.ns || d != dep.name {
 			continue
 		}
 		id := podsignal.PodID{Namespace: pk.ns, Pod: pk.name}
-		if s, held := a.states.Latest(id); held && s.Owner == "" && (!ok || s.At.After(best.At)) {
+		if s, held := a.states.Latest(id); held && s.Owner == "" && (heldBy.IsZero() || !s.Since.After(heldBy)) && (!ok || s.At.After(best.At)) {
 			best, from, ok = s, id, true
 		}
 	}

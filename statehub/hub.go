@@ -64,9 +64,11 @@ type State struct {
 	Owner, Via string
 	Kind       Kind
 	Summary    mosquittodb.Summary
-	// At is when the hub took it in.
-	At   time.Time
-	Data []byte
+	// At is when the hub took it in. Since is when it took in the first
+	// state of From that it still holds a successor of: a pod's first,
+	// unless its states expired meanwhile.
+	At, Since time.Time
+	Data      []byte
 }
 
 // Config configures a Hub. Zero values take the defaults noted.
@@ -160,15 +162,17 @@ func (h *Hub) put(from podsignal.PodID, owner, via string, kind Kind, sum mosqui
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.expire()
+	since := h.now()
 	if old := h.in[from]; old != nil {
 		h.bytes -= len(old.Data)
+		since = old.Since
 		delete(h.in, from)
 	}
 	if !h.makeRoom(len(data)) {
 		return State{}, fmt.Errorf("statehub: %d bytes do not fit beside the states handed on and not fetched yet (budget %d bytes)", len(data), h.cfg.MaxBytes)
 	}
 	h.seq++
-	s := &State{ID: from.String() + "/" + strconv.FormatUint(h.seq, 10), From: from, Owner: owner, Via: via, Kind: kind, Summary: sum, At: h.now(), Data: data}
+	s := &State{ID: from.String() + "/" + strconv.FormatUint(h.seq, 10), From: from, Owner: owner, Via: via, Kind: kind, Summary: sum, At: h.now(), Since: since, Data: data}
 	if via != "" {
 		// Numbered by this hub too, so that the sending hub's numbers
 		// (its own sequence) cannot collide with this one's.
@@ -274,13 +278,19 @@ func (h *Hub) Latest(from podsignal.PodID) (State, bool) {
 }
 
 // LatestOwned returns the newest state relayed here from a pod of
-// Deployment owner in namespace ns, without its data.
-func (h *Hub) LatestOwned(ns, owner string) (State, bool) {
+// Deployment owner in namespace ns, without its data; only from a pod
+// whose states the hub held by heldBy (Since), if that is not zero: a
+// failover takes the retired primary's state, never that of a pod of the
+// same Deployment that came after it (its comeback as the standby).
+func (h *Hub) LatestOwned(ns, owner string, heldBy time.Time) (State, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.expire()
 	var best *State
 	for _, s := range h.in {
+		if !heldBy.IsZero() && s.Since.After(heldBy) {
+			continue
+		}
 		if s.Owner == owner && s.From.Namespace == ns && (best == nil || s.At.After(best.At)) {
 			best = s
 		}

@@ -233,3 +233,51 @@ func TestStatesExpireAndStayWithinTheBudget(t *testing.T) {
 		t.Fatal("a budget below one state accepted")
 	}
 }
+
+// TestAFailoverTakesOnlyTheStateOfAPodHeldBeforeIt: the hub keeps when it
+// first held each pod's states (Since), so that a failover can ask for the
+// newest state of the retired primary's pods without taking that of the
+// Deployment's next pod, which comes back as the standby with an empty
+// broker and hands its snapshots in within seconds of the retirement.
+func TestAFailoverTakesOnlyTheStateOfAPodHeldBeforeIt(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 15, 0, 0, 0, time.UTC)
+	now := t0
+	h, err := New(Config{Authenticator: auth, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retired := podsignal.PodID{Namespace: primary.Namespace, Pod: "broker-a-1"}
+	comeback := podsignal.PodID{Namespace: primary.Namespace, Pod: "broker-a-2"}
+	put := func(at time.Duration, pod podsignal.PodID, retained int) State {
+		t.Helper()
+		now = t0.Add(at)
+		s, err := h.put(pod, "broker-a", "node-0", Snapshot, mosquittodb.Summary{Retained: retained}, []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	put(0, retired, 100)
+	last := put(2*time.Second, retired, 101) // the retired pod's newest
+	retirement := t0.Add(3 * time.Second)
+	late := put(5*time.Second, comeback, 0)
+	if last.Since != t0 || late.Since != late.At {
+		t.Fatalf("Since: %v and %v, want the first state's time of each pod (%v, %v)", last.Since, late.Since, t0, late.At)
+	}
+	for _, tc := range []struct {
+		name   string
+		heldBy time.Time
+		want   string
+	}{
+		{"by the retirement: the retired pod's newest", retirement, last.ID},
+		{"any: the newest of all", time.Time{}, late.ID},
+		{"before any was held: none", t0.Add(-time.Second), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := h.LatestOwned(primary.Namespace, "broker-a", tc.heldBy)
+			if ok != (tc.want != "") || got.ID != tc.want {
+				t.Errorf("LatestOwned = %q (%v), want %q", got.ID, ok, tc.want)
+			}
+		})
+	}
+}

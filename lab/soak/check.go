@@ -60,7 +60,8 @@ type PairPart struct {
 	// within the wait).
 	Clients []nodeloss.ClientCut `json:"clients,omitempty"`
 	// State is what a stateful pair's new primary held, after a fault
-	// that acts.
+	// that failed it over (one that acts, or one the product's rule let
+	// act: an agent or a sidecar away too long).
 	State *StateCheck `json:"state,omitempty"`
 }
 

@@ -362,8 +362,20 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 	}
 	f.Back = time.Now()
 	for i, pr := range r.pairs {
-		if !acts[i] || pr.state == nil {
+		if pr.state == nil {
 			continue
+		}
+		// Also after a fault that need not act but did, by the product's
+		// rule (an agent or a sidecar away too long): a failover the
+		// state was to survive, and after which the plan is seeded again.
+		if !acts[i] {
+			now, err := pr.p.PodOf(ctx, pr.roles[0])
+			if err != nil {
+				return fail(fmt.Errorf("%s: %w", pr.p.Namespace, err))
+			}
+			if now == olds[i] {
+				continue
+			}
 		}
 		c, err := r.checkState(ctx, pr, f.Start)
 		f.Pairs[i].State = &c
@@ -1008,6 +1020,19 @@ func (r *runner) extraPods(ctx context.Context, ns string) []string {
 	}
 	if len(deps.Items) != 2 {
 		left = append(left, fmt.Sprintf("%d Deployments in %s, not the pair's two", len(deps.Items), ns))
+	}
+	return append(left, staleAnnotations(deps.Items)...)
+}
+
+// staleAnnotations lists what the agents write for the length of an action
+// and remove at its end, still on a pair's Deployments once every pair is
+// whole: a state handover (amf.io/state-handover) that never ended.
+func staleAnnotations(deps []appsv1.Deployment) []string {
+	var left []string
+	for _, d := range deps {
+		if v, ok := d.Annotations[contract.AnnHandover]; ok {
+			left = append(left, fmt.Sprintf("Deployment %s/%s: %s %s, a handover never ended", d.Namespace, d.Name, contract.AnnHandover, v))
+		}
 	}
 	return left
 }

@@ -2,8 +2,13 @@ package soak
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/lab/kubenode"
 )
 
@@ -36,5 +41,22 @@ func TestAFaultActsOnEveryPairWhosePrimaryItTakes(t *testing.T) {
 				t.Errorf("acting(%s) = %v, want %v", tc.st, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAHandoverLeftOnADeploymentIsALeftover: the agents remove
+// amf.io/state-handover when a handover ends; one still there at the end is
+// named, and the annotations a pair keeps are not.
+func TestAHandoverLeftOnADeploymentIsALeftover(t *testing.T) {
+	dep := func(name string, ann map[string]string) appsv1.Deployment {
+		return appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "mqtt-2", Name: name, Annotations: ann}}
+	}
+	kept := map[string]string{contract.AnnRole: "primary", contract.AnnStandbyReady: "b-1", contract.AnnStandby: "b"}
+	if got := staleAnnotations([]appsv1.Deployment{dep("a", kept), dep("b", nil)}); len(got) != 0 {
+		t.Errorf("a whole pair's annotations named as left over: %q", got)
+	}
+	got := staleAnnotations([]appsv1.Deployment{dep("a", kept), dep("b", map[string]string{contract.AnnHandover: `{"from":"a"}`})})
+	if len(got) != 1 || !strings.Contains(got[0], "mqtt-2/b") || !strings.Contains(got[0], contract.AnnHandover) {
+		t.Errorf("staleAnnotations = %q, want the handover on mqtt-2/b", got)
 	}
 }

@@ -309,6 +309,15 @@ func (r *Runner) Find(ctx context.Context) {
 	r.cfg.Sink.Target(t, err)
 }
 
+// Refind drops the current target and looks for the next one now, with
+// nothing said of the one dropped: for a caller that ended it itself (the
+// sidecar restarting the broker on a handed-over state), whose cgroup may
+// still read for a moment. Only on the Runner's goroutine.
+func (r *Runner) Refind(ctx context.Context) {
+	r.drop()
+	r.Find(ctx)
+}
+
 // drop ends the current target's watches; the next sample finds another.
 func (r *Runner) drop() {
 	if r.cur != nil && r.cur.Close != nil {

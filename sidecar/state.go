@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/sidecar/handover"
 	"github.com/amf-edge/amf/statehub"
@@ -53,6 +54,11 @@ type restart struct {
 	id       string    // the state it was restarted on
 	at       time.Time // when the restart was asked for
 	deadline time.Time
+	// ended is the target read when the restart was asked for: the
+	// broker's container that the restart ends. With Rediscover its
+	// successor is a new container (a new cgroup), and the ended one's
+	// cgroup may stay readable for a moment after its processes are gone.
+	ended *detect.Target
 }
 
 // stateLevers is what the hand-in, snapshot and fetch goroutines share.
@@ -264,7 +270,7 @@ func (s *Sidecar) fetch(ctx context.Context, cfg *StateConfig, lv *stateLevers) 
 func (s *Sidecar) install(ctx context.Context, cfg *StateConfig, lv *stateLevers, st statehub.State) {
 	done := make(chan error, 1)
 	s.do(ctx, func() {
-		s.restart = &restart{id: st.ID, at: time.Now(), deadline: time.Now().Add(cfg.RestartTimeout)}
+		s.restart = &restart{id: st.ID, at: time.Now(), deadline: time.Now().Add(cfg.RestartTimeout), ended: s.runner.Target()}
 		s.restarting.Store(true)
 		s.apply(s.pipe.Restart(fmt.Sprintf("restarting the broker on the state of %s handed over by the node agent", st.From), st.ID), nil)
 		lv.mu.Lock()
@@ -305,8 +311,20 @@ func (s *Sidecar) restartAnswered(ctx context.Context, r *healthcheck.Result) {
 	}
 	now := time.Now()
 	probed := r != nil && r.OK && r.At.Add(-r.RTT).After(rs.at)
-	back := func() bool { return s.pipe.HasTarget() && !s.pipe.Vanished() && s.lastRead.After(rs.at) }
+	// Read after the restart, and (with Rediscover) not the container it
+	// ended: the 2-hour soak's sidecar read the old container's cgroup,
+	// still there after its broker was killed, called the restart done
+	// when the new broker answered, and then, the old cgroup removed,
+	// said the broker's container gone: its agent failed the pair over
+	// from the pod it had just handed the state to.
+	fresh := func() bool { return s.cfg.Rediscover == nil || s.runner.Target() != rs.ended }
+	back := func() bool { return s.pipe.HasTarget() && !s.pipe.Vanished() && fresh() && s.lastRead.After(rs.at) }
 	if probed && !back() {
+		if !fresh() {
+			// The broker answers, so its new container runs: the ended
+			// one is dropped and the new one looked for now.
+			s.runner.Refind(ctx)
+		}
 		// The broker answers; its new container is read now rather than
 		// at the next tick, so the pod serves a tick sooner.
 		s.sampleOnce(ctx)

@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/amf-edge/amf/cgroup"
+	"github.com/amf-edge/amf/detect"
 	"github.com/amf-edge/amf/healthcheck"
 	"github.com/amf-edge/amf/infer/model"
 	"github.com/amf-edge/amf/lab/brokerstate"
@@ -373,4 +375,91 @@ func TestNoSnapshotIsHandedInAfterTheFinalState(t *testing.T) {
 		}
 		t.Errorf("the hub took in %v: a %s after the final state", kinds, last.Kind)
 	}
+}
+
+// TestARestartOnAStateEndsOnlyOnceTheBrokersNewContainerIsRead: a kubelet
+// starts a container again in a new cgroup, and the ended one's cgroup may
+// stay, readable, for a moment. The standby's sidecar, having restarted its
+// broker on a handed-over state, says it healthy on that state only once
+// it reads the new container (the 2-hour soak's sidecar read the old one,
+// said healthy when the new broker answered, then, the old cgroup removed,
+// "broker container gone": its agent failed the pair over from the pod it
+// had just handed the state to). Fails without the check: healthy while
+// reading the old cgroup, 3 runs of 3.
+func TestARestartOnAStateEndsOnlyOnceTheBrokersNewContainerIsRead(t *testing.T) {
+	bin := brokerstatetest.RequireMosquitto(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	a, b := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}, podsignal.PodID{Namespace: "tod", Pod: "broker-b-1"}
+	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a, b.Pod: b}, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hub.Handler())
+	defer srv.Close()
+	primary := startStatePod(t, ctx, bin, a, srv.URL, false)
+
+	// The standby's broker in its first container's cgroup; its kubelet
+	// starts it again in a second one, and the container runtime's name
+	// for it (Rediscover's answer) moves on once it runs.
+	oldDir, oldProcs := oomCgroup(t)
+	newDir, newProcs := oomCgroup(t)
+	var mu sync.Mutex
+	current := oldDir
+	rediscover := func(context.Context) (detect.Source, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return cgroup.Open(current)
+	}
+	var standby *statePod
+	standby = startStatePod(t, ctx, bin, b, srv.URL, false, func(c *Config) {
+		c.Rediscover = rediscover
+		c.State.Broker.Container = pause.Container{Leaf: filepath.Base(oldDir)}
+	})
+	for _, f := range oldProcs {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(standby.broker.PID())), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		select {
+		case <-standby.broker.Exited():
+		case <-ctx.Done():
+			return
+		}
+		if ctx.Err() != nil || standby.broker.Start(ctx) != nil {
+			return
+		}
+		for _, f := range newProcs {
+			_ = os.WriteFile(f, []byte(strconv.Itoa(standby.broker.PID())), 0o644)
+		}
+		mu.Lock()
+		current = newDir
+		mu.Unlock()
+	}()
+	healthy := func(m podsignal.Message) bool { return m.State == podsignal.Healthy }
+	primary.await(t, "primary healthy", healthy)
+	standby.await(t, "standby healthy", healthy)
+	plan := brokerstate.Plan{Retained: 10, Sessions: 1, Queued: 2}
+	if err := brokerstate.Seed(ctx, primary.broker.Addr, plan); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.broker.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var in statehub.State
+	select {
+	case in = <-hub.Received():
+	case <-ctx.Done():
+		t.Fatal("the primary's sidecar handed in no state")
+	}
+	if _, err := hub.HandOn(in.ID, a, b); err != nil {
+		t.Fatal(err)
+	}
+	standby.await(t, "standby healthy on the state", func(m podsignal.Message) bool { return m.State == podsignal.Healthy && m.Handover == in.ID })
+	st := standby.sc.Status()
+	if st.Target == "" || !strings.Contains(st.Target, filepath.Base(newDir)) {
+		t.Errorf("healthy on the state while reading %q, want the new container's cgroup %s", st.Target, newDir)
+	}
+
 }

@@ -44,8 +44,11 @@ type PairPart struct {
 	PrimaryNode string `json:"primary_node"`
 	StandbyNode string `json:"standby_node,omitempty"`
 	// Acts says the fault took the pair's primary away (its broker, or
-	// the node it ran on): the pair must fail over.
-	Acts bool `json:"acts,omitempty"`
+	// the node it ran on): the pair must fail over. Moved says its primary
+	// changed within the fault, whether it had to or the product's rule
+	// let it (an agent or a sidecar away too long).
+	Acts  bool `json:"acts,omitempty"`
+	Moved bool `json:"moved,omitempty"`
 	// Failover is the agent's RetirePrimary decision of a pair that acts.
 	Failover time.Time `json:"failover,omitzero"`
 	// SOT is the pair's probe's longest interval between fresh messages
@@ -285,7 +288,7 @@ func Check(h History, b Bounds) (vs []Violation, falseActions []Decision) {
 			if p.Acts && p.Failover.IsZero() && !f.Back.IsZero() {
 				add(f.Start, "%s: %s: no failover", f.Step, p.Namespace)
 			}
-			if !p.Acts && p.Lost > 0 {
+			if !p.Acts && !p.Moved && p.Lost > 0 {
 				add(f.Start, "%s: %s: %d of the probe's messages lost by a fault that takes none of its brokers away", f.Step, p.Namespace, p.Lost)
 			}
 			for _, c := range p.ClientsNotBack {

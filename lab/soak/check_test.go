@@ -101,6 +101,11 @@ func TestCheckerFindsWhatARunBroke(t *testing.T) {
 			want: []string{"mqtt-1: the probe's messages stopped for 3.00 s (bound 2s)"}},
 		{name: "messages lost in a quiet fault", h: History{Faults: []Fault{func() Fault { f := quietAt(AgentKilled, ThirdNode, 10, time.Second); f.Pairs[0].Lost = 3; return f }()}},
 			want: []string{"3 of the probe's messages lost"}},
+		{name: "messages lost in a failover the product's rule let a quiet fault make are counted, not a violation", h: History{Faults: []Fault{func() Fault {
+			f := quietAt(AgentKilled, PrimaryNode, 100, 10*time.Second)
+			f.Pairs[0].Moved, f.Pairs[0].Lost = true, 8
+			return f
+		}()}, Decisions: []Decision{retire(108, a)}}},
 		{name: "messages lost in a failover are counted, not a violation", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.Pairs[0].Lost = 3; return f }()}}},
 		{name: "messages lost by the pair a crash left alone", h: History{Faults: []Fault{func() Fault { f := crashAt(10); f.Pairs[1].Lost = 2; return f }()}},
 			want: []string{"mqtt-1: 2 of the probe's messages lost"}},

@@ -362,20 +362,16 @@ func (r *runner) run(ctx context.Context, st Step) (f Fault) {
 	}
 	f.Back = time.Now()
 	for i, pr := range r.pairs {
-		if pr.state == nil {
-			continue
+		now, err := pr.p.PodOf(ctx, pr.roles[0])
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", pr.p.Namespace, err))
 		}
+		f.Pairs[i].Moved = now != olds[i]
 		// Also after a fault that need not act but did, by the product's
 		// rule (an agent or a sidecar away too long): a failover the
 		// state was to survive, and after which the plan is seeded again.
-		if !acts[i] {
-			now, err := pr.p.PodOf(ctx, pr.roles[0])
-			if err != nil {
-				return fail(fmt.Errorf("%s: %w", pr.p.Namespace, err))
-			}
-			if now == olds[i] {
-				continue
-			}
+		if pr.state == nil || !f.Pairs[i].Moved {
+			continue
 		}
 		c, err := r.checkState(ctx, pr, f.Start)
 		f.Pairs[i].State = &c
@@ -497,7 +493,7 @@ func (r *runner) fault(ctx context.Context, st Step, f *Fault, acts []bool, olds
 			if !acts[i] {
 				continue
 			}
-			if _, err := pr.p.WaitExchanged(ctx, pr.roles[0], pr.roles[1], olds[i], f.Start, r.cfg.Bounds.Back[st.Kind]); err != nil {
+			if err := r.failedOver(ctx, pr, olds[i], r.cfg.Bounds.Back[st.Kind]); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", pr.p.Namespace, err))
 			}
 		}
@@ -564,6 +560,46 @@ func (r *runner) fault(ctx context.Context, st Step, f *Fault, acts []bool, olds
 	down, err := r.strike(ctx, st)
 	f.Down = down
 	return err
+}
+
+// failedOver waits (bound at most) until pr's old primary's pod is gone or
+// being deleted and a primary Deployment of the pair has a Ready pod,
+// whichever Deployment that is: a fault may fail a pair over twice (the
+// 2-hour run's first version waited for the standby's Deployment alone, and
+// a switchover then failed back ended the run).
+func (r *runner) failedOver(ctx context.Context, pr *pairRun, old string, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	c, ns := pr.p.Client, pr.p.Namespace
+	seen := func() (bool, string) {
+		pod, err := c.CoreV1().Pods(ns).Get(ctx, old, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) && (err != nil || pod.DeletionTimestamp == nil) {
+			return false, fmt.Sprintf("the old primary's pod %s not deleted (%v)", old, err)
+		}
+		var state []string
+		for _, name := range []string{testbed.PrimaryName, testbed.StandbyName} {
+			d, err := c.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if d.Annotations[contract.AnnRole] == "primary" && d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas >= 1 {
+				return true, ""
+			}
+			state = append(state, fmt.Sprintf("%s role %q ready %d", name, d.Annotations[contract.AnnRole], d.Status.ReadyReplicas))
+		}
+		return false, strings.Join(state, "; ")
+	}
+	for {
+		ok, state := seen()
+		if ok {
+			return nil
+		}
+		select { // polling the API until the roles say so
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("a new primary serving, the old one's pod %s gone: not within %v; last seen: %s", old, bound, state)
+		}
+	}
 }
 
 // hold lets a fault last d: a part of the schedule, not a synchronisation.

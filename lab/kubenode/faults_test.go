@@ -89,6 +89,21 @@ func hangs(c net.Conn, pkt []byte, d time.Duration) error {
 	return fmt.Errorf("the connection did not hang: %v", err)
 }
 
+// openSession opens an MQTT session from the host to addr (its CONNECT
+// answered), closed when the test ends.
+func openSession(ctx context.Context, t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := mqttDial(ctx, "", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := roundTrip(c, mqttConnect, connack, 5*time.Second); err != nil {
+		t.Fatalf("an MQTT session to %s: %v", addr, err)
+	}
+	return c
+}
+
 // serves waits until a fresh connection from ns to addr gets a CONNACK.
 func serves(ctx context.Context, ns, addr string, within time.Duration) error {
 	deadline := time.Now().Add(within)
@@ -224,20 +239,26 @@ func TestNodeFaultsLookLikeTheRealOnes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	restore := func(t *testing.T, n *kubenode.Node) {
+	// heal restores n and waits until it is Ready again.
+	heal := func(ctx context.Context, t *testing.T, n *kubenode.Node) {
 		t.Helper()
-		rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-		defer cancel()
-		t0 := time.Now()
-		if err := n.Restore(rctx); err != nil {
+		if err := n.Restore(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if f := n.Faulty(); f != "" {
 			t.Errorf("after Restore %s still has: %s", n.Name, f)
 		}
-		if err := n.WaitReady(rctx); err != nil {
+		if err := n.WaitReady(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// restore heals n and waits until its broker serves.
+	restore := func(t *testing.T, n *kubenode.Node) {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+		defer cancel()
+		t0 := time.Now()
+		heal(rctx, t, n)
 		ready := time.Since(t0)
 		if err := serves(rctx, "", addr[n], 30*time.Second); err != nil {
 			t.Error(err)
@@ -247,14 +268,7 @@ func TestNodeFaultsLookLikeTheRealOnes(t *testing.T) {
 
 	t.Run("power cut", func(t *testing.T) {
 		n, peer := cl.Nodes[0], cl.Nodes[1]
-		session, err := mqttDial(ctx, "", addr[n], 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer session.Close()
-		if err := roundTrip(session, mqttConnect, connack, 5*time.Second); err != nil {
-			t.Fatalf("before the cut: %v", err)
-		}
+		session := openSession(ctx, t, addr[n])
 		idle, err := mqttDial(ctx, "", addr[n], 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -319,14 +333,7 @@ func TestNodeFaultsLookLikeTheRealOnes(t *testing.T) {
 
 	t.Run("partition", func(t *testing.T) {
 		n := cl.Nodes[1]
-		session, err := mqttDial(ctx, "", addr[n], 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer session.Close()
-		if err := roundTrip(session, mqttConnect, connack, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
+		session := openSession(ctx, t, addr[n])
 		kubelet := n.DaemonPID(kubenode.Kubelet)
 		t0 := time.Now()
 		if err := n.Partition(ctx); err != nil {
@@ -435,14 +442,7 @@ func TestNodeFaultsLookLikeTheRealOnes(t *testing.T) {
 	// Last: the node's pod is deleted on the way.
 	t.Run("asymmetric partition", func(t *testing.T) {
 		n, peer := cl.Nodes[0], cl.Nodes[1]
-		session, err := mqttDial(ctx, "", addr[n], 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer session.Close()
-		if err := roundTrip(session, mqttConnect, connack, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
+		session := openSession(ctx, t, addr[n])
 		brokerPID, err := n.ContainerPID(ctx, metav1.NamespaceDefault, "broker-"+n.Name, "main")
 		if err != nil {
 			t.Fatal(err)
@@ -485,15 +485,7 @@ func TestNodeFaultsLookLikeTheRealOnes(t *testing.T) {
 
 		rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		defer cancel()
-		if err := n.Restore(rctx); err != nil {
-			t.Fatal(err)
-		}
-		if f := n.Faulty(); f != "" {
-			t.Errorf("after Restore %s still has: %s", n.Name, f)
-		}
-		if err := n.WaitReady(rctx); err != nil {
-			t.Fatal(err)
-		}
+		heal(rctx, t, n)
 		// Heard again, its kubelet carries the deletion out.
 		lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "pods", metav1.NamespaceDefault, fields.OneTermEqualSelector("metadata.name", "broker-"+n.Name))
 		if _, err := watchtools.UntilWithSync(rctx, lw, nil, func(store cache.Store) (bool, error) { return len(store.List()) == 0, nil },

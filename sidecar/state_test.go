@@ -411,8 +411,7 @@ func TestARestartOnAStateEndsOnlyOnceTheBrokersNewContainerIsRead(t *testing.T) 
 		defer mu.Unlock()
 		return cgroup.Open(current)
 	}
-	var standby *statePod
-	standby = startStatePod(t, ctx, bin, b, srv.URL, false, func(c *Config) {
+	standby := startStatePod(t, ctx, bin, b, srv.URL, false, func(c *Config) {
 		c.Rediscover = rediscover
 		c.State.Broker.Container = pause.Container{Leaf: filepath.Base(oldDir)}
 	})

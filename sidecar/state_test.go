@@ -134,12 +134,7 @@ func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	a, b := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}, podsignal.PodID{Namespace: "tod", Pod: "broker-b-1"}
-	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a, b.Pod: b}, Wait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(hub.Handler())
-	defer srv.Close()
+	hub, srv := startHub(t, time.Second, a, b)
 
 	primary := startStatePod(t, ctx, bin, a, srv.URL, false)
 	standby := startStatePod(t, ctx, bin, b, srv.URL, true)
@@ -189,11 +184,16 @@ func TestAStoppedBrokersFinalStateRestartsTheStandbyThroughTheHub(t *testing.T) 
 	}
 }
 
-// startHub is a real hub on loopback that knows pod a by its fake token,
-// closed after the sidecars of t stop (cleanups run last first).
-func startHub(t *testing.T, a podsignal.PodID) (*statehub.Hub, *httptest.Server) {
+// startHub is a real hub on loopback (its long poll wait, 0: the default)
+// that knows pods by their fake tokens, closed after the sidecars of t stop
+// (cleanups run last first).
+func startHub(t *testing.T, wait time.Duration, pods ...podsignal.PodID) (*statehub.Hub, *httptest.Server) {
 	t.Helper()
-	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a}})
+	tokens := statehub.FakeTokens{}
+	for _, p := range pods {
+		tokens[p.Pod] = p
+	}
+	hub, err := statehub.New(statehub.Config{Authenticator: tokens, Wait: wait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestAQuietBrokersSnapshotIsHandedInAgainBeforeTheHubForgetsIt(t *testing.T)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	a := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}
-	hub, srv := startHub(t, a)
+	hub, srv := startHub(t, 0, a)
 	const every, refresh = 100 * time.Millisecond, time.Second
 	// No MQTT probe: its own connection comes and goes in Mosquitto's
 	// file, which then changes at every save.
@@ -275,7 +275,7 @@ func TestABigStatesSnapshotsAreSpacedOutBySnapshotRate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	a := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}
-	hub, srv := startHub(t, a)
+	hub, srv := startHub(t, 0, a)
 	const every, rate = 100 * time.Millisecond, 10 << 10
 	p := startStatePod(t, ctx, bin, a, srv.URL, false, func(c *Config) {
 		c.Probe, c.State.SnapshotEvery, c.State.SnapshotRate = nil, every, rate
@@ -330,7 +330,7 @@ func TestNoSnapshotIsHandedInAfterTheFinalState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	a := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}
-	hub, srv := startHub(t, a)
+	hub, srv := startHub(t, 0, a)
 	p := startStatePod(t, ctx, bin, a, srv.URL, false, func(c *Config) {
 		c.State.SnapshotEvery = time.Millisecond
 	})
@@ -391,12 +391,7 @@ func TestARestartOnAStateEndsOnlyOnceTheBrokersNewContainerIsRead(t *testing.T) 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	a, b := podsignal.PodID{Namespace: "tod", Pod: "broker-a-1"}, podsignal.PodID{Namespace: "tod", Pod: "broker-b-1"}
-	hub, err := statehub.New(statehub.Config{Authenticator: statehub.FakeTokens{a.Pod: a, b.Pod: b}, Wait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(hub.Handler())
-	defer srv.Close()
+	hub, srv := startHub(t, time.Second, a, b)
 	primary := startStatePod(t, ctx, bin, a, srv.URL, false)
 
 	// The standby's broker in its first container's cgroup; its kubelet

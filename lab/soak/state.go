@@ -103,15 +103,11 @@ func (c StateCheck) RetainedAge(start time.Time) time.Duration { return start.Su
 // seedState seeds pr's primary with the plan, starts the clock on it, and
 // waits until the standby's node's hub holds a snapshot of it all.
 func (r *runner) seedState(ctx context.Context, pr *pairRun) error {
-	name, err := pr.p.PodOf(ctx, pr.roles[0])
+	name, addr, err := primaryAddr(ctx, pr)
 	if err != nil {
 		return err
 	}
-	pod, err := pr.p.Client.CoreV1().Pods(pr.p.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	st, addr := pr.state, brokerstate.Addr(pod)
+	st := pr.state
 	if err := brokerstate.Seed(ctx, addr, st.plan); err != nil {
 		return fmt.Errorf("seed %s: %w", name, err)
 	}
@@ -153,26 +149,35 @@ func (r *runner) checkState(ctx context.Context, pr *pairRun, start time.Time) (
 	st := pr.state
 	c := StateCheck{Acked: st.clock.Stop()}
 	c.Handover, c.Why, c.SnapshotAge = r.handover(pr.p.Namespace, start)
-	name, err := pr.p.PodOf(ctx, pr.roles[0])
+	name, addr, err := primaryAddr(ctx, pr)
 	if err != nil {
 		return c, err
 	}
-	pod, err := pr.p.Client.CoreV1().Pods(pr.p.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return c, err
-	}
-	addr := brokerstate.Addr(pod)
+	var unread []string
 	if at, ok, err := brokerstate.ReadClock(ctx, addr, st.plan.Topic("clock")); err != nil {
-		c.Err = fmt.Sprintf("the clock on %s: %v", name, err)
+		unread = append(unread, fmt.Sprintf("the clock on %s: %v", name, err))
 	} else if ok {
 		c.Clock = at
 	}
 	if res, err := brokerstate.Check(ctx, addr, st.plan); err != nil {
-		c.Err = strings.TrimPrefix(c.Err+"; ", "; ") + fmt.Sprintf("the plan on %s: %v", name, err)
+		unread = append(unread, fmt.Sprintf("the plan on %s: %v", name, err))
 	} else {
 		c.RetainedLost, c.SessionsLost, c.QoS1Lost, c.Duplicates = res.RetainedLost, len(res.SessionsLost), res.QueuedLost, res.Duplicates
 	}
+	c.Err = strings.Join(unread, "; ")
 	return c, r.seedState(ctx, pr)
+}
+
+// primaryAddr is the name and MQTT address of pr's primary's pod.
+func primaryAddr(ctx context.Context, pr *pairRun) (name, addr string, err error) {
+	if name, err = pr.p.PodOf(ctx, pr.roles[0]); err != nil {
+		return "", "", err
+	}
+	pod, err := pr.p.Client.CoreV1().Pods(pr.p.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", "", err
+	}
+	return name, brokerstate.Addr(pod), nil
 }
 
 // handover is the last thing the agents said of the handover of a pair of

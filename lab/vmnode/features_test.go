@@ -61,8 +61,13 @@ var featureTolerance = map[int]float64{
 }
 
 // growthMeanTolerance bounds the difference of the two hosts' mean
-// memory_growth_rate over the compared samples: 0.3 MiB/s of the 3.
-const growthMeanTolerance = 0.3 * (1 << 20)
+// memory_growth_rate over the compared samples: 0.5 MiB/s of the 3. The
+// bursts even out only where they fall inside the compared samples: a load
+// held back over the first ones (this host under a CI run's other tests)
+// catches up after them, which raised this host's mean to 3.31 MiB/s
+// against the guest's 3.01 once. A misread unit (KiB for bytes) or a wrong
+// file (memory.max, a parent's counter) is off by far more than 0.5.
+const growthMeanTolerance = 0.5 * (1 << 20)
 
 // cpuAgree is how far a host's cgroup CPU counter may be from the load's
 // CPU time in /proc/<pid>/stat: its 10 ms ticks, the two reads' skew, and

@@ -202,8 +202,21 @@ func (r *Runner) Run(ctx context.Context) {
 				continue
 			}
 			reason := "its process exited"
-			if r.cur.ExitReason != nil {
-				reason = r.cur.ExitReason()
+			select {
+			case ev, ok := <-oom:
+				// An OOM kill read before the exit and not yet taken is
+				// its reason: ExitReason reads the cgroup, which its
+				// runtime may have removed by now.
+				if ok {
+					if r.cfg.OnOOM != nil {
+						r.cfg.OnOOM(ev)
+					}
+					reason = fmt.Sprintf("OOM kill in the broker container (%d so far): its process exited", ev.Kills)
+				}
+			default:
+				if r.cur.ExitReason != nil {
+					reason = r.cur.ExitReason()
+				}
 			}
 			r.End(ctx, End{Reason: reason, Final: true})
 		case ev, ok := <-oom:

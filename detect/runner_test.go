@@ -233,6 +233,33 @@ func TestRunnerSaysAnExitWithItsTargetsReason(t *testing.T) {
 	h.sink.await(t, "emit unhealthy: OOM kill in the broker container (3 so far): its process exited")
 }
 
+// An OOM kill and the exit it caused, both waiting when the Runner next
+// looks: Go's select takes either, and the exit's own reason reads a cgroup
+// that may be gone by then; the kill is the reason either way.
+func TestRunnerSaysAnOOMKillWaitingBesideTheExitItCaused(t *testing.T) {
+	for i := range 20 {
+		var told []uint64
+		h := newRunner(t, RunnerConfig{OnOOM: func(ev cgroup.OOMEvent) { told = append(told, ev.Kills) }})
+		exit, oom := make(chan time.Time, 1), make(chan cgroup.OOMEvent, 1)
+		tg := &Target{ID: "c1", Source: &synthSource{memory: 10 << 20, t0: time.Now()}, Exit: exit, OOM: oom, Close: func() {},
+			ExitReason: func() string { return "its process exited (the cgroup is gone)" }}
+		h.finder.add(tg)
+		h.start(t)
+		h.sink.await(t, "sampled read")
+		h.r.Do(h.ctx, func() { // on the Runner's goroutine: both wait when it returns
+			oom <- cgroup.OOMEvent{Time: time.Now(), Kills: 2}
+			exit <- time.Now()
+		})
+		if l := h.sink.await(t, "emit unhealthy: "); !strings.HasPrefix(l, "emit unhealthy: OOM kill in the broker container (2 so far)") {
+			t.Fatalf("try %d: %q; want the OOM kill as the exit's reason", i, l)
+		}
+		h.r.Do(h.ctx, func() {}) // OnOOM ran before the emission, on the Runner's goroutine
+		if len(told) != 1 || told[0] != 2 {
+			t.Fatalf("try %d: OnOOM told %v, want one of 2 kills", i, told)
+		}
+	}
+}
+
 func TestRunnerDropsAVanishedTargetAndTakesTheNext(t *testing.T) {
 	h := newRunner(t, RunnerConfig{})
 	gone := &synthSource{memory: 10 << 20, t0: time.Now()}

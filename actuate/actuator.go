@@ -60,6 +60,18 @@ type Config struct {
 	// guards and which guard it, and fails a primary over when NodeLost
 	// says its node is lost. Empty: none of that.
 	Node string
+	// DeleteRetiredOn is this agent's node when it runs node mode: when it
+	// retires a node-mode primary, it deletes that primary's pods on this
+	// node itself, right after the scale to 0, instead of leaving them to
+	// the ReplicaSet controller. A node-mode pod has no readiness gate to
+	// hold it out of its Services, and a crashed broker's container is
+	// restarted by its kubelet at once: until the controller deletes the
+	// pod (seconds when the controller manager is slow, after an API
+	// server restart say) the old broker, empty, serves beside the new
+	// primary. Needs delete on pods (nodewatch.Rules), confined to the
+	// agent's own node by manifests/overlays/node-mode's admission policy;
+	// without the right the controller's deletion stands. Empty: never.
+	DeleteRetiredOn string
 	// OnGuards is called from Run's goroutine whenever the Guards change;
 	// it must not block. Optional.
 	OnGuards func(Guards)
@@ -103,6 +115,10 @@ type Actuator struct {
 	inst    string
 	resume  bool
 	m       *metrics
+	// deleteRetiredOn: Config.DeleteRetiredOn; deleteRefused, that the API
+	// server refused such a delete once (said once at Warn, then at Debug).
+	deleteRetiredOn string
+	deleteRefused   bool
 
 	owners    map[podKey]string // pod → Deployment; pods never change owner
 	ownersMax int
@@ -168,6 +184,9 @@ type workload struct {
 	// (pollResize); resizeRefused, a refusal of the API to hand to the Gate there.
 	resizePollAt  time.Time
 	resizeRefused string
+	// pods are the pods that signalled for this Deployment while it was
+	// loaded (Config.DeleteRetiredOn): those a retirement deletes.
+	pods map[string]struct{}
 }
 
 // readiness is an observation of a standby by its watch.
@@ -242,6 +261,7 @@ func New(cfg Config) (*Actuator, error) {
 	}
 	a.events = newRecorder(a.cluster, a.log, a.now, a.inst)
 	a.nl = newNodeLoss(cfg.Node, cfg.OnGuards)
+	a.deleteRetiredOn = cfg.DeleteRetiredOn
 	a.fc.fenced, a.fc.checked = map[podKey]fencedPod{}, map[podKey]string{}
 	a.sendCommand = cfg.Command
 	a.states, a.held, a.handovers, a.readyMarks = cfg.States, map[podKey]heldPod{}, map[podKey]*handover{}, map[podKey]string{}
@@ -503,6 +523,12 @@ func (a *Actuator) handleSignal(ctx context.Context, s podsignal.Observation) {
 			a.resumeFromStandby(ctx, w, pk)
 		}
 		return
+	}
+	if a.deleteRetiredOn != "" {
+		if w.pods == nil {
+			w.pods = map[string]struct{}{}
+		}
+		w.pods[s.Pod] = struct{}{}
 	}
 	if a.workloads[w.key] != w {
 		return // retired while being loaded (resume)

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/podsignal"
 )
@@ -491,5 +494,69 @@ func (s *lineSink) dump(t *testing.T) {
 	defer s.mu.Unlock()
 	for _, l := range s.lines {
 		t.Log(l)
+	}
+}
+
+// A node-mode primary retired by this agent has its pods on this node
+// deleted at once (Config.DeleteRetiredOn), not when its ReplicaSet gets to
+// them; a sidecar pair's pod (its readiness gate holds it out), a pod on
+// another node, and an agent not told its node leave it to the ReplicaSet;
+// a refused delete does not hold the failover up.
+func TestNodeModeRetirementDeletesTheRetiredPodOnItsNode(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mode     contract.Mode
+		on       string // Config.DeleteRetiredOn
+		podNode  string
+		fail     error
+		deleted  bool
+		refusals int // "retired pod not deleted" Warn lines
+	}{
+		{name: "node mode, the pod on this node", mode: contract.ModeNode, on: "n1", podNode: "n1", deleted: true},
+		{name: "node mode, the pod on another node", mode: contract.ModeNode, on: "n1", podNode: "n2"},
+		{name: "node mode, the agent not told its node", mode: contract.ModeNode, podNode: "n1"},
+		{name: "sidecar mode", mode: contract.ModeSidecar, on: "n1", podNode: "n1"},
+		{name: "node mode, the delete forbidden", mode: contract.ModeNode, on: "n1", podNode: "n1",
+			fail: apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errors.New("denied by ValidatingAdmissionPolicy")), refusals: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeCluster()
+			ann := map[string]string{contract.AnnRedundancy: string(contract.Cold), contract.AnnMode: string(tc.mode)}
+			pod := f.addPair(ns, "primary", "standby", ann)
+			f.Lock()
+			f.Pods[key(ns, pod)].Spec.NodeName = tc.podNode
+			f.Pods[key(ns, pod)].UID = "uid-pod"
+			if tc.fail != nil {
+				f.Fail = map[string]error{"delete": tc.fail}
+			}
+			f.Unlock()
+			r := start(t, f, pod, Config{DeleteRetiredOn: tc.on})
+			r.send(podsignal.Healthy)
+			r.send(podsignal.Gone)
+			f.await(t, "failed over", func() bool {
+				return r.replicas("primary") == 0 && r.f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
+			})
+			r.stop()
+			f.Lock()
+			defer f.Unlock()
+			_, left := f.Pods[key(ns, pod)]
+			if deleted := slices.Contains(f.Writes, "delete edge/"+pod); deleted != tc.deleted || left == tc.deleted {
+				t.Errorf("pod deleted %t (still there %t), want %t: %q", deleted, left, tc.deleted, f.Writes)
+			}
+			if tc.deleted && !before(f.Writes, "annotations edge/primary role=standby", "delete edge/"+pod) {
+				t.Errorf("want the roles exchanged before the delete: %q", f.Writes)
+			}
+			r.logs.mu.Lock()
+			refusals := 0
+			for _, l := range r.logs.lines {
+				if strings.HasPrefix(str(l["msg"]), "retired pod not deleted") && l["level"] == "WARN" {
+					refusals++
+				}
+			}
+			r.logs.mu.Unlock()
+			if refusals != tc.refusals {
+				t.Errorf("%d refusals said, want %d", refusals, tc.refusals)
+			}
+		})
 	}
 }

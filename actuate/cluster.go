@@ -51,6 +51,9 @@ type Cluster interface {
 	// SetPodCondition sets one condition of the pod's status, by type,
 	// leaving every other condition (the kubelet's) as it is.
 	SetPodCondition(ctx context.Context, ns, name string, c corev1.PodCondition) error
+	// DeletePod deletes pod ns/name if its UID is still uid, with its own
+	// grace period.
+	DeletePod(ctx context.Context, ns, name, uid string) error
 	// CreateEvent creates ev and returns the name the server gave it.
 	CreateEvent(ctx context.Context, ev *eventsv1.Event) (string, error)
 	// PatchEventSeries writes the series (count, last time) of an Event;
@@ -80,6 +83,7 @@ func (dryRun) SizeTemplate(context.Context, string, string, string, int64, int64
 func (dryRun) SetPodCondition(context.Context, string, string, corev1.PodCondition) error {
 	return nil
 }
+func (dryRun) DeletePod(context.Context, string, string, string) error      { return nil }
 func (dryRun) CreateEvent(context.Context, *eventsv1.Event) (string, error) { return "", nil }
 func (dryRun) PatchEventSeries(context.Context, string, string, *eventsv1.EventSeries) error {
 	return nil

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -162,6 +164,7 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	if err := a.cluster.PatchAnnotations(ctx, w.key.ns, w.key.name, oldAnn); err != nil {
 		return fmt.Errorf("role exchange, old primary %s: %w", w.key, err)
 	}
+	a.deleteRetired(ctx, w) // after the exchange, which it must not delay
 	note := fmt.Sprintf("%s is now the primary, %s its cold standby", sk.name, w.key.name)
 	if p.Redundancy == contract.Hot {
 		note = fmt.Sprintf("%s is now the primary; %s, retired, comes back as its hot standby once its old pods are gone", sk.name, w.key.name)
@@ -194,6 +197,43 @@ func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	// A held pod of the new primary with no state to wait for serves now.
 	a.releaseHeld(ctx, sk)
 	return nil
+}
+
+// deleteRetired deletes the pods of a node-mode primary just scaled to 0
+// that run on this agent's node (Config.DeleteRetiredOn): those that
+// signalled for it, each if it is still the Deployment's (its ReplicaSet's
+// owner) and not already being deleted. Nothing here fails the retirement:
+// the ReplicaSet controller deletes them anyway, later.
+func (a *Actuator) deleteRetired(ctx context.Context, w *workload) {
+	if a.deleteRetiredOn == "" || len(w.pods) == 0 {
+		return
+	}
+	if m, err := contract.ParseMode(w.annotations); err != nil || m != contract.ModeNode {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(w.pods)) {
+		pk := podKey{w.key.ns, name}
+		pod, err := a.cluster.Pod(ctx, pk.ns, pk.name)
+		if err != nil || pod.DeletionTimestamp != nil || pod.Spec.NodeName != a.deleteRetiredOn {
+			continue // gone, going, or another node's
+		}
+		if dep, err := a.owner(ctx, pk, pod); err != nil || dep != w.key.name {
+			continue
+		}
+		err = a.cluster.DeletePod(ctx, pk.ns, pk.name, string(pod.UID))
+		switch {
+		case err == nil:
+			a.log.Info("retired pod deleted", slog.String("deployment", w.key.String()), slog.String("pod", pk.String()),
+				slog.String("why", "node mode: nothing else holds its restarted broker out of its Services until its ReplicaSet deletes it"))
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		case apierrors.IsForbidden(err) && !a.deleteRefused:
+			a.deleteRefused = true
+			a.log.Warn("retired pod not deleted: its ReplicaSet controller will; apply manifests/overlays/node-mode for the right (delete on pods, on this node only)",
+				slog.String("pod", pk.String()), slog.String("error", err.Error()))
+		default:
+			a.log.Debug("retired pod not deleted", slog.String("pod", pk.String()), slog.String("error", err.Error()))
+		}
+	}
 }
 
 // watchStandby reports the standby's status (Ready, scaled up, drained) to

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/amf-edge/amf/contract"
 )
@@ -210,6 +211,13 @@ func (k *Kube) SetPodCondition(ctx context.Context, ns, name string, c corev1.Po
 	}
 	_, err = k.cs.CoreV1().Pods(ns).Patch(ctx, name, types.StrategicMergePatchType, b, metav1.PatchOptions{FieldManager: FieldManager}, "status")
 	return err
+}
+
+// DeletePod deletes pod ns/name if it is still the one with uid (a
+// precondition: a pod of the same name created since is left alone), with
+// the pod's own grace period.
+func (k *Kube) DeletePod(ctx context.Context, ns, name, uid string) error {
+	return k.cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(types.UID(uid))}})
 }
 
 // CreateEvent creates ev and returns the name the server gave it.

@@ -20,6 +20,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -297,6 +298,137 @@ func injectWithBinary(t *testing.T, repo string, in []byte, args ...string) (out
 	return out, e.String()
 }
 
+// TestNodeModeDeletesItsRetiredPodWithTheControllersDown: a node-mode
+// pair's crash failover retires the primary by scaling it to 0, and its
+// kubelet restarts the crashed broker at once; with no readiness gate on a
+// node-mode pod, that empty broker would serve in its Services until the
+// ReplicaSet controller deletes the pod. The agent deletes it itself: here
+// with the controller manager stopped (as a slow or restarting one leaves
+// the cluster), so nothing else could. A hot pair, whose failover needs no
+// controller; once the controllers are back, the old primary returns as the
+// hot standby.
+func TestNodeModeDeletesItsRetiredPodWithTheControllersDown(t *testing.T) {
+	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
+	cs := cp.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "overlays", "node-mode")); err != nil {
+		t.Fatalf("kubectl apply -k manifests/overlays/node-mode: %v: %s", err, out)
+	}
+	agent := kubenodetest.WaitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", kubenodetest.PodReady)
+	awaitLine := followLog(ctx, t, cs, agent)
+
+	const ns = "mqtt"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := brokerWithExporter(ns)
+	d.Spec.Template.Spec.Containers = d.Spec.Template.Spec.Containers[:1]
+	d.Annotations[contract.AnnRedundancy] = string(contract.Hot)
+	plain, err := yaml.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotated, _ := injectWithBinary(t, repo, plain, "--mode", "node", "--standby")
+	if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
+	}
+	primary := kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", kubenodetest.PodReady)
+	kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-b", kubenodetest.PodReady)
+	awaitLine("the primary healthy", func(m map[string]any) bool {
+		return m["msg"] == "transition" && m["pod"] == primary.Name && m["source"] == "node" && m["to"] == "healthy"
+	})
+	// The standby's Deployment says Ready before the controllers stop: the
+	// failover reads it.
+	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", "edge-broker-b"))
+	if _, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		return ok && d.Status.ReadyReplicas == 1 && d.Status.ObservedGeneration == d.Generation, nil
+	}); err != nil {
+		t.Fatalf("the hot standby's Deployment never said Ready: %v", err)
+	}
+
+	cp.StopControllerManager()
+	pid, err := n.ContainerPID(ctx, ns, primary.Name, "mosquitto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitLine("the retired pod deleted", func(m map[string]any) bool {
+		return m["msg"] == "retired pod deleted" && m["pod"] == ns+"/"+primary.Name
+	})
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, primary.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		t.Fatal(err)
+	case p.DeletionTimestamp == nil:
+		t.Errorf("the retired pod %s has no deletion mark", primary.Name)
+	}
+	t.Logf("the retired pod deleted by the agent %v after the kill, with the controller manager down", time.Since(killed).Round(time.Millisecond))
+
+	if err := cp.StartControllerManager(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lw = cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", "edge-broker-a"))
+	if _, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		return ok && d.Annotations[contract.AnnRole] == "standby" && d.Status.ReadyReplicas == 1 && d.Status.ObservedGeneration == d.Generation, nil
+	}); err != nil {
+		t.Fatalf("the old primary did not come back as the hot standby: %v", err)
+	}
+}
+
+// followLog follows the JSON lines of the log of pod's first container
+// (through the API server and the kubelet) until ctx ends; the function it
+// returns waits for the next line ok accepts, failing t with every line seen
+// when none comes.
+func followLog(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) func(what string, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	stream, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stream.Close() })
+	lines := make(chan map[string]any, 256)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stream)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+	}()
+	var seen []string
+	return func(what string, ok func(map[string]any) bool) map[string]any {
+		t.Helper()
+		for {
+			select {
+			case m, open := <-lines:
+				if !open {
+					t.Fatalf("%s's log ended before %s; seen:\n%s", pod.Name, what, strings.Join(seen, "\n"))
+				}
+				b, _ := json.Marshal(m)
+				seen = append(seen, string(b))
+				if ok(m) {
+					return m
+				}
+			case <-ctx.Done():
+				t.Fatalf("no %s in %s's log; seen:\n%s", what, pod.Name, strings.Join(seen, "\n"))
+			}
+		}
+	}
+}
+
 // waitLog follows the log of pod's first container until a line holds want.
 func waitLog(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod *corev1.Pod, want string) {
 	t.Helper()
@@ -346,43 +478,7 @@ func TestNodeModeOverlayOnARealNode(t *testing.T) {
 	if !agent.Spec.HostPID || agent.Spec.Containers[0].SecurityContext.RunAsNonRoot == nil || !*agent.Spec.Containers[0].SecurityContext.RunAsNonRoot {
 		t.Errorf("agent pod: hostPID %v, security context %+v", agent.Spec.HostPID, agent.Spec.Containers[0].SecurityContext)
 	}
-	// The agent's log, line by line as it writes it (through the API server
-	// and the kubelet).
-	stream, err := cs.CoreV1().Pods("amf-system").GetLogs(agent.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Close()
-	lines := make(chan map[string]any, 256)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stream)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				lines <- m
-			}
-		}
-	}()
-	var seen []string
-	awaitLine := func(what string, ok func(map[string]any) bool) map[string]any {
-		t.Helper()
-		for {
-			select {
-			case m, open := <-lines:
-				if !open {
-					t.Fatalf("agent log ended before %s; seen:\n%s", what, strings.Join(seen, "\n"))
-				}
-				b, _ := json.Marshal(m)
-				seen = append(seen, string(b))
-				if ok(m) {
-					return m
-				}
-			case <-ctx.Done():
-				t.Fatalf("no %s in the agent's log; seen:\n%s", what, strings.Join(seen, "\n"))
-			}
-		}
-	}
+	awaitLine := followLog(ctx, t, cs, agent)
 	awaitLine("node mode on", func(m map[string]any) bool { return m["msg"] == "node mode watching" })
 
 	const ns = "mqtt"

@@ -23,11 +23,18 @@ import rbacv1 "k8s.io/api/rbac/v1"
 //   - events.k8s.io events create: the Warning Event on a pod that opts in
 //     but cannot be watched (it carries the sidecar too, or its annotations
 //     are wrong).
+//   - pods delete: a node-mode primary's pod that the agent retires, on its
+//     own node, deleted at once (actuate.Config.DeleteRetiredOn): no
+//     readiness gate holds its kubelet-restarted broker out of its Services
+//     until the ReplicaSet controller deletes it. RBAC cannot confine the
+//     verb to a node; the overlay's admission policy
+//     amf-agent-own-node-pod-deletes does: the agent's ServiceAccount
+//     deletes only pods bound to the node its token was issued on.
 //
-// Nothing here writes a pod, a Deployment or a ReplicaSet.
+// Nothing here writes a Deployment or a ReplicaSet.
 func Rules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch", "delete"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},

@@ -62,7 +62,8 @@ type Cluster struct {
 	// "record ns/name PHASE", "annotations ns/name[ role=ROLE]",
 	// "resize ns/pod CONTAINER LIMITMi REQUESTMi", "template ns/name
 	// CONTAINER LIMITMi REQUESTMi", "condition ns/pod TYPE=STATUS",
-	// "event REASON", "series REASON", "lease create|update ns/name".
+	// "event REASON", "series REASON", "lease create|update ns/name",
+	// "delete ns/pod".
 	Writes []string
 	// Fail makes every call of one kind fail with its error, by kind:
 	// "get" (Deployment), the writes' first words above ("scale",
@@ -432,6 +433,26 @@ func (f *Cluster) SetPodCondition(_ context.Context, ns, name string, c corev1.P
 		}
 	}
 	p.Status.Conditions = conds
+	f.ChangedLocked(nil)
+	return nil
+}
+
+// DeletePod removes pod ns/name if its UID is uid (the server's
+// precondition: a Conflict otherwise).
+func (f *Cluster) DeletePod(_ context.Context, ns, name, uid string) error {
+	f.Lock()
+	defer f.Unlock()
+	p, ok := f.Pods[Key{ns, name}]
+	if !ok {
+		return notFound("pods", name)
+	}
+	if string(p.UID) != uid {
+		return apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, name, fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", uid, p.UID))
+	}
+	if err := f.writeLocked("delete", fmt.Sprintf("delete %s/%s", ns, name)); err != nil {
+		return err
+	}
+	delete(f.Pods, Key{ns, name})
 	f.ChangedLocked(nil)
 	return nil
 }

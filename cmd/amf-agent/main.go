@@ -286,6 +286,9 @@ func configureActuation(o *options, auth authenticator, a *agent.Server, log *sl
 	if o.live.on {
 		ac.live = o.live.config(cs, o.nodeName, log.With("component", "liveness"), a.MetricsRegisterer())
 	}
+	if o.nodeMode {
+		ac.cfg.DeleteRetiredOn = o.nodeName
+	}
 	if o.stateListen != "" {
 		if ac.hub, err = configureStateHub(o, auth, a.MetricsRegisterer(), log.With("component", "statehub")); err != nil {
 			return nil, err

@@ -776,6 +776,22 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
 	return cp.StartAPIServer(ctx)
 }
 
+// StopControllerManager stops the controller manager only (SIGTERM, then
+// SIGKILL after 15 s): the cluster as a slow or restarting one leaves it,
+// no ReplicaSet, Deployment or EndpointSlice controller acting.
+func (cp *ControlPlane) StopControllerManager() {
+	cp.mu.Lock()
+	p := cp.kcm
+	cp.mu.Unlock()
+	p.stop(15 * time.Second)
+}
+
+// StartControllerManager starts a stopped controller manager again (see
+// StopControllerManager).
+func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
+	return cp.startAgain(ctx, &cp.kcm, "kube-controller-manager", cp.kcmArgs())
+}
+
 // KillEtcd kills etcd (SIGKILL to its process group), as a crash would;
 // the API server runs on, failing what needs storage, until StartEtcd.
 func (cp *ControlPlane) KillEtcd() {
@@ -797,9 +813,9 @@ func (cp *ControlPlane) RestartEtcd(ctx context.Context) error {
 	return cp.StartEtcd(ctx)
 }
 
-// startAgain starts the component in slot (etcd or the API server) again,
-// once it has stopped, and waits until the API server is ready, or either
-// of the two exits.
+// startAgain starts the component in slot (etcd, the API server or the
+// controller manager) again, once it has stopped, and waits until the API
+// server is ready, or etcd or the API server exits.
 func (cp *ControlPlane) startAgain(ctx context.Context, slot **process, name string, args []string) error {
 	cp.mu.Lock()
 	if cp.stopped {

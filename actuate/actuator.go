@@ -184,10 +184,15 @@ type workload struct {
 	// (pollResize); resizeRefused, a refusal of the API to hand to the Gate there.
 	resizePollAt  time.Time
 	resizeRefused string
-	// pods are the pods that signalled for this Deployment while it was
-	// loaded (Config.DeleteRetiredOn): those a retirement deletes.
-	pods map[string]struct{}
+	// pods are the last few pods that signalled for this Deployment while
+	// it was loaded, oldest first (Config.DeleteRetiredOn): those a
+	// retirement deletes.
+	pods []string
 }
+
+// podsKept bounds workload.pods: a Deployment's pods that overlap (a
+// rollout, a pod replaced on a lost node) are two or three.
+const podsKept = 4
 
 // readiness is an observation of a standby by its watch.
 type readiness struct {
@@ -524,11 +529,10 @@ func (a *Actuator) handleSignal(ctx context.Context, s podsignal.Observation) {
 		}
 		return
 	}
-	if a.deleteRetiredOn != "" {
-		if w.pods == nil {
-			w.pods = map[string]struct{}{}
+	if a.deleteRetiredOn != "" && !slices.Contains(w.pods, s.Pod) {
+		if w.pods = append(w.pods, s.Pod); len(w.pods) > podsKept {
+			w.pods = w.pods[1:]
 		}
-		w.pods[s.Pod] = struct{}{}
 	}
 	if a.workloads[w.key] != w {
 		return // retired while being loaded (resume)

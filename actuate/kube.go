@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -211,7 +209,7 @@ func (a *Actuator) deleteRetired(ctx context.Context, w *workload) {
 	if m, err := contract.ParseMode(w.annotations); err != nil || m != contract.ModeNode {
 		return
 	}
-	for _, name := range slices.Sorted(maps.Keys(w.pods)) {
+	for _, name := range w.pods {
 		pk := podKey{w.key.ns, name}
 		pod, err := a.cluster.Pod(ctx, pk.ns, pk.name)
 		if err != nil || pod.DeletionTimestamp != nil || pod.Spec.NodeName != a.deleteRetiredOn {
@@ -223,7 +221,7 @@ func (a *Actuator) deleteRetired(ctx context.Context, w *workload) {
 		err = a.cluster.DeletePod(ctx, pk.ns, pk.name, string(pod.UID))
 		switch {
 		case err == nil:
-			a.log.Info("retired pod deleted", slog.String("deployment", w.key.String()), slog.String("pod", pk.String()),
+			a.log.Info("retired pod deleted", slog.String("deployment", w.key.String()), slog.String("pod", pk.String()), slog.Bool("dry_run", a.dryRun),
 				slog.String("why", "node mode: nothing else holds its restarted broker out of its Services until its ReplicaSet deletes it"))
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		case apierrors.IsForbidden(err) && !a.deleteRefused:

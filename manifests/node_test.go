@@ -308,35 +308,8 @@ func injectWithBinary(t *testing.T, repo string, in []byte, args ...string) (out
 // controller; once the controllers are back, the old primary returns as the
 // hot standby.
 func TestNodeModeDeletesItsRetiredPodWithTheControllersDown(t *testing.T) {
-	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
-	cs := cp.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	repo, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "overlays", "node-mode")); err != nil {
-		t.Fatalf("kubectl apply -k manifests/overlays/node-mode: %v: %s", err, out)
-	}
-	agent := kubenodetest.WaitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", kubenodetest.PodReady)
-	awaitLine := followLog(ctx, t, cs, agent)
-
-	const ns = "mqtt"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	d := brokerWithExporter(ns)
-	d.Spec.Template.Spec.Containers = d.Spec.Template.Spec.Containers[:1]
-	d.Annotations[contract.AnnRedundancy] = string(contract.Hot)
-	plain, err := yaml.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	annotated, _ := injectWithBinary(t, repo, plain, "--mode", "node", "--standby")
-	if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
-	}
+	l := startNodeModePair(t, contract.Hot)
+	ctx, cp, cs, n, awaitLine, ns := l.ctx, l.cp, l.cs, l.n, l.awaitLine, nodeModeNS
 	primary := kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", kubenodetest.PodReady)
 	kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-b", kubenodetest.PodReady)
 	awaitLine("the primary healthy", func(m map[string]any) bool {
@@ -384,6 +357,57 @@ func TestNodeModeDeletesItsRetiredPodWithTheControllersDown(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the old primary did not come back as the hot standby: %v", err)
 	}
+}
+
+// nodeModeNS is the namespace of the node-mode tests' broker pair.
+const nodeModeNS = "mqtt"
+
+// nodeModeLab is a real node with manifests/overlays/node-mode applied and a
+// plain broker pair (edge-broker-a, its standby edge-broker-b) in
+// nodeModeNS, annotated by amf-agent inject --mode node --standby.
+type nodeModeLab struct {
+	ctx       context.Context
+	cp        *controlplane.ControlPlane
+	cs        kubernetes.Interface
+	n         *kubenode.Node
+	agent     *corev1.Pod
+	awaitLine func(what string, ok func(map[string]any) bool) map[string]any
+}
+
+// startNodeModePair starts a nodeModeLab whose pair has the redundancy
+// given; it returns once the agent's pod is Ready (its log followed from
+// its start) and the pair is applied.
+func startNodeModePair(t *testing.T, redundancy contract.Redundancy) *nodeModeLab {
+	t.Helper()
+	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
+	l := &nodeModeLab{cp: cp, cs: cp.Client(), n: n}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	l.ctx = ctx
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "overlays", "node-mode")); err != nil {
+		t.Fatalf("kubectl apply -k manifests/overlays/node-mode: %v: %s", err, out)
+	}
+	l.agent = kubenodetest.WaitPod(ctx, t, l.cs, "amf-system", "app.kubernetes.io/name=amf-agent", kubenodetest.PodReady)
+	l.awaitLine = followLog(ctx, t, l.cs, l.agent)
+	if _, err := l.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeModeNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := brokerWithExporter(nodeModeNS)
+	d.Spec.Template.Spec.Containers = d.Spec.Template.Spec.Containers[:1] // a plain broker
+	d.Annotations[contract.AnnRedundancy] = string(redundancy)
+	plain, err := yaml.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotated, _ := injectWithBinary(t, repo, plain, "--mode", "node", "--standby")
+	if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
+	}
+	return l
 }
 
 // followLog follows the JSON lines of the log of pod's first container
@@ -463,38 +487,12 @@ func waitLogLine(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod
 // pushed exit; the same actuator then fails over to the cold standby (whose
 // pod gets a pipeline of its own) and retires the crashed primary.
 func TestNodeModeOverlayOnARealNode(t *testing.T) {
-	cp, n := kubenodetest.Start(t, kubenodetest.Options{ControlPlane: controlplane.Options{NoFakeNodes: true}})
-	cs := cp.Client()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	repo, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := cp.Kubectl(ctx, nil, "apply", "-k", filepath.Join(repo, "manifests", "overlays", "node-mode")); err != nil {
-		t.Fatalf("kubectl apply -k manifests/overlays/node-mode: %v: %s", err, out)
-	}
-	agent := kubenodetest.WaitPod(ctx, t, cs, "amf-system", "app.kubernetes.io/name=amf-agent", kubenodetest.PodReady)
+	l := startNodeModePair(t, contract.Cold)
+	ctx, cs, n, agent, awaitLine, ns := l.ctx, l.cs, l.n, l.agent, l.awaitLine, nodeModeNS
 	if !agent.Spec.HostPID || agent.Spec.Containers[0].SecurityContext.RunAsNonRoot == nil || !*agent.Spec.Containers[0].SecurityContext.RunAsNonRoot {
 		t.Errorf("agent pod: hostPID %v, security context %+v", agent.Spec.HostPID, agent.Spec.Containers[0].SecurityContext)
 	}
-	awaitLine := followLog(ctx, t, cs, agent)
 	awaitLine("node mode on", func(m map[string]any) bool { return m["msg"] == "node mode watching" })
-
-	const ns = "mqtt"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	d := brokerWithExporter(ns)
-	d.Spec.Template.Spec.Containers = d.Spec.Template.Spec.Containers[:1] // a plain broker
-	plain, err := yaml.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	annotated, _ := injectWithBinary(t, repo, plain, "--mode", "node", "--standby")
-	if out, err := cp.Kubectl(ctx, bytes.NewReader(annotated), "apply", "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply the annotated broker: %v: %s", err, out)
-	}
 	broker := kubenodetest.WaitPod(ctx, t, cs, ns, "app.kubernetes.io/instance=edge-broker-a", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	if len(broker.Spec.InitContainers) != 0 || len(broker.Spec.Containers) != 1 {
 		t.Errorf("broker pod has %d init containers and %d containers: node mode injects nothing", len(broker.Spec.InitContainers), len(broker.Spec.Containers))

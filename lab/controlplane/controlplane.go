@@ -758,12 +758,7 @@ func (cp *ControlPlane) Kubectl(ctx context.Context, stdin io.Reader, args ...st
 
 // StopAPIServer stops the API server only (SIGTERM, then SIGKILL after 15 s);
 // StartAPIServer starts it again on the same port and waits until it is ready.
-func (cp *ControlPlane) StopAPIServer() {
-	cp.mu.Lock()
-	p := cp.apiserver
-	cp.mu.Unlock()
-	p.stop(15 * time.Second)
-}
+func (cp *ControlPlane) StopAPIServer() { cp.stopSlot(&cp.apiserver, 15*time.Second) }
 
 // StartAPIServer restarts a stopped API server (see StopAPIServer).
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
@@ -779,12 +774,7 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context) error {
 // StopControllerManager stops the controller manager only (SIGTERM, then
 // SIGKILL after 15 s): the cluster as a slow or restarting one leaves it,
 // no ReplicaSet, Deployment or EndpointSlice controller acting.
-func (cp *ControlPlane) StopControllerManager() {
-	cp.mu.Lock()
-	p := cp.kcm
-	cp.mu.Unlock()
-	p.stop(15 * time.Second)
-}
+func (cp *ControlPlane) StopControllerManager() { cp.stopSlot(&cp.kcm, 15*time.Second) }
 
 // StartControllerManager starts a stopped controller manager again (see
 // StopControllerManager).
@@ -794,11 +784,14 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 
 // KillEtcd kills etcd (SIGKILL to its process group), as a crash would;
 // the API server runs on, failing what needs storage, until StartEtcd.
-func (cp *ControlPlane) KillEtcd() {
+func (cp *ControlPlane) KillEtcd() { cp.stopSlot(&cp.etcd, 0) }
+
+// stopSlot stops the component in slot with the grace given (0: SIGKILL).
+func (cp *ControlPlane) stopSlot(slot **process, grace time.Duration) {
 	cp.mu.Lock()
-	p := cp.etcd
+	p := *slot
 	cp.mu.Unlock()
-	p.stop(0)
+	p.stop(grace)
 }
 
 // StartEtcd starts a killed etcd again on its ports and data directory, and

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -558,5 +559,49 @@ func TestNodeModeRetirementDeletesTheRetiredPodOnItsNode(t *testing.T) {
 				t.Errorf("%d refusals said, want %d", refusals, tc.refusals)
 			}
 		})
+	}
+}
+
+// An agent that read a pair's record midway through another agent's
+// failover (Retiring, written by a guard, while this agent's node was cut)
+// resumes that retirement and, its standby not Ready in its eyes, tries it
+// again every retryDelay; when the other agent has meanwhile exchanged the
+// roles, the next try reads the record again and does nothing more. It
+// tried for ever before: a failed try's own record write was refused (the
+// record moved) and nothing said so, and the agent neither guarded the new
+// primary nor recorded its node for the pair (the soak's seed 7, a power
+// cut of a stateful pair's primary's node).
+func TestAResumedRetirementThatAnotherAgentFinishedIsReadAgainNotRedone(t *testing.T) {
+	f := newFakeCluster()
+	pod := f.addPair(ns, "primary", "standby", fast)
+	rec, _ := json.Marshal(Record{Phase: PhaseRetiring, Standby: "standby", Decision: time.Now().Add(-time.Second), Failover: true})
+	f.setRecord(ns, "primary", string(rec))
+	f.Lock()
+	*f.depLocked(ns, "standby").Spec.Replicas = 1 // scaled up, not Ready in this agent's eyes
+	f.Unlock()
+	r := start(t, f, pod, Config{})
+	r.send(podsignal.Healthy) // the primary's pod, thawed, signals: its Deployment is read, Retiring
+	r.logs.wait(t, "the retirement resumed and refused", func(l map[string]any) bool {
+		return l["action"] == string(ActRetirePrimary) && strings.Contains(str(l["error"]), "standby not Ready")
+	})
+
+	// The other agent finishes it on the old primary: at 0, its roles
+	// exchanged, its record gone.
+	f.Lock()
+	before := len(f.Writes)
+	p := f.depLocked(ns, "primary")
+	p.Annotations = map[string]string{contract.AnnRole: "standby", contract.AnnPrimary: "standby"}
+	*p.Spec.Replicas, p.Generation = 0, p.Generation+1
+	p.Status = appsv1.DeploymentStatus{ObservedGeneration: p.Generation}
+	f.ChangedLocked(p)
+	f.Unlock()
+
+	r.logs.wait(t, "the next try read the record again", func(l map[string]any) bool {
+		return l["action"] == string(ActRetirePrimary) && strings.Contains(str(l["error"]), "switchover record changed")
+	})
+	f.Lock()
+	defer f.Unlock()
+	if after := f.Writes[before:]; len(after) > 0 {
+		t.Errorf("wrote %q after the other agent's exchange; want nothing", after)
 	}
 }

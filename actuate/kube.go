@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/amf-edge/amf/cluster"
 	"github.com/amf-edge/amf/contract"
 	"github.com/amf-edge/amf/podsignal"
 )
@@ -94,6 +95,24 @@ func (a *Actuator) namedPodGone(ctx context.Context, sb *appsv1.Deployment) stri
 func (a *Actuator) retire(ctx context.Context, w *workload) error {
 	p := w.gate.Policy
 	sk := podKey{w.key.ns, p.Standby}
+	// The switchover may have been finished without this agent: one that
+	// read the record midway (a guard's failover Retiring it, this agent
+	// thawed after its node's power cut) resumes a retirement whose role
+	// exchange another agent has since done, and would retire the new
+	// standby or, for a stateful pair, wait for a mark that never comes,
+	// neither guarding nor recording its node meanwhile. The record on the
+	// Deployment says: another agent's write means its switchover, not
+	// this one's.
+	if !a.dryRun {
+		d, err := a.cluster.Deployment(ctx, w.key.ns, w.key.name)
+		if err != nil {
+			return fmt.Errorf("get primary %s: %w", w.key, err)
+		}
+		if got := d.Annotations[contract.AnnRecord]; got != w.written {
+			a.load(ctx, d)
+			return fmt.Errorf("%w: its switchover record changed since this agent read it (another agent's step): read again, nothing done", cluster.ErrRecordMoved)
+		}
+	}
 	sb, err := a.cluster.Deployment(ctx, sk.ns, sk.name)
 	if err != nil {
 		return fmt.Errorf("get standby %s: %w", sk, err)

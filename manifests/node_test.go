@@ -316,13 +316,16 @@ func TestNodeModeDeletesItsRetiredPodWithTheControllersDown(t *testing.T) {
 		return m["msg"] == "transition" && m["pod"] == primary.Name && m["source"] == "node" && m["to"] == "healthy"
 	})
 	// The standby's Deployment says Ready before the controllers stop: the
-	// failover reads it.
+	// failover reads it, at its current generation, which the agent's
+	// record of the pair's nodes moves (an annotation bumps a Deployment's
+	// generation): so once those are written.
 	lw := cache.NewListWatchFromClient(cs.AppsV1().RESTClient(), "deployments", ns, fields.OneTermEqualSelector("metadata.name", "edge-broker-b"))
 	if _, err := watchtools.UntilWithSync(ctx, lw, &appsv1.Deployment{}, nil, func(ev watch.Event) (bool, error) {
 		d, ok := ev.Object.(*appsv1.Deployment)
-		return ok && d.Status.ReadyReplicas == 1 && d.Status.ObservedGeneration == d.Generation, nil
+		return ok && d.Annotations[contract.AnnPrimaryNode] != "" && d.Annotations[contract.AnnStandbyNode] != "" &&
+			d.Status.ReadyReplicas == 1 && d.Status.ObservedGeneration == d.Generation, nil
 	}); err != nil {
-		t.Fatalf("the hot standby's Deployment never said Ready: %v", err)
+		t.Fatalf("the hot standby's Deployment never said Ready with the pair's nodes recorded: %v", err)
 	}
 
 	cp.StopControllerManager()

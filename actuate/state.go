@@ -38,6 +38,13 @@ import (
 // for a slow kubelet stopping the retired broker.
 const defaultStateWait = 10 * time.Second
 
+// restartingWaits is how many StateWaits in all a handover waits while the
+// new primary's broker is still restarting on the state handed on to it
+// (its pod Starting): held out of its Services, it could not serve without
+// the state either, and its runtime may be slow to start it again (the
+// soak: containerd restarted on its node during the handover, 12.2 s).
+const restartingWaits = 6
+
 // heldPod is a pod of a stateful pair whose readiness this agent holds.
 type heldPod struct {
 	dep   podKey // its Deployment
@@ -485,6 +492,16 @@ func (a *Actuator) releaseHeld(ctx context.Context, dep podKey) {
 func (a *Actuator) stateDeadlines(ctx context.Context, now time.Time) {
 	for key, h := range a.handovers {
 		if now.Before(h.deadline) {
+			continue
+		}
+		last := h.since.Add(restartingWaits * a.stateWait)
+		if hp, ok := a.held[h.to]; ok && h.state.ID != "" && hp.state == podsignal.Starting && now.Before(last) {
+			h.deadline = now.Add(a.stateWait)
+			if h.deadline.After(last) {
+				h.deadline = last
+			}
+			a.log.Info("handover waits on", slog.String("deployment", key.String()), slog.String("pod", h.to.String()), slog.String("state", h.state.ID),
+				slog.Time("until", h.deadline), slog.String("why", "its broker is still restarting on the state: it could not serve without it either"))
 			continue
 		}
 		delete(a.handovers, key)

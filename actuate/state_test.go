@@ -231,6 +231,57 @@ func TestAStatefulPairsStandbyServesAtOnceWhenNoStateCanCome(t *testing.T) {
 	}
 }
 
+// TestAHandoverWaitsWhileTheNewPrimarysBrokerRestartsOnItsState: at its
+// deadline a handover whose state was handed on waits on while the new
+// primary's broker is still restarting on it (its pod Starting: it could
+// not serve without the state either), up to restartingWaits deadlines; a
+// broker that comes up on it then is carried, one still restarting at the
+// last is released without it.
+func TestAHandoverWaitsWhileTheNewPrimarysBrokerRestartsOnItsState(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		upOnIt  bool
+		outcome string
+	}{
+		{"the broker up on the state after two deadlines", true, "StateCarried"},
+		{"the broker still restarting at the last deadline", false, "StateNotCarried"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startStateful(t, 200*time.Millisecond)
+			f, pp, sp := r.f, r.pp, r.sp
+			r.switchOver()
+			id, err := r.client(pp).HandIn(t.Context(), statehub.Final, finalState())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := r.client(sp).Fetch(t.Context(), "")
+			for err == nil && !ok {
+				got, ok, err = r.client(sp).Fetch(t.Context(), "")
+			}
+			if err != nil || got.ID != id {
+				t.Fatalf("the standby's pod fetched %q (%v), want %s", got.ID, err, id)
+			}
+			r.sendMsg(sp, podsignal.Message{State: podsignal.Starting, Handover: id}) // its broker killed to restart on it
+			waits := map[string]bool{} // by the deadline each one set
+			r.logs.wait(t, "two deadlines passed while it restarts", func(l map[string]any) bool {
+				if l["msg"] == "handover waits on" {
+					waits[str(l["until"])] = true
+				}
+				return len(waits) >= 2
+			})
+			f.Lock()
+			if slices.Contains(f.ReasonsLocked(), "StateNotCarried") {
+				t.Errorf("the state given up while the broker restarts on it: %v", f.ReasonsLocked())
+			}
+			f.Unlock()
+			if tc.upOnIt {
+				r.sendMsg(sp, podsignal.Message{State: podsignal.Healthy, Handover: id})
+			}
+			f.await(t, tc.outcome, func() bool { return slices.Contains(f.ReasonsLocked(), tc.outcome) })
+		})
+	}
+}
+
 // TestAStatefulPairsCrashFailoverRestartsTheStandbyOnTheLastSnapshot: a
 // crashed broker writes no final state; the last snapshot its sidecar
 // handed in goes to the standby's pod, which serves once it runs on it, and

@@ -139,6 +139,25 @@ func startStateful(t *testing.T, wait time.Duration) *statefulRig {
 	return r
 }
 
+// handFinalOn hands the retired primary's final state in, as its sidecar
+// does, and waits until the standby's pod fetched it (handed on to it); it
+// returns the state's ID.
+func (r *statefulRig) handFinalOn(t *testing.T) string {
+	t.Helper()
+	id, err := r.client(r.pp).HandIn(t.Context(), statehub.Final, finalState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := r.client(r.sp).Fetch(t.Context(), "")
+	for err == nil && !ok {
+		got, ok, err = r.client(r.sp).Fetch(t.Context(), "")
+	}
+	if err != nil || got.ID != id {
+		t.Fatalf("the standby's pod fetched %q (%v), want the state %s handed on to it", got.ID, err, id)
+	}
+	return id
+}
+
 // client is pod's sidecar's side of the hub.
 func (r *statefulRig) client(pod string) *statehub.Client {
 	return &statehub.Client{URL: r.srv.URL, Pod: podsignal.PodID{Namespace: ns, Pod: pod}, Token: pod, HTTP: r.srv.Client()}
@@ -153,7 +172,7 @@ func (r *statefulRig) client(pod string) *statehub.Client {
 // it runs on that state.
 func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *testing.T) {
 	r := startStateful(t, time.Minute)
-	f, pp, sp := r.f, r.pp, r.sp
+	f, sp := r.f, r.sp
 	r.switchOver()
 	f.await(t, "roles exchanged", func() bool {
 		return slices.Contains(f.Writes, "scale edge/primary 0") && f.depLocked(ns, "standby").Annotations[contract.AnnRole] == "primary"
@@ -169,17 +188,7 @@ func TestAStatefulPairsSwitchoverHandsTheFinalStateOnBeforeTheStandbyServes(t *t
 	f.Unlock()
 
 	// The retired broker's sidecar hands its final state in.
-	id, err := r.client(pp).HandIn(t.Context(), statehub.Final, finalState())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, ok, err := r.client(sp).Fetch(t.Context(), "")
-	for err == nil && !ok {
-		got, ok, err = r.client(sp).Fetch(t.Context(), "")
-	}
-	if err != nil || got.ID != id {
-		t.Fatalf("the standby's pod fetched %q (%v), want the state %s handed on to it", got.ID, err, id)
-	}
+	id := r.handFinalOn(t)
 	// Its sidecar restarts the broker on it: starting, then healthy on it.
 	r.sendMsg(sp, podsignal.Message{State: podsignal.Starting, Handover: id})
 	r.sendMsg(sp, podsignal.Message{State: podsignal.Healthy})
@@ -248,21 +257,11 @@ func TestAHandoverWaitsWhileTheNewPrimarysBrokerRestartsOnItsState(t *testing.T)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := startStateful(t, 200*time.Millisecond)
-			f, pp, sp := r.f, r.pp, r.sp
+			f, sp := r.f, r.sp
 			r.switchOver()
-			id, err := r.client(pp).HandIn(t.Context(), statehub.Final, finalState())
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, ok, err := r.client(sp).Fetch(t.Context(), "")
-			for err == nil && !ok {
-				got, ok, err = r.client(sp).Fetch(t.Context(), "")
-			}
-			if err != nil || got.ID != id {
-				t.Fatalf("the standby's pod fetched %q (%v), want %s", got.ID, err, id)
-			}
+			id := r.handFinalOn(t)
 			r.sendMsg(sp, podsignal.Message{State: podsignal.Starting, Handover: id}) // its broker killed to restart on it
-			waits := map[string]bool{} // by the deadline each one set
+			waits := map[string]bool{}                                                // by the deadline each one set
 			r.logs.wait(t, "two deadlines passed while it restarts", func(l map[string]any) bool {
 				if l["msg"] == "handover waits on" {
 					waits[str(l["until"])] = true

@@ -202,21 +202,16 @@ func (r *Runner) Run(ctx context.Context) {
 				continue
 			}
 			reason := "its process exited"
-			select {
-			case ev, ok := <-oom:
+			if ev, ok := pending(oom); ok {
 				// An OOM kill read before the exit and not yet taken is
 				// its reason: ExitReason reads the cgroup, which its
 				// runtime may have removed by now.
-				if ok {
-					if r.cfg.OnOOM != nil {
-						r.cfg.OnOOM(ev)
-					}
-					reason = fmt.Sprintf("OOM kill in the broker container (%d so far): its process exited", ev.Kills)
+				if r.cfg.OnOOM != nil {
+					r.cfg.OnOOM(ev)
 				}
-			default:
-				if r.cur.ExitReason != nil {
-					reason = r.cur.ExitReason()
-				}
+				reason = fmt.Sprintf("OOM kill in the broker container (%d so far): its process exited", ev.Kills)
+			} else if r.cur.ExitReason != nil {
+				reason = r.cur.ExitReason()
 			}
 			r.End(ctx, End{Reason: reason, Final: true})
 		case ev, ok := <-oom:
@@ -229,6 +224,17 @@ func (r *Runner) Run(ctx context.Context) {
 			}
 			r.End(ctx, End{Reason: fmt.Sprintf("OOM kill in the broker container (%d so far)", ev.Kills)})
 		}
+	}
+}
+
+// pending takes an OOM event already waiting on oom, if one is; a closed
+// or empty channel (or none) has none.
+func pending(oom <-chan cgroup.OOMEvent) (cgroup.OOMEvent, bool) {
+	select {
+	case ev, ok := <-oom:
+		return ev, ok
+	default:
+		return cgroup.OOMEvent{}, false
 	}
 }
 

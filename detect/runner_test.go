@@ -260,6 +260,27 @@ func TestRunnerSaysAnOOMKillWaitingBesideTheExitItCaused(t *testing.T) {
 	}
 }
 
+// An OOM watch that ended (its cgroup unreadable: the channel closed) holds
+// no kill: the exit's own reason is asked, which may still find one.
+func TestRunnerAsksTheExitsReasonWhenTheOOMWatchEnded(t *testing.T) {
+	for i := range 20 {
+		h := newRunner(t, RunnerConfig{})
+		exit, oom := make(chan time.Time, 1), make(chan cgroup.OOMEvent)
+		tg := &Target{ID: "c1", Source: &synthSource{memory: 10 << 20, t0: time.Now()}, Exit: exit, OOM: oom, Close: func() {},
+			ExitReason: func() string { return "OOM kill in the broker container (4 so far): its process exited" }}
+		h.finder.add(tg)
+		h.start(t)
+		h.sink.await(t, "sampled read")
+		h.r.Do(h.ctx, func() { // the watch's end and the exit, both ready when it returns
+			close(oom)
+			exit <- time.Now()
+		})
+		if l := h.sink.await(t, "emit unhealthy: "); l != "emit unhealthy: OOM kill in the broker container (4 so far): its process exited" {
+			t.Fatalf("try %d: %q; want the exit's own reason", i, l)
+		}
+	}
+}
+
 func TestRunnerDropsAVanishedTargetAndTakesTheNext(t *testing.T) {
 	h := newRunner(t, RunnerConfig{})
 	gone := &synthSource{memory: 10 << 20, t0: time.Now()}

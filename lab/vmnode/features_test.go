@@ -166,8 +166,8 @@ func TestTheFeaturesOfOneLoadAgreeOnV1AndV2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checked := 0
 	for name, v := range map[string][]sample{"this host (cgroup v1)": v1, "the guest (" + host + ")": v2} {
+		checked := 0
 		for i, s := range v {
 			got, ok := s.features[growth]
 			if !ok {
@@ -183,9 +183,10 @@ func TestTheFeaturesOfOneLoadAgreeOnV1AndV2(t *testing.T) {
 				t.Errorf("%s, sample %d: %s %.6g, deriv of its memory counter over %v steps %.6g; want within %g", name, i, growth, got, fc.Step, want, growthAgree)
 			}
 		}
-	}
-	if checked < 20 {
-		t.Errorf("%s checked against its counter at only %d samples", growth, checked)
+		// 30 samples, the first two steps 5-10 s in: about 20 defined.
+		if checked < 10 {
+			t.Errorf("%s: %s checked against its counter at only %d samples", name, growth, checked)
+		}
 	}
 	m1, m2 := meanFrom(v1, growth, featureSettle), meanFrom(v2, growth, featureSettle)
 	var cpu1, cpu2 float64

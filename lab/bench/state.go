@@ -212,7 +212,7 @@ func (s *stateBench) agentCase(ctx context.Context, lines <-chan testbed.AgentLi
 		if clock, err = p.StartClock(ctx); err != nil {
 			return StateCase{}, err
 		}
-		if err := p.AwaitSnapshot(ctx); err != nil {
+		if _, err := p.AwaitClockSnapshotLine(ctx); err != nil {
 			clock.Stop()
 			return StateCase{}, err
 		}

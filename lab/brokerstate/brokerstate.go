@@ -61,6 +61,14 @@ func (p Plan) prefix() string {
 // Prefix/name.
 func (p Plan) Topic(name string) string { return p.prefix() + "/" + name }
 
+// WithClock is the plan as a broker holds it once a Clock publishes to
+// Topic("clock"): one retained message more. A snapshot that counts it
+// carries a clock value.
+func (p Plan) WithClock() Plan {
+	p.Retained++
+	return p
+}
+
 func (p Plan) sessionIDs() (v3, v5 []string) {
 	for i := range p.Sessions {
 		v3 = append(v3, fmt.Sprintf("%s-v3-%d", p.prefix(), i))

@@ -96,7 +96,7 @@ func RunStateCut(ctx context.Context, cfg StateCutConfig) (_ StateCut, err error
 	if err != nil {
 		return StateCut{}, err
 	}
-	snap, err := p.AwaitSnapshotLine(ctx)
+	snap, err := p.AwaitClockSnapshotLine(ctx)
 	if err != nil {
 		clock.Stop()
 		return StateCut{}, err

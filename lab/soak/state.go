@@ -119,8 +119,10 @@ func (r *runner) seedState(ctx context.Context, pr *pairRun) error {
 }
 
 // awaitSnapshot waits until the agent of pr's standby's node says its hub
-// took in a snapshot of the primary's broker holding the whole plan, from
-// now on: the failover's state is there before the fault.
+// took in a snapshot of the primary's broker holding the whole plan and
+// the clock, from now on: the failover's state is there before the fault,
+// and its retained age is defined (a snapshot taken before the clock's
+// first value would leave a new primary without one).
 func (r *runner) awaitSnapshot(ctx context.Context, pr *pairRun) error {
 	ag := r.agents[pr.at[1].Name]
 	if ag == nil {
@@ -133,7 +135,7 @@ func (r *runner) awaitSnapshot(ctx context.Context, pr *pairRun) error {
 	for {
 		select {
 		case l := <-lines:
-			if strings.HasPrefix(l.Msg, "broker state") && testbed.SnapshotHolds(l, pr.state.pod, pr.state.plan) {
+			if strings.HasPrefix(l.Msg, "broker state") && testbed.SnapshotHolds(l, pr.state.pod, pr.state.plan.WithClock()) {
 				return nil
 			}
 		case <-ctx.Done():

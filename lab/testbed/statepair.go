@@ -173,6 +173,27 @@ func (p *StatePair) AwaitSnapshotLine(ctx context.Context) (AgentLine, error) {
 	}
 }
 
+// AwaitClockSnapshotLine is AwaitSnapshotLine for a snapshot that also
+// holds the pair's clock (StartClock), one retained message beyond the
+// plan's: the snapshot a failover hands on then carries a clock value, so
+// the retained age it is read by is defined. A line from before the clock
+// started (still queued, or a snapshot taken before its first value) is
+// passed over: without this a crash soon after it left the new primary
+// with the plan and no clock.
+func (p *StatePair) AwaitClockSnapshotLine(ctx context.Context) (AgentLine, error) {
+	withClock := p.Plan.WithClock()
+	for {
+		select {
+		case l := <-p.lines:
+			if l.Msg == "broker state taken in" && SnapshotHolds(l, p.Primary.Name, withClock) {
+				return l, nil
+			}
+		case <-ctx.Done():
+			return AgentLine{}, fmt.Errorf("no snapshot of the seeded state and the clock handed in: %w", ctx.Err())
+		}
+	}
+}
+
 // SnapshotOfPlan says whether agent line l (any message) speaks of a
 // snapshot of the primary's broker that holds the whole plan, by the
 // counts the line carries (mosquittodb's: retained, sessions, queued).

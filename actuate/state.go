@@ -267,11 +267,17 @@ func (a *Actuator) beginHandover(ctx context.Context, w *workload, pk podKey) *h
 	// own snapshots in within seconds; in the soak, with this node's hub
 	// emptied by its agent's restart, the handover took one of those and
 	// said the state carried.
+	// A switchover's final state may have come before this handover
+	// began (relayed from the primary's node while this agent, on a slow
+	// node, had not yet read the new roles), and by then that comeback's
+	// first snapshots, newer and empty, may have come too: the newest
+	// final state is the one, never a newer snapshot.
 	var heldBy time.Time
+	kind := statehub.Final
 	if hv.Kind == contract.StateSnapshot {
-		heldBy = hv.At
+		heldBy, kind = hv.At, ""
 	}
-	st, from, ok := a.latestState(h.from, heldBy)
+	st, from, ok := a.latestState(h.from, heldBy, kind)
 	switch {
 	case hv.Kind == contract.StateSnapshot && !ok:
 		a.giveUp(ctx, w, h, fmt.Sprintf("failover: the primary's broker wrote no final state, and this node's hub holds no snapshot of it (amf-sidecar --state-snapshot-every; for a pair across nodes, amf-agent --state-peer-token on both); %s serves from its own", pk.name))
@@ -331,16 +337,16 @@ func (a *Actuator) clearHandover(ctx context.Context, dep podKey) {
 // latestState is the newest state the hub holds from a pod of Deployment
 // dep: handed in here (its pods that signalled to this agent) or relayed
 // from another node; if heldBy is not zero, only from a pod whose states
-// the hub held by then.
-func (a *Actuator) latestState(dep podKey, heldBy time.Time) (statehub.State, podsignal.PodID, bool) {
-	best, ok := a.states.LatestOwned(dep.ns, dep.name, heldBy)
+// the hub held by then; if kind is not "", only of that kind.
+func (a *Actuator) latestState(dep podKey, heldBy time.Time, kind statehub.Kind) (statehub.State, podsignal.PodID, bool) {
+	best, ok := a.states.LatestOwned(dep.ns, dep.name, heldBy, kind)
 	from := best.From
 	for pk, d := range a.owners {
 		if pk.ns != dep.ns || d != dep.name {
 			continue
 		}
 		id := podsignal.PodID{Namespace: pk.ns, Pod: pk.name}
-		if s, held := a.states.Latest(id); held && s.Owner == "" && (heldBy.IsZero() || !s.Since.After(heldBy)) && (!ok || s.At.After(best.At)) {
+		if s, held := a.states.Latest(id); held && s.Owner == "" && (heldBy.IsZero() || !s.Since.After(heldBy)) && (kind == "" || s.Kind == kind) && (!ok || s.At.After(best.At)) {
 			best, from, ok = s, id, true
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http/httptest"
 	"os"
@@ -405,6 +406,25 @@ func TestAStatefulPairAcrossTwoNodesCarriesItsState(t *testing.T) {
 			if _, err := c.HandIn(t.Context(), statehub.Final, finalState()); err != nil {
 				t.Fatal(err)
 			}
+		}},
+		{"a planned switchover whose final state, and its comeback's first snapshot, came before node-b read the handover", statehub.Final, func(t *testing.T, n *twoNodes) {
+			// On a slow node the relayed final state, and then the first
+			// snapshot of the retired Deployment's next pod (its comeback
+			// as the standby, empty), can both be in the hub before its
+			// agent reads the new roles: the handover must take the
+			// final state, not the newer snapshot, and not wait for a
+			// final state that already came (found on a cgroup v2 guest
+			// under emulation: StateNotCarried after 10 s).
+			comeback := podsignal.PodID{Namespace: ns, Pod: "primary-comeback"}
+			n.relayA.Forward(n.srvB.URL, statehub.State{ID: ns + "/" + n.pp + "/1", From: podsignal.PodID{Namespace: ns, Pod: n.pp}, Owner: "primary", Kind: statehub.Final, Data: finalState()})
+			n.b.logs.wait(t, "the final state relayed to node-b's hub", func(l map[string]any) bool {
+				return l["msg"] == "broker state relayed here" && l["kind"] == string(statehub.Final)
+			})
+			n.relayA.Forward(n.srvB.URL, statehub.State{ID: ns + "/" + comeback.Pod + "/2", From: comeback, Owner: "primary", Kind: statehub.Snapshot, Data: finalState()})
+			n.b.logs.wait(t, "the comeback's snapshot relayed to node-b's hub after it", func(l map[string]any) bool {
+				return l["msg"] == "broker state relayed here" && l["kind"] == string(statehub.Snapshot) && strings.Contains(fmt.Sprint(l["state"]), comeback.Pod)
+			})
+			n.a.switchOver()
 		}},
 		{"a crash failover", statehub.Snapshot, func(t *testing.T, n *twoNodes) {
 			n.snapshotOnB(t)

@@ -281,14 +281,16 @@ func (h *Hub) Latest(from podsignal.PodID) (State, bool) {
 // Deployment owner in namespace ns, without its data; only from a pod
 // whose states the hub held by heldBy (Since), if that is not zero: a
 // failover takes the retired primary's state, never that of a pod of the
-// same Deployment that came after it (its comeback as the standby).
-func (h *Hub) LatestOwned(ns, owner string, heldBy time.Time) (State, bool) {
+// same Deployment that came after it (its comeback as the standby); and
+// only of kind, if that is not "": a switchover takes the retired
+// primary's final state, never a newer snapshot of that comeback.
+func (h *Hub) LatestOwned(ns, owner string, heldBy time.Time, kind Kind) (State, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.expire()
 	var best *State
 	for _, s := range h.in {
-		if !heldBy.IsZero() && s.Since.After(heldBy) {
+		if !heldBy.IsZero() && s.Since.After(heldBy) || kind != "" && s.Kind != kind {
 			continue
 		}
 		if s.Owner == owner && s.From.Namespace == ns && (best == nil || s.At.After(best.At)) {

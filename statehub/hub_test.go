@@ -274,7 +274,7 @@ func TestAFailoverTakesOnlyTheStateOfAPodHeldBeforeIt(t *testing.T) {
 		{"before any was held: none", t0.Add(-time.Second), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := h.LatestOwned(primary.Namespace, "broker-a", tc.heldBy)
+			got, ok := h.LatestOwned(primary.Namespace, "broker-a", tc.heldBy, "")
 			if ok != (tc.want != "") || got.ID != tc.want {
 				t.Errorf("LatestOwned = %q (%v), want %q", got.ID, ok, tc.want)
 			}

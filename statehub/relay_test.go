@@ -89,11 +89,11 @@ func TestAStateRelayedToAnotherNodesHubIsHandedOnThere(t *testing.T) {
 	if peers.calls.Load() < 2 {
 		t.Fatalf("the peer was asked %d times; the first refusal should have been tried again", peers.calls.Load())
 	}
-	latest, ok := there.LatestOwned(primary.Namespace, "broker-a", time.Time{})
+	latest, ok := there.LatestOwned(primary.Namespace, "broker-a", time.Time{}, "")
 	if !ok || latest.ID != got.ID {
 		t.Fatalf("LatestOwned = %s %v, want %s", latest.ID, ok, got.ID)
 	}
-	if _, ok := there.LatestOwned(primary.Namespace, "broker-b", time.Time{}); ok {
+	if _, ok := there.LatestOwned(primary.Namespace, "broker-b", time.Time{}, ""); ok {
 		t.Fatal("LatestOwned found a state of a Deployment that relayed none")
 	}
 	if _, err := there.HandOn(got.ID, primary, standby); err != nil {
@@ -163,7 +163,7 @@ func TestTheRelayPathTakesOnlyAnAgentsWholeState(t *testing.T) {
 			if resp.StatusCode != tt.status {
 				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
 			}
-			_, held := h.LatestOwned(primary.Namespace, "broker-a", time.Time{})
+			_, held := h.LatestOwned(primary.Namespace, "broker-a", time.Time{}, "")
 			if want := tt.status == http.StatusNoContent; held != want {
 				t.Fatalf("held after the relay: %v, want %v", held, want)
 			}
@@ -175,6 +175,6 @@ func TestTheRelayPathTakesOnlyAnAgentsWholeState(t *testing.T) {
 }
 
 func mustLatest(t *testing.T, h *Hub) State {
-	s, _ := h.LatestOwned(primary.Namespace, "broker-a", time.Time{})
+	s, _ := h.LatestOwned(primary.Namespace, "broker-a", time.Time{}, "")
 	return s
 }

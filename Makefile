@@ -66,7 +66,7 @@ test-cgroup2: ## the cgroup and sidecar tests as root on a real cgroup v2-only k
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/amf-lab ./cmd/amf-lab
 	GO=$(GO) $(BIN)/amf-lab cgroup2vm
 
-test-v2node: containerd ## the product on a node as Kubernetes ships it now: a qemu guest with cgroup v2, systemd, the kubelet at its defaults and containerd 2 (lab/vmnode; root; make k8s first; ≈ 5 min, the base image built once per machine)
+test-v2node: containerd ## the product on a node as Kubernetes ships it now: a qemu guest with cgroup v2, systemd, the kubelet at its defaults and containerd 2 (lab/vmnode; root; make k8s first; ≈ 9 min, the base image built once per machine)
 	AMF_REQUIRE_K8S=1 AMF_REQUIRE_NODE=1 AMF_REQUIRE_VMNODE=1 $(GO) test -count=1 -v -timeout 30m ./lab/vmnode/
 
 bench-v2node: containerd ## amf-lab bench signal --mode sidecar inside the cgroup v2 guest node (root; make k8s first; ≈ 5 min)

@@ -180,6 +180,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	defer env.close()
 	res.Node = NodeInfo{Name: env.node.Name, Kubelet: env.node.KubeletVersion, Runtime: env.node.RuntimeVersion}
+	res.Node.Cgroup, res.Node.CgroupDriver = env.node.CgroupMode()
 	if err := sm.stage(env.podDir); err != nil {
 		return nil, err
 	}

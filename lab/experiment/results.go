@@ -133,6 +133,11 @@ type NodeInfo struct {
 	Name    string `json:"name"`
 	Kubelet string `json:"kubelet"` // status.nodeInfo.kubeletVersion
 	Runtime string `json:"runtime"` // status.nodeInfo.containerRuntimeVersion
+	// Cgroup and CgroupDriver are the node's hierarchy (v1, v2) and the
+	// driver its kubelet and runtime use (cgroupfs, systemd): the Node
+	// object does not say them, the lab that made the node does.
+	Cgroup       string `json:"cgroup"`
+	CgroupDriver string `json:"cgroup_driver"`
 }
 
 // Line is a one-line summary of a run for the progress output.

@@ -139,7 +139,7 @@ func (n *Node) kubeletConfig() ([]byte, error) {
 func (n *Node) kubeProxyConfig() ([]byte, error) {
 	cluster := n.PodCIDR
 	if n.cfg.LAN != nil {
-		cluster = allPods // every node's pods are the cluster's
+		cluster = AllPods // every node's pods are the cluster's
 	}
 	return yaml.Marshal(map[string]any{
 		"apiVersion":       "kubeproxy.config.k8s.io/v1alpha1",

@@ -33,12 +33,12 @@ const (
 	// the lab relays <LANGateway>:6443 to the API server on loopback.
 	LANGateway = "10.215.255.254"
 	lanPrefix  = 16 // 10.215.0.0/16; node i is 10.215.<i>.2
-	// allPods covers every node's pod range (10.214.<i>.0/24).
-	allPods = "10.214.0.0/16"
-	// uplinks covers the host–LAN links (10.216.<j>.0/30).
-	uplinks = "10.216.0.0/16"
-	// serviceIPs is the control plane's --service-cluster-ip-range.
-	serviceIPs = "10.96.0.0/16"
+	// AllPods covers every node's pod range (10.214.<i>.0/24).
+	AllPods = "10.214.0.0/16"
+	// Uplinks covers the host–LAN links (10.216.<j>.0/30).
+	Uplinks = "10.216.0.0/16"
+	// ServiceIPs is the control plane's --service-cluster-ip-range.
+	ServiceIPs = "10.96.0.0/16"
 	// MaxLANs is how many LANs can run on one machine at once.
 	MaxLANs = 16
 )
@@ -275,12 +275,12 @@ func (l *LAN) plug(n *Node) error {
 		func() error { return in("ip", "link", "set", "lo", "up") },
 		func() error { return in("ip", "addr", "add", n.IP+"/"+strconv.Itoa(lanPrefix), "dev", "eth0") },
 		func() error { return in("ip", "link", "set", "eth0", "up") },
-		func() error { return in("ip", "route", "add", allPods, "via", LANGateway, "dev", "eth0") },
-		func() error { return in("ip", "route", "add", uplinks, "via", LANGateway, "dev", "eth0") },
+		func() error { return in("ip", "route", "add", AllPods, "via", LANGateway, "dev", "eth0") },
+		func() error { return in("ip", "route", "add", Uplinks, "via", LANGateway, "dev", "eth0") },
 		// ClusterIPs from the node itself (hostNetwork): routed first, then
 		// kube-proxy's OUTPUT rules rewrite them; a ClusterIP no rule knows
 		// dies at the LAN's dead-end default.
-		func() error { return in("ip", "route", "add", serviceIPs, "via", LANGateway, "dev", "eth0") },
+		func() error { return in("ip", "route", "add", ServiceIPs, "via", LANGateway, "dev", "eth0") },
 		func() error { return in("ip", "route", "add", "unreachable", "default") },
 		func() error { return in("sysctl", "-q", "-w", "net.ipv4.ip_forward=1") },
 		func() error { return in("sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1") },
@@ -299,10 +299,14 @@ func (l *LAN) plug(n *Node) error {
 }
 
 // hostRoutes are the host's routes to node n through the uplink.
-func (l *LAN) hostRoutes(n *Node) [][]string {
+func (l *LAN) hostRoutes(n *Node) [][]string { return l.routesTo(n.IP, n.PodCIDR) }
+
+// routesTo are the host's routes through the uplink to a node at ip with
+// pods in podCIDR.
+func (l *LAN) routesTo(ip, podCIDR string) [][]string {
 	return [][]string{
-		{n.IP + "/32", "via", l.lanIP, "dev", l.Uplink},
-		{n.PodCIDR, "via", l.lanIP, "dev", l.Uplink},
+		{ip + "/32", "via", l.lanIP, "dev", l.Uplink},
+		{podCIDR, "via", l.lanIP, "dev", l.Uplink},
 	}
 }
 

@@ -194,6 +194,18 @@ func Check() error {
 	return nil
 }
 
+// CgroupMode names the node's cgroup hierarchy and driver: the host's (v1 or
+// v2, by the file system at /sys/fs/cgroup) and cgroupfs, the driver the
+// lab's kubelet and containerd use under the node's own cgroup root.
+func (n *Node) CgroupMode() (version, driver string) {
+	version = "v1"
+	var fs unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
+		version = "v2"
+	}
+	return version, "cgroupfs"
+}
+
 // takeIndex locks the first free slot. The lock is held by this process and
 // the node's janitor, so a slot is free again only once its teardown is done.
 func (n *Node) takeIndex() error {

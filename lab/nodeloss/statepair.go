@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,39 +62,15 @@ func (r *StateRig) Stop() {
 	}
 }
 
-// subscribe merges every agent's lines from now on into one channel, as
-// testbed.StatePair reads them: which agent says what of a handover across
-// nodes is the product's to choose. Like Agent.Subscribe, a slow reader
-// loses lines here, never in the agents' Lines.
+// subscribe merges every agent's lines from now on into one channel
+// (testbed.SubscribeAll), as testbed.StatePair reads them: which agent
+// says what of a handover across nodes is the product's to choose.
 func (r *StateRig) subscribe() (<-chan testbed.AgentLine, func()) {
-	out := make(chan testbed.AgentLine, 4096)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	var unsubs []func()
+	var agents []*testbed.AgentPod
 	for _, ag := range r.Agents {
-		in, unsub := ag.Subscribe()
-		unsubs = append(unsubs, unsub)
-		wg.Go(func() {
-			for {
-				select {
-				case l := <-in:
-					select {
-					case out <- l:
-					default:
-					}
-				case <-done:
-					return
-				}
-			}
-		})
+		agents = append(agents, ag)
 	}
-	return out, func() {
-		close(done)
-		wg.Wait()
-		for _, u := range unsubs {
-			u()
-		}
-	}
+	return testbed.SubscribeAll(agents...)
 }
 
 // agentOf returns the node whose agent logged a line that matches, and

@@ -110,6 +110,41 @@ func (a *AgentPod) Subscribe() (<-chan AgentLine, func()) {
 	}
 }
 
+// SubscribeAll merges the lines of agents from now on into one channel:
+// what a reader of a pair across nodes reads, where which agent says what
+// is the product's to choose. Like Subscribe, a slow reader loses lines
+// here, never in each agent's Lines. The function ends it.
+func SubscribeAll(agents ...*AgentPod) (<-chan AgentLine, func()) {
+	out := make(chan AgentLine, 4096)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var unsubs []func()
+	for _, ag := range agents {
+		in, unsub := ag.Subscribe()
+		unsubs = append(unsubs, unsub)
+		wg.Go(func() {
+			for {
+				select {
+				case l := <-in:
+					select {
+					case out <- l:
+					default:
+					}
+				case <-done:
+					return
+				}
+			}
+		})
+	}
+	return out, func() {
+		close(done)
+		wg.Wait()
+		for _, u := range unsubs {
+			u()
+		}
+	}
+}
+
 // Reconnect ends the log stream being read, and a new one starts where it
 // left off: after a power cut or a partition of the agent's node the old
 // stream hangs (no reset ever came) until TCP gives up, minutes later.

@@ -31,7 +31,8 @@ import (
 type StatePair struct {
 	C kubernetes.Interface
 	// Node runs the primary's pod (Stress, Crash and StartLive act there);
-	// StandbyNode the standby's: the same node but for StartStatePairAcross.
+	// StandbyNode the standby's: the same node but for StartStatePairAcross,
+	// nil for StartStatePairTo.
 	Node, StandbyNode *kubenode.Node
 	Namespace         string
 	Primary, Standby  *corev1.Pod
@@ -51,7 +52,11 @@ var StateGates = map[string]string{contract.AnnDebounce: "3", contract.AnnReconf
 // checking that the standby holds none of it (so that a check after the
 // event can fail). lines are the agent's, subscribed before.
 func StartStatePair(ctx context.Context, c kubernetes.Interface, node *kubenode.Node, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) (*StatePair, error) {
-	return startStatePair(ctx, c, [2]*kubenode.Node{node, node}, false, lines, ns, name, plan)
+	p := &StatePair{Node: node, StandbyNode: node}
+	if err := p.start(ctx, c, "", lines, ns, name, plan); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // StartStatePairAcross is StartStatePair on two nodes of a cluster: the
@@ -64,57 +69,74 @@ func StartStatePair(ctx context.Context, c kubernetes.Interface, node *kubenode.
 // node too. lines are every agent's, subscribed before (merged): which
 // agent says what of a handover between nodes is the product's to choose.
 func StartStatePairAcross(ctx context.Context, c kubernetes.Interface, primary, standby *kubenode.Node, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) (*StatePair, error) {
-	return startStatePair(ctx, c, [2]*kubenode.Node{primary, standby}, true, lines, ns, name, plan)
+	p := &StatePair{Node: primary, StandbyNode: standby}
+	if err := p.start(ctx, c, standby.Name, lines, ns, name, plan); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
-func startStatePair(ctx context.Context, c kubernetes.Interface, nodes [2]*kubenode.Node, pin bool, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) (*StatePair, error) {
-	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"mosquitto.conf": brokerstate.Config("")}}, metav1.CreateOptions{}); err != nil {
+// StartStatePairTo is StartStatePairAcross with the standby's pod on a node
+// of the same cluster that lab/kubenode does not run (lab/vmnode's guest on
+// the cluster's LAN), named standbyNode; StandbyNode stays nil.
+func StartStatePairTo(ctx context.Context, c kubernetes.Interface, primary *kubenode.Node, standbyNode string, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) (*StatePair, error) {
+	p := &StatePair{Node: primary}
+	if err := p.start(ctx, c, standbyNode, lines, ns, name, plan); err != nil {
 		return nil, err
+	}
+	return p, nil
+}
+
+// start deploys the pair on p.Node, the standby pinned to standbyNode
+// unless it is "" (then the scheduler places it: one node), and seeds it.
+func (p *StatePair) start(ctx context.Context, c kubernetes.Interface, standbyNode string, lines <-chan AgentLine, ns, name string, plan brokerstate.Plan) error {
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"mosquitto.conf": brokerstate.Config("")}}, metav1.CreateOptions{}); err != nil {
+		return err
 	}
 	pair, err := brokerstate.InjectedPairWith(ns, name, StateGates, model.PaperName)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i, d := range pair {
-		if pin {
-			d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: nodes[i].Name}
+		if standbyNode != "" {
+			d.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: [2]string{p.Node.Name, standbyNode}[i]}
 		}
 		if _, err := c.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	p := &StatePair{C: c, Node: nodes[0], StandbyNode: nodes[1], Namespace: ns, Plan: plan, lines: lines, Deployments: [2]string{pair[0].Name, pair[1].Name}}
+	p.C, p.Namespace, p.Plan, p.lines, p.Deployments = c, ns, plan, lines, [2]string{pair[0].Name, pair[1].Name}
 	var pods []*corev1.Pod
 	for _, d := range pair {
 		pod, err := brokerstate.RunningPod(ctx, c, ns, d.Name)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		pods = append(pods, pod)
 	}
 	p.Primary, p.Standby = pods[0], pods[1]
 	if _, err := p.await(ctx, p.Primary.Name, "the primary serves", PodReady); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := p.await(ctx, p.Standby.Name, "the standby is held out of its Services", HeldForState); err != nil {
-		return nil, err
+		return err
 	}
 	if err := brokerstate.Seed(ctx, brokerstate.Addr(p.Primary), plan); err != nil {
-		return nil, err
+		return err
 	}
 	before, err := brokerstate.Check(ctx, brokerstate.Addr(p.Standby), plan)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if before.RetainedFound != 0 || len(before.SessionsLost) != len(plan.SessionIDs()) {
-		return nil, fmt.Errorf("the standby held state before the event: %v", before)
+		return fmt.Errorf("the standby held state before the event: %v", before)
 	}
 	// That check left the plan's sessions on the standby, empty: a standby
 	// that gets no state would show them after the event (Session Present 1).
 	if err := brokerstate.Forget(ctx, brokerstate.Addr(p.Standby), plan); err != nil {
-		return nil, fmt.Errorf("the standby: %w", err)
+		return fmt.Errorf("the standby: %w", err)
 	}
-	return p, nil
+	return nil
 }
 
 // StartLive puts live traffic through the pair's Service (its NodePort on

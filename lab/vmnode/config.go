@@ -5,22 +5,26 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/amf-edge/amf/lab/controlplane"
+	"github.com/amf-edge/amf/lab/kubenode"
 )
 
 // The guest's side of qemu's user network: its own address (the first that
-// qemu's DHCP gives) and the address forwarded to the API server.
+// qemu's DHCP gives) and the address forwarded to the API server. On a lab
+// LAN (Config.LAN) its addresses are its kubenode.Tap's instead.
 const (
 	guestIP      = "10.0.2.15"
 	apiGuestAddr = "10.0.2.100:6443"
 	// apiClusterIP is the kubernetes Service's ClusterIP (the first of the
 	// lab control plane's service range, 10.96.0.0/16).
 	apiClusterIP = "10.96.0.1"
-	// PodCIDR is the guest's pod range: apart from the lab's host nodes'
-	// (10.214.<slot>.0/24), as pods of this node are reached through it only.
+	// PodCIDR is the guest's pod range on qemu's user network: apart from
+	// the lab's host nodes' (10.214.<slot>.0/24), as pods of this node are
+	// reached through it only.
 	PodCIDR = "10.219.0.0/24"
 )
 
@@ -84,19 +88,20 @@ func kubeletConfig() ([]byte, error) {
 	})
 }
 
-// cniConfig is the pod network: a bridge with the guest as gateway and
-// masquerading out of it (the guest's own address is the only one qemu
-// routes), host-local addresses in PodCIDR.
-func cniConfig() ([]byte, error) {
+// cniConfig is the pod network: a bridge with the guest as gateway,
+// host-local addresses in podCIDR. On qemu's user network the pods are
+// masqueraded (the guest's own address is the only one qemu routes); on a
+// lab LAN they keep their addresses, which the LAN routes to the guest.
+func cniConfig(podCIDR string, masquerade bool) ([]byte, error) {
 	return json.MarshalIndent(map[string]any{
 		"cniVersion": "0.4.0",
 		"name":       "amf-vmnode",
 		"plugins": []any{
 			map[string]any{
-				"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": masquerade, "hairpinMode": true,
 				"ipam": map[string]any{
 					"type":   "host-local",
-					"ranges": [][]map[string]string{{{"subnet": PodCIDR}}},
+					"ranges": [][]map[string]string{{{"subnet": podCIDR}}},
 					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
 				},
 			},
@@ -105,9 +110,31 @@ func cniConfig() ([]byte, error) {
 	}, "", "  ")
 }
 
-// envFile is /amf/env, read by the guest's units and scripts.
-func envFile(name string) string {
-	return fmt.Sprintf("NODE_NAME=%s\nNODE_IP=%s\nAPI_CLUSTER_IP=%s\nAPI_GUEST_ADDR=%s\n", name, guestIP, apiClusterIP, apiGuestAddr)
+// envFile is /amf/env, read by the guest's units and scripts: apiAddr is
+// where the guest reaches the API server, probeFrom the only source the
+// guest's probe (which runs what it is asked, as root) answers: the host.
+func envFile(name, ip, apiAddr, probeFrom string) string {
+	return fmt.Sprintf("NODE_NAME=%s\nNODE_IP=%s\nAPI_CLUSTER_IP=%s\nAPI_GUEST_ADDR=%s\nPROBE_PORT=%d\nPROBE_FROM=%s\n",
+		name, ip, apiClusterIP, apiAddr, probePort, probeFrom)
+}
+
+// hostOnUserNet is the host's address as the guest sees it on qemu's user
+// network (its gateway): where forwarded connections come from.
+const hostOnUserNet = "10.0.2.2/32"
+
+// lanNetwork is the guest's NIC on a lab LAN (kubenode.Tap), for
+// systemd-networkd: its address, the other nodes' pods, the host's uplinks
+// and the Service range (ClusterIPs the guest's own clients dial are routed
+// first, then rewritten by its DNAT of the API server's) through the LAN's
+// router, and a dead-end default route, as every lab node has.
+func lanNetwork(t *kubenode.Tap) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[Match]\nName=en*\n\n[Network]\nAddress=%s/16\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n", t.IP)
+	for _, dst := range []string{kubenode.AllPods, kubenode.Uplinks, kubenode.ServiceIPs} {
+		fmt.Fprintf(&b, "\n[Route]\nDestination=%s\nGateway=%s\n", dst, t.Gateway)
+	}
+	b.WriteString("\n[Route]\nDestination=0.0.0.0/0\nType=unreachable\n")
+	return b.String()
 }
 
 // containerdVersion reads the containerd version tools/containerd/go.mod pins.

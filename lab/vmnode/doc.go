@@ -15,11 +15,20 @@
 // certificate, its configs and the lab's image archives (no registry is
 // reachable).
 //
-// The guest reaches nothing but the API server: qemu's user network runs
-// with restrict=on, and one guest address (10.0.2.100:6443) is forwarded,
-// connection by connection, to the API server on the host's loopback.
-// Guest ports the caller asks for are forwarded from 127.0.0.1 on the host.
-// The API server cannot reach the kubelet (no logs or exec through it).
+// By default the guest reaches nothing but the API server: qemu's user
+// network runs with restrict=on, and one guest address (10.0.2.100:6443) is
+// forwarded, connection by connection, to the API server on the host's
+// loopback. Guest ports the caller asks for are forwarded from 127.0.0.1 on
+// the host. The API server cannot reach the kubelet (no logs or exec
+// through it).
+//
+// With Config.LAN the guest is one more node of a lab/kubenode cluster's
+// LAN instead: a kubenode.Tap on the LAN's bridge (a node slot's addresses,
+// routed from the LAN and the host as a node's are), its static address
+// from the run's disk, the API server through the LAN's relay. Pods on the
+// guest and on the lab's nodes reach each other, the host reaches the
+// guest's pods at their addresses, and the API server its kubelet. The
+// guest's probe answers the host's uplinks alone.
 //
 // Test infrastructure: product code never imports it.
 package vmnode

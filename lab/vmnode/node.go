@@ -23,6 +23,7 @@ import (
 	"github.com/amf-edge/amf/lab/cgroup2vm"
 	"github.com/amf-edge/amf/lab/controlplane"
 	"github.com/amf-edge/amf/lab/images"
+	"github.com/amf-edge/amf/lab/kubenode"
 	"github.com/amf-edge/amf/ociimage"
 )
 
@@ -45,8 +46,14 @@ type Config struct {
 	// CPUs and MemoryMiB size the guest (default 2 and 2048).
 	CPUs, MemoryMiB int
 	// Forward lists guest TCP ports reachable from the host: Node.Forwarded
-	// gives the address on 127.0.0.1 of each.
+	// gives the address of each (on 127.0.0.1; on a LAN, the guest's own).
 	Forward []int
+	// LAN, if set, puts the guest on a lab LAN beside lab/kubenode's nodes
+	// (a kubenode.Tap on its bridge) instead of qemu's user network: it
+	// holds a node slot's addresses, reaches the API server through the
+	// LAN's relay, and its pods and the other nodes' reach one another, as
+	// on a cluster of real nodes.
+	LAN *kubenode.LAN
 	// Console receives the guest's console, line by line (it is kept in the
 	// node's folder too).
 	Console io.Writer
@@ -67,11 +74,16 @@ type Node struct {
 	Guest map[string]string
 	// Forwarded maps each of Config.Forward to its host address.
 	Forwarded map[int]string
+	// IP is the guest's address (the Node's InternalIP) and PodCIDR its
+	// pods' range.
+	IP, PodCIDR string
 
-	cfg  Config
-	cmd  *exec.Cmd
-	done chan struct{} // closed when qemu has exited
-	err  error         // qemu's exit, once done
+	cfg     Config
+	apiAddr string        // where the guest reaches the API server
+	tap     *kubenode.Tap // its LAN port, on a LAN
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when qemu has exited
+	err     error         // qemu's exit, once done
 
 	mu      sync.Mutex
 	failed  []string // the guest's reports of failed units
@@ -111,12 +123,20 @@ func Launch(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Name: cfg.Name, Dir: dir, cfg: cfg, Guest: map[string]string{}, Forwarded: map[int]string{}, done: make(chan struct{})}
+	n := &Node{Name: cfg.Name, Dir: dir, cfg: cfg, Guest: map[string]string{}, Forwarded: map[int]string{}, done: make(chan struct{}),
+		IP: guestIP, PodCIDR: PodCIDR, apiAddr: apiGuestAddr}
 	defer func() {
 		if err != nil {
 			n.Stop()
 		}
 	}()
+	if cfg.LAN != nil {
+		if n.tap, err = cfg.LAN.AddTap(); err != nil {
+			return nil, fmt.Errorf("vmnode: %w", err)
+		}
+		n.IP, n.PodCIDR = n.tap.IP, n.tap.PodCIDR
+		n.apiAddr = net.JoinHostPort(n.tap.Gateway, strconv.Itoa(kubenode.APIServerPort))
+	}
 	disk, err := n.writeRunDisk()
 	if err != nil {
 		return nil, fmt.Errorf("vmnode: the run's disk: %w", err)
@@ -186,8 +206,8 @@ func (n *Node) writeRunDisk() (string, error) {
 	}
 	kc := clientcmdapi.NewConfig()
 	// The API server's certificate names 127.0.0.1, where the guest's
-	// forwarded address ends.
-	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: "https://" + apiGuestAddr, CertificateAuthorityData: cp.CAPEM(), TLSServerName: "127.0.0.1"}
+	// forwarded or relayed address ends.
+	kc.Clusters["lab"] = &clientcmdapi.Cluster{Server: "https://" + n.apiAddr, CertificateAuthorityData: cp.CAPEM(), TLSServerName: "127.0.0.1"}
 	kc.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
 	kc.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "node"}
 	kc.CurrentContext = "lab"
@@ -198,7 +218,7 @@ func (n *Node) writeRunDisk() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cni, err := cniConfig()
+	cni, err := cniConfig(n.PodCIDR, n.tap == nil)
 	if err != nil {
 		return "", err
 	}
@@ -207,9 +227,14 @@ func (n *Node) writeRunDisk() (string, error) {
 		"kubelet.yaml":               kubelet,
 		"containerd.toml":            []byte(containerdConfig(n.cfg.PauseImage)),
 		"cni/10-amf-vmnode.conflist": cni,
-		"env":                        []byte(envFile(n.Name)),
+		"env":                        []byte(envFile(n.Name, n.IP, n.apiAddr, n.probeFrom())),
 		// Pods get no name server: nothing in the lab resolves names.
 		"resolv.conf": []byte("nameserver 127.0.0.1\noptions ndots:1\n"),
+	}
+	if n.tap != nil {
+		// amf-node-net.service puts it beside the base's DHCP one
+		// (10-amf.network), which it sorts before.
+		written["net/05-amf-lan.network"] = []byte(lanNetwork(n.tap))
 	}
 	for _, s := range []string{"setup.sh", "images.sh", "failed.sh"} {
 		if written[s], err = guestFiles.ReadFile("guest/" + s); err != nil {
@@ -274,18 +299,11 @@ const kernelArgs = "root=/dev/nvme0n1 rw console=ttyS0 panic=-1 quiet cgroup_no_
 
 // boot starts qemu: TCG (KVM does not boot a guest in every VM), the base
 // booted copy-on-write, the run's disk read-only, and the user network
-// restricted to the forwards.
+// restricted to the forwards, or the LAN's tap.
 func (n *Node) boot(base baseImage, disk string) error {
-	netdev := "user,id=net0,restrict=on,net=10.0.2.0/24,dhcpstart=" + guestIP
-	// One socat per guest connection, ended when qemu closes its end.
-	netdev += fmt.Sprintf(",guestfwd=tcp:%s-cmd:socat STDIO TCP:127.0.0.1:%d", apiGuestAddr, n.cfg.ControlPlane.APIServerPort())
-	for _, p := range append([]int{probePort}, n.cfg.Forward...) {
-		hp, err := freePort()
-		if err != nil {
-			return err
-		}
-		n.Forwarded[p] = net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
-		netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", hp, p)
+	netdev, err := n.netdev()
+	if err != nil {
+		return err
 	}
 	args := []string{
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
@@ -299,11 +317,15 @@ func (n *Node) boot(base baseImage, disk string) error {
 		"-device", "nvme,drive=run,serial=amf-run",
 		"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0",
 	}
-	var err error
 	if n.console, err = os.Create(filepath.Join(n.Dir, "console.log")); err != nil {
 		return err
 	}
 	n.cmd = exec.Command("qemu-system-x86_64", args...)
+	if n.tap != nil {
+		// The tap is in the LAN's namespace: qemu opens it there (nsenter
+		// execs qemu in its own process, so the death signal holds).
+		n.cmd = exec.Command("nsenter", append([]string{"--net=" + n.tap.NetNS, "--", "qemu-system-x86_64"}, args...)...)
+	}
 	// Its own process group, killed with this process if this process dies.
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var stderr strings.Builder
@@ -326,6 +348,41 @@ func (n *Node) boot(base baseImage, disk string) error {
 		close(n.done)
 	}()
 	return nil
+}
+
+// probeFrom is where the host's connections to the guest come from: qemu's
+// gateway on the user network, the LAN's uplinks on a LAN (never its pods
+// or other nodes).
+func (n *Node) probeFrom() string {
+	if n.tap != nil {
+		return kubenode.Uplinks
+	}
+	return hostOnUserNet
+}
+
+// netdev is qemu's -netdev: the LAN's tap (every port the guest serves is
+// reached at its own address), or the user network, restricted, with one
+// guest address relayed to the API server and the ports to forward.
+func (n *Node) netdev() (string, error) {
+	ports := append([]int{probePort}, n.cfg.Forward...)
+	if n.tap != nil {
+		for _, p := range ports {
+			n.Forwarded[p] = net.JoinHostPort(n.IP, strconv.Itoa(p))
+		}
+		return "tap,id=net0,ifname=" + n.tap.Name + ",script=no,downscript=no", nil
+	}
+	netdev := "user,id=net0,restrict=on,net=10.0.2.0/24,dhcpstart=" + guestIP
+	// One socat per guest connection, ended when qemu closes its end.
+	netdev += fmt.Sprintf(",guestfwd=tcp:%s-cmd:socat STDIO TCP:127.0.0.1:%d", apiGuestAddr, n.cfg.ControlPlane.APIServerPort())
+	for _, p := range ports {
+		hp, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		n.Forwarded[p] = net.JoinHostPort("127.0.0.1", strconv.Itoa(hp))
+		netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", hp, p)
+	}
+	return netdev, nil
 }
 
 // readConsole copies the console to the log and Config.Console and reads
@@ -375,10 +432,50 @@ func (n *Node) waitReady(ctx context.Context) error {
 	}()
 	nd, err := controlplane.WaitNodeSchedulable(ctx, c, n.Name)
 	if err != nil {
-		return fmt.Errorf("waiting for Node %s to be Ready: %w (console: %s)", n.Name, err, filepath.Join(n.Dir, "console.log"))
+		return fmt.Errorf("waiting for Node %s to be Ready: %w; the guest says:\n%s", n.Name, err, n.whyNotReady())
 	}
 	n.KubeletVersion, n.RuntimeVersion = nd.Status.NodeInfo.KubeletVersion, nd.Status.NodeInfo.ContainerRuntimeVersion
 	return nil
+}
+
+// whyNotReady asks the guest (if its probe still answers) what a Node that
+// never turned Ready is read by: its network, its failed units and the
+// kubelet's last lines; and the console's end.
+func (n *Node) whyNotReady() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, c := range [][]string{
+		{"/usr/sbin/ip", "addr"}, {"/usr/sbin/ip", "route"},
+		{"/usr/bin/systemctl", "--failed", "--no-pager"},
+		{"/usr/bin/journalctl", "-u", "systemd-networkd", "-u", "kubelet", "-n", "40", "--no-pager", "-o", "cat"},
+	} {
+		out, err := n.Run(ctx, c[0], c[1:]...)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", strings.Join(c, " "), err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s:\n%s\n", strings.Join(c, " "), out)
+	}
+	fmt.Fprintf(&b, "the console ends with:\n%s", n.ConsoleTail(4<<10))
+	return b.String()
+}
+
+// CgroupMode names the guest's cgroup hierarchy, as the guest reported it (v2:
+// cgroup2fs at /sys/fs/cgroup), and the driver its kubelet and containerd
+// use (CgroupDriver).
+func (n *Node) CgroupMode() (version, driver string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch n.Guest["cgroup"] {
+	case "cgroup2fs":
+		version = "v2"
+	case "tmpfs":
+		version = "v1"
+	default:
+		version = "unknown (" + n.Guest["cgroup"] + ")"
+	}
+	return version, CgroupDriver
 }
 
 // Failed returns the guest's reports of units that ended other than by a
@@ -404,6 +501,9 @@ func (n *Node) Stop() {
 	}
 	if n.console != nil {
 		n.console.Close()
+	}
+	if n.tap != nil {
+		n.tap.Remove()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -6,7 +6,7 @@ set -eu
 root="$1"
 units="$2"
 cp "$units"/*.service "$root/etc/systemd/system/"
-for u in amf-node-setup containerd amf-node-images kubelet amf-guestprobe; do
+for u in amf-node-net amf-node-setup containerd amf-node-images kubelet amf-guestprobe; do
 	ln -sf "/etc/systemd/system/$u.service" "$root/etc/systemd/system/multi-user.target.wants/$u.service"
 done
 # DHCP from qemu's user network on the one NIC, by systemd-networkd; by

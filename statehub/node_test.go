@@ -128,7 +128,9 @@ func TestACrashFailoverOfAStatefulPairRestartsTheStandbyOnTheLastSnapshot(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.AwaitSnapshot(ctx); err != nil {
+	// A snapshot that holds the clock, not only the plan: one queued from
+	// before the clock started would let the crash come before any did.
+	if _, err := p.AwaitClockSnapshotLine(ctx); err != nil {
 		clock.Stop()
 		t.Fatal(err)
 	}

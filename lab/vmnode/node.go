@@ -315,7 +315,7 @@ func (n *Node) boot(base baseImage, disk string) error {
 		"-device", "nvme,drive=root,serial=amf-root",
 		"-drive", "file=" + disk + ",if=none,id=run,format=raw,readonly=on",
 		"-device", "nvme,drive=run,serial=amf-run",
-		"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0",
+		"-netdev", netdev, "-device", "virtio-net-pci,netdev=net0" + n.mac(),
 	}
 	if n.console, err = os.Create(filepath.Join(n.Dir, "console.log")); err != nil {
 		return err
@@ -358,6 +358,16 @@ func (n *Node) probeFrom() string {
 		return kubenode.Uplinks
 	}
 	return hostOnUserNet
+}
+
+// mac is the NIC's MAC address option on a LAN, one per node slot, so
+// that guests on one LAN never share qemu's default; "" on the user
+// network, which is the guest's alone.
+func (n *Node) mac() string {
+	if n.tap == nil {
+		return ""
+	}
+	return fmt.Sprintf(",mac=52:54:00:a3:f0:%02x", n.tap.Index)
 }
 
 // netdev is qemu's -netdev: the LAN's tap (every port the guest serves is

@@ -209,38 +209,46 @@ func (n *Node) CgroupMode() (version, driver string) {
 // takeIndex locks the first free slot. The lock is held by this process and
 // the node's janitor, so a slot is free again only once its teardown is done.
 func (n *Node) takeIndex() error {
-	dir := lockDir
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("kubenode: %w", err)
+	i, f, err := lockSlot()
+	if err != nil {
+		return err
+	}
+	n.Index, n.lock = i, f
+	n.Cgroup = fmt.Sprintf("amf-node%d", i)
+	n.IP = fmt.Sprintf("10.213.%d.2", i)
+	n.hostIP = fmt.Sprintf("10.213.%d.1", i)
+	if n.cfg.LAN != nil {
+		n.IP = fmt.Sprintf("10.215.%d.2", i)
+		n.hostIP = ""
+	}
+	n.PodCIDR = fmt.Sprintf("10.214.%d.0/24", i)
+	n.podGateway = fmt.Sprintf("10.214.%d.1", i)
+	n.runDir = fmt.Sprintf("/run/amf-node%d", i)
+	n.Socket = filepath.Join(n.runDir, "containerd.sock")
+	n.Name = n.cfg.Name
+	if n.Name == "" {
+		n.Name = fmt.Sprintf("amf-node-%d", i)
+	}
+	return nil
+}
+
+// lockSlot locks the first free node slot and returns it with its lock.
+func lockSlot() (int, *os.File, error) {
+	if err := os.MkdirAll(lockDir, 0o755); err != nil {
+		return 0, nil, fmt.Errorf("kubenode: %w", err)
 	}
 	for i := range MaxNodes {
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i)+".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+		f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(i)+".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
 		if err != nil {
-			return fmt.Errorf("kubenode: %w", err)
+			return 0, nil, fmt.Errorf("kubenode: %w", err)
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			f.Close()
 			continue
 		}
-		n.Index, n.lock = i, f
-		n.Cgroup = fmt.Sprintf("amf-node%d", i)
-		n.IP = fmt.Sprintf("10.213.%d.2", i)
-		n.hostIP = fmt.Sprintf("10.213.%d.1", i)
-		if n.cfg.LAN != nil {
-			n.IP = fmt.Sprintf("10.215.%d.2", i)
-			n.hostIP = ""
-		}
-		n.PodCIDR = fmt.Sprintf("10.214.%d.0/24", i)
-		n.podGateway = fmt.Sprintf("10.214.%d.1", i)
-		n.runDir = fmt.Sprintf("/run/amf-node%d", i)
-		n.Socket = filepath.Join(n.runDir, "containerd.sock")
-		n.Name = n.cfg.Name
-		if n.Name == "" {
-			n.Name = fmt.Sprintf("amf-node-%d", i)
-		}
-		return nil
+		return i, f, nil
 	}
-	return fmt.Errorf("kubenode: all %d node slots on this machine are taken", MaxNodes)
+	return 0, nil, fmt.Errorf("kubenode: all %d node slots on this machine are taken", MaxNodes)
 }
 
 func (n *Node) path(elem ...string) string {

@@ -3,12 +3,7 @@ package kubenode
 import (
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Tap is a LAN port for a node this package does not run: a virtual
@@ -39,25 +34,11 @@ type Tap struct {
 // dies first, the LAN's teardown removes the tap, the routes and (with the
 // process) the slot's lock.
 func (l *LAN) AddTap() (_ *Tap, err error) {
-	if err := os.MkdirAll(lockDir, 0o755); err != nil {
-		return nil, fmt.Errorf("kubenode: %w", err)
+	i, f, err := lockSlot()
+	if err != nil {
+		return nil, err
 	}
-	t := &Tap{lan: l, NetNS: l.NetNS, Gateway: LANGateway}
-	for i := range MaxNodes {
-		f, err := os.OpenFile(filepath.Join(lockDir, strconv.Itoa(i)+".lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("kubenode: %w", err)
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
-			continue
-		}
-		t.Index, t.lock = i, f
-		break
-	}
-	if t.lock == nil {
-		return nil, fmt.Errorf("kubenode: all %d node slots on this machine are taken", MaxNodes)
-	}
+	t := &Tap{lan: l, NetNS: l.NetNS, Gateway: LANGateway, Index: i, lock: f}
 	t.Name = port(t.Index)
 	t.IP = fmt.Sprintf("10.215.%d.2", t.Index)
 	t.PodCIDR = fmt.Sprintf("10.214.%d.0/24", t.Index)

@@ -183,16 +183,7 @@ func (p *StatePair) AwaitSnapshot(ctx context.Context) error {
 // AwaitSnapshotLine is AwaitSnapshot, and returns the hub's line (its
 // state field names the snapshot).
 func (p *StatePair) AwaitSnapshotLine(ctx context.Context) (AgentLine, error) {
-	for {
-		select {
-		case l := <-p.lines:
-			if l.Msg == "broker state taken in" && p.SnapshotOfPlan(l) {
-				return l, nil
-			}
-		case <-ctx.Done():
-			return AgentLine{}, fmt.Errorf("no snapshot of the seeded state handed in: %w", ctx.Err())
-		}
-	}
+	return p.awaitSnapshotOf(ctx, p.Plan, "the seeded state")
 }
 
 // AwaitClockSnapshotLine is AwaitSnapshotLine for a snapshot that also
@@ -203,15 +194,20 @@ func (p *StatePair) AwaitSnapshotLine(ctx context.Context) (AgentLine, error) {
 // passed over: without this a crash soon after it left the new primary
 // with the plan and no clock.
 func (p *StatePair) AwaitClockSnapshotLine(ctx context.Context) (AgentLine, error) {
-	withClock := p.Plan.WithClock()
+	return p.awaitSnapshotOf(ctx, p.Plan.WithClock(), "the seeded state and the clock")
+}
+
+// awaitSnapshotOf waits for the hub's line of a snapshot of the primary
+// that holds plan.
+func (p *StatePair) awaitSnapshotOf(ctx context.Context, plan brokerstate.Plan, what string) (AgentLine, error) {
 	for {
 		select {
 		case l := <-p.lines:
-			if l.Msg == "broker state taken in" && SnapshotHolds(l, p.Primary.Name, withClock) {
+			if l.Msg == "broker state taken in" && SnapshotHolds(l, p.Primary.Name, plan) {
 				return l, nil
 			}
 		case <-ctx.Done():
-			return AgentLine{}, fmt.Errorf("no snapshot of the seeded state and the clock handed in: %w", ctx.Err())
+			return AgentLine{}, fmt.Errorf("no snapshot of %s handed in: %w", what, ctx.Err())
 		}
 	}
 }
